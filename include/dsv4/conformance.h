@@ -1,0 +1,36 @@
+// `dsv4 check`: recompute a golden fixture (expected.safetensors from transformers) and
+// compare: full-pass logits, cached logits fed in the file's chunks, per-layer hidden states,
+// and the greedy continuation of gen_prompt.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dsv4/engine.h"
+#include "dsv4/status.h"
+
+namespace dsv4 {
+
+struct CheckItem {
+    std::string name;
+    double max_abs_error = 0;  // for token items: number of mismatching tokens
+    double tolerance = 0;
+    bool pass = false;
+    std::string detail;
+};
+
+struct CheckReport {
+    std::vector<CheckItem> items;
+    double seconds = 0;
+    bool pass() const {
+        for (const auto& i : items)
+            if (!i.pass) return false;
+        return !items.empty();
+    }
+};
+
+// `options.model_dir` is the model; `expected_path` the fixture's expected.safetensors.
+Expected<CheckReport> run_conformance_check(EngineOptions options, const std::string& expected_path,
+                                            double logits_tolerance);
+
+}  // namespace dsv4

@@ -1,0 +1,41 @@
+// Reference lightning-indexer scores and top-k with the documented tie rule.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+#include "base/thread_pool.h"
+
+namespace dsv4::cpu_ref {
+
+void indexer_topk(const ops::IndexerTopkArgs& a) {
+    parallel_for(a.T, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> score;
+        std::vector<int32_t> order;
+        for (int64_t t = begin; t < end; ++t) {
+            const int64_t valid = (a.pos0 + t + 1) / a.m;
+            score.resize(valid);
+            for (int64_t b = 0; b < valid; ++b) {
+                double s = 0;
+                for (int h = 0; h < a.Hi; ++h) {
+                    const double d = dot(a.q + (t * a.Hi + h) * a.hi, a.keys + b * a.hi, a.hi);
+                    s += static_cast<double>(a.w[t * a.Hi + h]) * std::max(d, 0.0);
+                }
+                score[b] = static_cast<float>(s);
+            }
+            const int64_t keep = std::min<int64_t>(a.K, valid);
+            order.resize(valid);
+            std::iota(order.begin(), order.end(), 0);
+            // Higher score first; exact ties (common: ReLU makes zeros) go to the lower index.
+            std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                              [&](int32_t x, int32_t y) {
+                                  return score[x] > score[y] || (score[x] == score[y] && x < y);
+                              });
+            std::sort(order.begin(), order.begin() + keep);
+            int32_t* out = a.topk + t * a.K;
+            for (int j = 0; j < a.K; ++j) out[j] = j < keep ? order[j] : -1;
+        }
+    });
+}
+
+}  // namespace dsv4::cpu_ref

@@ -1,0 +1,87 @@
+// Reference router (sqrt-softplus, bias for selection only, or hash routing) and routed
+// experts (clipped SwiGLU), each expert's rows dequantized once per chunk.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+#include "base/thread_pool.h"
+
+namespace dsv4::cpu_ref {
+namespace {
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace
+
+void route(const ops::RouteArgs& a) {
+    std::vector<float> s(a.E), biased(a.E);
+    std::vector<int32_t> order(a.E);
+    for (int64_t t = 0; t < a.T; ++t) {
+        const float* l = a.logits + t * a.E;
+        for (int e = 0; e < a.E; ++e) s[e] = std::sqrt(softplus(l[e]));
+        int32_t* sel = a.sel + t * a.k;
+        if (a.tid2eid != nullptr) {
+            std::copy(a.tid2eid + static_cast<int64_t>(a.ids[t]) * a.k,
+                      a.tid2eid + static_cast<int64_t>(a.ids[t] + 1) * a.k, sel);
+        } else {
+            for (int e = 0; e < a.E; ++e) biased[e] = s[e] + (a.bias ? a.bias[e] : 0.0f);
+            std::iota(order.begin(), order.end(), 0);
+            std::partial_sort(order.begin(), order.begin() + a.k, order.end(),
+                              [&](int32_t x, int32_t y) {
+                                  return biased[x] > biased[y] || (biased[x] == biased[y] && x < y);
+                              });
+            std::copy(order.begin(), order.begin() + a.k, sel);
+        }
+        double sum = 0;
+        for (int j = 0; j < a.k; ++j) sum += s[sel[j]];
+        for (int j = 0; j < a.k; ++j)
+            a.weight[t * a.k + j] = static_cast<float>(s[sel[j]] / sum * a.scale);
+    }
+}
+
+void moe(const ops::MoeArgs& a) {
+    const int64_t slots = a.T * a.k;
+    // contrib[(t*k + j)*D + d]: expert sel[t][j]'s weighted output for token t; summed in j
+    // order afterwards so the result does not depend on which tokens share the chunk.
+    std::vector<float> contrib(static_cast<size_t>(slots) * a.D);
+    parallel_for(a.E, 1, [&](int64_t e_begin, int64_t e_end) {
+        std::vector<float> row(std::max(a.D, a.I)), g, u;
+        std::vector<int64_t> users;
+        for (int64_t e = e_begin; e < e_end; ++e) {
+            users.clear();
+            for (int64_t s = 0; s < slots; ++s)
+                if (a.sel[s] == e) users.push_back(s);
+            if (users.empty()) continue;
+            const int64_t n = static_cast<int64_t>(users.size());
+            g.assign(n * a.I, 0.0f);
+            u.assign(n * a.I, 0.0f);
+            for (int i = 0; i < a.I; ++i) {
+                dequant_row(a.w1[e], i, row.data());
+                for (int64_t r = 0; r < n; ++r)
+                    g[r * a.I + i] = static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+                dequant_row(a.w3[e], i, row.data());
+                for (int64_t r = 0; r < n; ++r)
+                    u[r * a.I + i] = static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+            }
+            swiglu({g.data(), u.data(), g.data(), n * a.I, a.swiglu_limit});
+            for (int d = 0; d < a.D; ++d) {
+                dequant_row(a.w2[e], d, row.data());
+                for (int64_t r = 0; r < n; ++r)
+                    contrib[users[r] * a.D + d] =
+                        static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)) * a.weight[users[r]];
+            }
+        }
+    });
+    for (int64_t t = 0; t < a.T; ++t) {
+        float* out = a.out + t * a.D;
+        std::fill(out, out + a.D, 0.0f);
+        for (int j = 0; j < a.k; ++j) {
+            const float* c = contrib.data() + (t * a.k + j) * a.D;
+            for (int d = 0; d < a.D; ++d) out[d] += c[d];
+        }
+    }
+}
+
+}  // namespace dsv4::cpu_ref

@@ -1,0 +1,46 @@
+// Reference RMSNorm (weighted / unweighted), interleaved partial RoPE and embedding.
+#include "backend/cpu/ref/ref_ops.h"
+
+namespace dsv4::cpu_ref {
+
+void rms_norm(const ops::RmsNormArgs& a) {
+    for (int64_t r = 0; r < a.rows; ++r) {
+        const float* x = a.x + r * a.dim;
+        float* y = a.out + r * a.dim;
+        const double ms = dot(x, x, a.dim) / a.dim;
+        const float inv = static_cast<float>(1.0 / std::sqrt(ms + a.eps));
+        for (int i = 0; i < a.dim; ++i) y[i] = x[i] * inv * (a.weight ? a.weight[i] : 1.0f);
+    }
+}
+
+void rope(const ops::RopeArgs& a) {
+    const int half = a.rope_dim / 2;
+    const int off = a.head_dim - a.rope_dim;
+    for (int64_t r = 0; r < a.rows; ++r) {
+        // Angles in float32 like transformers (position * inv_freq), cos/sin correctly rounded.
+        const float pos = static_cast<float>(a.pos0 + r * a.pos_step);
+        for (int i = 0; i < half; ++i) {
+            const float angle = pos * a.inv_freq[i];
+            const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+            float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+            if (a.inverse) s = -s;
+            for (int h = 0; h < a.heads; ++h) {
+                float* p = a.x + (r * a.heads + h) * a.head_dim + off + 2 * i;
+                const float x0 = p[0], x1 = p[1];
+                p[0] = x0 * c - x1 * s;
+                p[1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+void embed(const ops::EmbedArgs& a) {
+    const int64_t D = a.table->cols;
+    for (int64_t t = 0; t < a.T; ++t) {
+        float* dst = a.out + t * a.n * D;
+        dequant_row(*a.table, a.ids[t], dst);
+        for (int i = 1; i < a.n; ++i) std::copy(dst, dst + D, dst + i * D);
+    }
+}
+
+}  // namespace dsv4::cpu_ref

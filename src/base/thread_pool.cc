@@ -1,0 +1,122 @@
+#include "base/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace dsv4 {
+namespace {
+
+class Pool {
+public:
+    explicit Pool(int n) { resize(n); }
+    ~Pool() { stop(); }
+
+    int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+    void resize(int n) {
+        stop();
+        stopping_ = false;
+        for (int i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
+    }
+
+    void run(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+        const int64_t parts = std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
+        thread_local bool inside = false;
+        if (parts <= 1 || inside) {
+            fn(0, n);
+            return;
+        }
+        std::unique_lock<std::mutex> run_lock(run_mutex_);
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            fn_ = &fn;
+            n_ = n;
+            parts_ = parts;
+            next_.store(0);
+            pending_ = parts;
+            ++generation_;
+        }
+        cv_.notify_all();
+        inside = true;
+        work();
+        inside = false;
+        std::unique_lock<std::mutex> lk(m_);
+        done_cv_.wait(lk, [this] { return pending_ == 0; });
+        fn_ = nullptr;
+    }
+
+private:
+    void work() {
+        for (;;) {
+            int64_t p = next_.fetch_add(1);
+            if (p >= parts_) break;
+            int64_t begin = n_ * p / parts_, end = n_ * (p + 1) / parts_;
+            (*fn_)(begin, end);
+            std::lock_guard<std::mutex> lk(m_);
+            if (--pending_ == 0) done_cv_.notify_all();
+        }
+    }
+
+    void loop() {
+        uint64_t seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> lk(m_);
+                cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
+                if (stopping_) return;
+                seen = generation_;
+            }
+            work();
+        }
+    }
+
+    void stop() {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        for (auto& t : workers_) t.join();
+        workers_.clear();
+    }
+
+    std::vector<std::thread> workers_;
+    std::mutex run_mutex_, m_;
+    std::condition_variable cv_, done_cv_;
+    const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+    int64_t n_ = 0, parts_ = 0;
+    std::atomic<int64_t> next_{0};
+    int64_t pending_ = 0;
+    uint64_t generation_ = 0;
+    bool stopping_ = false;
+};
+
+int default_threads() {
+    if (const char* env = std::getenv("DSV4_THREADS")) {
+        int n = std::atoi(env);
+        if (n > 0) return n;
+    }
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Pool& pool() {
+    static Pool p(default_threads());
+    return p;
+}
+
+}  // namespace
+
+int num_threads() { return pool().size(); }
+void set_num_threads(int n) { pool().resize(std::max(1, n)); }
+
+void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    pool().run(n, min_chunk, fn);
+}
+
+}  // namespace dsv4

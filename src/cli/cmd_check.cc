@@ -1,0 +1,51 @@
+// `dsv4 check`: conformance against a golden fixture (see include/dsv4/conformance.h).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.h"
+#include "dsv4/conformance.h"
+
+namespace dsv4::cli {
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+
+namespace {
+
+struct CheckArgs {
+    EngineOptions engine;
+    std::string expected;
+    double tolerance = 1e-4;
+};
+
+int run_check(CheckArgs a) {
+    if (a.expected.empty())
+        a.expected = (std::filesystem::path(a.engine.model_dir) / "expected.safetensors").string();
+    auto report = run_conformance_check(a.engine, a.expected, a.tolerance);
+    if (!report) {
+        std::fprintf(stderr, "error: %s\n", report.status().message().c_str());
+        return 2;
+    }
+    for (const auto& item : report->items) {
+        std::printf("%-16s %s  max_abs=%.3g  tol=%.3g  %s\n", item.name.c_str(),
+                    item.pass ? "PASS" : "FAIL", item.max_abs_error, item.tolerance,
+                    item.detail.c_str());
+    }
+    std::printf("%s (%.2f s)\n", report->pass() ? "PASS" : "FAIL", report->seconds);
+    return report->pass() ? 0 : 1;
+}
+
+}  // namespace
+
+void add_check_command(CLI::App& app) {
+    auto args = std::make_shared<CheckArgs>();
+    CLI::App* cmd = app.add_subcommand("check", "Compare against a golden fixture from transformers");
+    cmd->footer("Example: dsv4 check --model tests/data/golden/tiny-mix");
+    add_engine_options(cmd, args->engine);
+    cmd->add_option("--expected", args->expected,
+                    "expected.safetensors (default: the one in the model folder)");
+    cmd->add_option("--tolerance", args->tolerance, "Max abs logit error")->capture_default_str();
+    cmd->callback([args] { set_exit_code(run_check(*args)); });
+}
+
+}  // namespace dsv4::cli

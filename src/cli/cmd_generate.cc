@@ -1,0 +1,106 @@
+// `dsv4 generate`: prefill a prompt and stream the continuation.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "dsv4/engine.h"
+
+namespace dsv4::cli {
+namespace {
+
+int g_exit_code = 0;
+
+struct GenerateArgs {
+    EngineOptions engine;
+    std::string prompt_ids;
+    int max_tokens = 32;
+    SamplingOptions sampling;
+    bool ignore_eos = false;
+};
+
+Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
+    std::vector<int32_t> ids;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        try {
+            size_t used = 0;
+            long v = std::stol(item, &used);
+            if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+            ids.push_back(static_cast<int32_t>(v));
+        } catch (const std::exception&) {
+            return error("--prompt-ids: '", item, "' is not a token id");
+        }
+    }
+    if (ids.empty()) return error("--prompt-ids: no token ids given");
+    return ids;
+}
+
+int run_generate(const GenerateArgs& a) {
+    auto ids = parse_ids(a.prompt_ids);
+    if (!ids) {
+        std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+        return 2;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto engine = Engine::create(a.engine);
+    if (!engine) {
+        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        return 1;
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    auto session = (*engine)->new_session();
+    std::chrono::steady_clock::time_point first;
+    int n = 0;
+    auto out = (*engine)->generate(*session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
+                                   [&](int32_t tok) {
+                                       if (n++ == 0) first = std::chrono::steady_clock::now();
+                                       std::printf("%s%d", n > 1 ? "," : "", tok);
+                                       std::fflush(stdout);
+                                       return true;
+                                   });
+    std::printf("\n");
+    if (!out) {
+        std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
+        return 1;
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+    std::fprintf(stderr, "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
+                 secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
+                 n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
+    return 0;
+}
+
+}  // namespace
+
+int exit_code() { return g_exit_code; }
+void set_exit_code(int code) { g_exit_code = code; }
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e) {
+    cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
+    cmd->add_option("--device", e.device, "cpu (cuda: later)")->capture_default_str();
+    cmd->add_option("--max-context", e.max_context, "Tokens the cache holds")->capture_default_str();
+    cmd->add_option("--max-chunk", e.max_chunk, "Tokens per forward step")->capture_default_str();
+    cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")->capture_default_str();
+}
+
+void add_generate_command(CLI::App& app) {
+    auto args = std::make_shared<GenerateArgs>();
+    CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
+    cmd->footer("Example: dsv4 generate --model models/tiny --prompt-ids 0,17,42 --max-tokens 16");
+    add_engine_options(cmd, args->engine);
+    cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids")->required();
+    cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
+    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--top-k", args->sampling.top_k, "0 = off")->capture_default_str();
+    cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
+    cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
+    cmd->callback([args] { set_exit_code(run_generate(*args)); });
+}
+
+}  // namespace dsv4::cli

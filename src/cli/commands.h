@@ -1,0 +1,20 @@
+// Each CLI subcommand lives in its own cmd_*.cc and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dsv4::cli {
+
+// Registers `generate` and `check` (cmd_generate.cc, cmd_check.cc).
+void add_generate_command(CLI::App& app);
+void add_check_command(CLI::App& app);
+// `tokenize`, `chat-encode`, `chat-parse` (cmd_tokenize.cc).
+void add_tokenize_commands(CLI::App& app);
+// `quantize` (cmd_quantize.cc).
+void add_quantize_command(CLI::App& app);
+
+// The exit status the subcommand's callback chose (0 = success).
+int exit_code();
+void set_exit_code(int code);
+
+}  // namespace dsv4::cli

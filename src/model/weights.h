@@ -1,0 +1,72 @@
+// Binding checkpoint tensors to the model by name (release layout, or the same names as
+// transformers writes them), with every shape checked against the config. Small float
+// tensors (norms, mHC, sinks, biases) are converted to float32 in backend memory; matrices
+// stay in their stored format and are dequantized by the ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "formats/quant_weight.h"
+#include "formats/safetensors.h"
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+struct HcWeights {
+    const float* fn = nullptr;     // [(2+n)n, n*D] (or [n, n*D] for the head)
+    const float* base = nullptr;   // [(2+n)n]
+    const float* scale = nullptr;  // [3] (or [1])
+};
+
+struct CompressorWeights {
+    QuantWeight wkv;                // [coff*width, D]
+    QuantWeight wgate;              // [coff*width, D]
+    const float* ape = nullptr;     // [m, coff*width]
+    const float* norm = nullptr;    // [width]
+};
+
+struct LayerWeights {
+    const float* attn_norm = nullptr;  // [D]
+    const float* ffn_norm = nullptr;   // [D]
+    HcWeights hc_attn, hc_ffn;
+    QuantWeight wq_a;                  // [Rq, D]
+    const float* q_norm = nullptr;     // [Rq]
+    QuantWeight wq_b;                  // [H*hd, Rq]
+    QuantWeight wkv;                   // [hd, D]
+    const float* kv_norm = nullptr;    // [hd]
+    QuantWeight wo_a;                  // [g*Ro, H*hd/g]
+    QuantWeight wo_b;                  // [D, g*Ro]
+    const float* attn_sink = nullptr;  // [H]
+    CompressorWeights compressor;      // CSA / HCA layers
+    CompressorWeights indexer_compressor;  // CSA layers
+    QuantWeight indexer_wq_b;          // [Hi*hi, Rq]
+    QuantWeight indexer_weights_proj;  // [Hi, D]
+    QuantWeight gate;                  // [E, D]
+    const float* gate_bias = nullptr;  // [E] score-routed layers
+    const int32_t* tid2eid = nullptr;  // [V, k] hash-routed layers
+    QuantWeight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]
+    std::vector<QuantWeight> w1, w2, w3;          // [E] experts
+};
+
+struct ModelWeights {
+    QuantWeight embed;             // [V, D]
+    QuantWeight head;              // [V, D]
+    const float* norm = nullptr;   // [D]
+    HcWeights hc_head;
+    std::vector<LayerWeights> layers;
+    size_t bytes = 0;              // checkpoint bytes bound
+};
+
+// Maps a checkpoint tensor name to the canonical (release) name: strips `model.`,
+// embed_tokens → embed, lm_head → head, hc_head.hc_fn → hc_head_fn, attn.norm → attn.kv_norm.
+std::string canonical_tensor_name(const std::string& name);
+
+// Binds every tensor the config calls for. Missing, mis-shaped, wrongly typed or unexpected
+// tensors are errors naming the tensor (MTP tensors `mtp.*` are accepted and not used).
+Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend);
+
+}  // namespace dsv4

@@ -1,0 +1,43 @@
+// Op contracts: manifold-constrained hyper-connections (mHC) around each sub-block, and the
+// final hc-head collapse. n = hc_mult residual streams of width D.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::ops {
+
+struct HcPreArgs {
+    const float* x = nullptr;      // [T, n, D] residual streams
+    const float* fn = nullptr;     // [(2+n)n, n*D]
+    const float* base = nullptr;   // [(2+n)n]
+    const float* scale = nullptr;  // [3]
+    float* y = nullptr;            // [T, D] collapsed input of the sub-block
+    float* post = nullptr;         // [T, n]
+    float* comb = nullptr;         // [T, n, n] Sinkhorn-normalised, row j = source stream
+    int64_t T = 0;
+    int n = 0, D = 0, sinkhorn_iters = 0;
+    float norm_eps = 1e-6f, hc_eps = 1e-6f;
+};
+
+struct HcPostArgs {
+    const float* f = nullptr;     // [T, D] sub-block output
+    const float* x = nullptr;     // [T, n, D] streams entering the sub-block
+    const float* post = nullptr;  // [T, n]
+    const float* comb = nullptr;  // [T, n, n]
+    float* out = nullptr;         // [T, n, D]; must not alias x
+    int64_t T = 0;
+    int n = 0, D = 0;
+};
+
+struct HcHeadArgs {
+    const float* x = nullptr;      // [T, n, D]
+    const float* fn = nullptr;     // [n, n*D]
+    const float* base = nullptr;   // [n]
+    const float* scale = nullptr;  // [1]
+    float* out = nullptr;          // [T, D]
+    int64_t T = 0;
+    int n = 0, D = 0;
+    float norm_eps = 1e-6f, hc_eps = 1e-6f;
+};
+
+}  // namespace dsv4::ops
