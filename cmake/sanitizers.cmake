@@ -4,3 +4,7 @@ if(DSV4_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+# libFuzzer coverage instrumentation for everything a fuzz target links (preset "fuzz").
+if(DSV4_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up, then (1) ASan+UBSan build of the host code and its tests,
+# (2) each libFuzzer target for FUZZ_SECONDS (default 60), (3) the release build, which also
+# compiles the CUDA targets when nvcc exists (GPU tests skip without a GPU), and all tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+jobs=$(nproc)
+fuzz_seconds=${FUZZ_SECONDS:-60}
+
+echo "== sanitized build (ASan + UBSan)"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --preset asan -j"$jobs" --timeout 600
+
+echo "== fuzzers (${fuzz_seconds} s each)"
+cmake --preset fuzz >/dev/null
+fuzzers=$(ls fuzz/*_fuzz.cc | xargs -n1 basename | sed 's/\.cc$//')
+cmake --build --preset fuzz -j"$jobs" --target $fuzzers
+for f in $fuzzers; do
+  corpus=$(mktemp -d)
+  name=${f%_fuzz}
+  [ -d "fuzz/corpus/$name" ] && cp -r "fuzz/corpus/$name/." "$corpus/"
+  "build-fuzz/fuzz/$f" -max_total_time="$fuzz_seconds" -print_final_stats=0 "$corpus" 2>&1 | tail -n 2
+  rm -rf "$corpus"
+done
+
+echo "== release build and tests"
+cmake --preset release >/dev/null
+cmake --build --preset release -j"$jobs"
+ctest --preset release -j"$jobs" --timeout 600
