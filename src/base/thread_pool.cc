@@ -11,6 +11,10 @@
 namespace dsv4 {
 namespace {
 
+// True on pool workers and on a thread inside run(): nested parallel_for calls run serially
+// instead of waiting for workers that are busy with the outer loop.
+thread_local bool t_inside_pool = false;
+
 class Pool {
 public:
     explicit Pool(int n) { resize(n); }
@@ -26,8 +30,7 @@ public:
 
     void run(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
         const int64_t parts = std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
-        thread_local bool inside = false;
-        if (parts <= 1 || inside) {
+        if (parts <= 1 || t_inside_pool) {
             fn(0, n);
             return;
         }
@@ -42,9 +45,9 @@ public:
             ++generation_;
         }
         cv_.notify_all();
-        inside = true;
+        t_inside_pool = true;
         work();
-        inside = false;
+        t_inside_pool = false;
         std::unique_lock<std::mutex> lk(m_);
         done_cv_.wait(lk, [this] { return pending_ == 0; });
         fn_ = nullptr;
@@ -63,6 +66,7 @@ private:
     }
 
     void loop() {
+        t_inside_pool = true;
         uint64_t seen = 0;
         for (;;) {
             {

@@ -17,10 +17,14 @@ float abs_max(const float* x, int64_t n) {
 
 // E8M0 code of 2^e. The quantizers only produce exponents inside the E8M0 range for finite
 // inputs whose block amax is a normal float; clamping keeps degenerate inputs well defined.
-uint8_t e8m0_code(int e) { return static_cast<uint8_t>(std::clamp(e + 127, 0, 254)); }
+uint8_t e8m0_code(int e) {
+    return static_cast<uint8_t>(std::clamp(e + 127, 0, 254));
+}
 
 // 2^e as a float (exact; ldexp handles the subnormal end).
-float pow2f(int e) { return std::ldexp(1.0f, e); }
+float pow2f(int e) {
+    return std::ldexp(1.0f, e);
+}
 
 }  // namespace
 
@@ -33,7 +37,7 @@ int pow2_scale_exponent(float x) {
 
 Nvfp4Tensor nvfp4_quantize(const float* x, int64_t rows, int64_t cols) {
     DSV4_ASSERT(rows >= 0 && cols >= 0 && cols % 16 == 0, "NVFP4 needs a width that is a ",
-               "multiple of 16, got [", rows, ", ", cols, "]");
+                "multiple of 16, got [", rows, ", ", cols, "]");
     Nvfp4Tensor t;
     const int64_t nblocks = cols / 16;
     t.packed.resize(static_cast<size_t>(rows * cols / 2));
@@ -58,7 +62,7 @@ Nvfp4Tensor nvfp4_quantize(const float* x, int64_t rows, int64_t cols) {
 
 Mxfp4Tensor mxfp4_quantize(const float* x, int64_t rows, int64_t cols) {
     DSV4_ASSERT(rows >= 0 && cols >= 0 && cols % 32 == 0, "MXFP4 needs a width that is a ",
-               "multiple of 32, got [", rows, ", ", cols, "]");
+                "multiple of 32, got [", rows, ", ", cols, "]");
     Mxfp4Tensor t;
     const int64_t nblocks = cols / 32;
     t.packed.resize(static_cast<size_t>(rows * cols / 2));
@@ -93,13 +97,15 @@ Fp8BlockTensor fp8_block_quantize(const float* x, int64_t rows, int64_t cols) {
         for (int64_t j = 0; j < bc; ++j) {
             const int64_t c0 = j * kB, c1 = std::min(cols, c0 + kB);
             float amax = 0.0f;
-            for (int64_t r = r0; r < r1; ++r) amax = std::max(amax, abs_max(x + r * cols + c0, c1 - c0));
+            for (int64_t r = r0; r < r1; ++r)
+                amax = std::max(amax, abs_max(x + r * cols + c0, c1 - c0));
             const int e = amax > 0.0f ? pow2_scale_exponent(amax / 448.0f) : 0;
             t.scales[static_cast<size_t>(i * bc + j)] = e8m0_code(e);
             const float scale = pow2f(e);
             for (int64_t r = r0; r < r1; ++r)
                 for (int64_t c = c0; c < c1; ++c)
-                    t.values[static_cast<size_t>(r * cols + c)] = f32_to_e4m3(x[r * cols + c] / scale);
+                    t.values[static_cast<size_t>(r * cols + c)] =
+                        f32_to_e4m3(x[r * cols + c] / scale);
         }
     }
     return t;

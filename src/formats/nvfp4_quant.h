@@ -45,7 +45,7 @@ DSV4_HD float nvfp4_global_scale(float amax) {
 
 // The E4M3 code of one block's scale. `global` is nvfp4_global_scale(amax).
 DSV4_HD uint8_t nvfp4_block_scale_code(float block_amax, float global) {
-    if (!(block_amax > 0.0f)) return 0x38;  // 1.0
+    if (!(block_amax > 0.0f)) return 0x38;       // 1.0
     const float denom = kNvfp4E2m1Max * global;  // rounded to float first, as in the Python
     float s = block_amax / denom;
     if (s < kNvfp4MinBlockScale) s = kNvfp4MinBlockScale;
@@ -58,7 +58,9 @@ DSV4_HD float nvfp4_block_divisor(uint8_t scale_code, float global) {
 }
 
 // The E2M1 code (4 bits) of one element given its block's divisor.
-DSV4_HD uint8_t nvfp4_encode(float x, float divisor) { return f32_to_e2m1(x / divisor); }
+DSV4_HD uint8_t nvfp4_encode(float x, float divisor) {
+    return f32_to_e2m1(x / divisor);
+}
 
 // ---- MXFP4, the DeepSeek release routed-expert format.
 struct Mxfp4Tensor {
