@@ -30,6 +30,9 @@ struct ModelInfo {
     std::string summary;        // one line: sizes and layer kinds
     size_t weight_bytes = 0;    // checkpoint bytes bound
     size_t cache_bytes = 0;     // per sequence, at max_context
+    double cache_bytes_per_token = 0;  // compressed entries + indexer keys, amortised
+    size_t cache_fixed_bytes = 0;      // rings + compressor states per sequence
+    std::vector<std::string> weight_formats;  // "group: format" lines
 };
 
 struct SamplingOptions {

@@ -8,6 +8,8 @@ namespace dsv4::cli {
 // Registers `generate` and `check` (cmd_generate.cc, cmd_check.cc).
 void add_generate_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+// `info` (cmd_info.cc).
+void add_info_command(CLI::App& app);
 // `tokenize`, `chat-encode`, `chat-parse` (cmd_tokenize.cc).
 void add_tokenize_commands(CLI::App& app);
 // `quantize` (cmd_quantize.cc).

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     dsv4::cli::add_generate_command(app);
     dsv4::cli::add_check_command(app);
+    dsv4::cli::add_info_command(app);
 #ifdef DSV4_HAVE_TOKENIZER
     dsv4::cli::add_tokenize_commands(app);
 #endif

@@ -74,6 +74,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     impl->info.hc_mult = c.hc_mult;
     impl->info.summary = c.summary();
     impl->info.weight_bytes = impl->model->weights().bytes;
+    const CacheFootprint fp = cache_footprint(c);
+    impl->info.cache_bytes_per_token = fp.bytes_per_token;
+    impl->info.cache_fixed_bytes = fp.fixed_bytes;
+    impl->info.cache_bytes = fp.fixed_bytes + static_cast<size_t>(fp.bytes_per_token * options.max_context);
+    impl->info.weight_formats = describe_weight_formats(impl->model->weights());
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -84,7 +89,6 @@ std::unique_ptr<Session> Engine::new_session() {
     s->model = impl_->model.get();
     s->cache = std::make_unique<KvCache>(impl_->model->config(), *impl_->backend,
                                          impl_->options.max_context);
-    impl_->info.cache_bytes = s->cache->bytes();
     return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 

@@ -4,6 +4,21 @@
 
 namespace dsv4 {
 
+CacheFootprint cache_footprint(const ModelConfig& c) {
+    CacheFootprint f;
+    for (const LayerSpec& l : c.layers) {
+        f.fixed_bytes += size_t{4} * c.sliding_window * c.head_dim;
+        if (l.kind == LayerKind::kSliding) continue;
+        f.bytes_per_token += 4.0 * c.head_dim / l.compress_rate;
+        f.fixed_bytes += size_t{8} * l.coff() * l.compress_rate * l.coff() * c.head_dim;
+        if (l.kind == LayerKind::kCsa) {
+            f.bytes_per_token += 4.0 * c.index_head_dim / l.compress_rate;
+            f.fixed_bytes += size_t{8} * 2 * l.compress_rate * 2 * c.index_head_dim;
+        }
+    }
+    return f;
+}
+
 KvCache::KvCache(const ModelConfig& c, Backend& backend, int64_t capacity)
     : backend_(backend), capacity_(capacity) {
     layers_.resize(c.num_layers);

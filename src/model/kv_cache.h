@@ -25,6 +25,13 @@ struct LayerCache {
     CompressorState indexer;  // CSA: entries are the indexer keys [capacity / m, hi]
 };
 
+// Cache sizes of this implementation (float32 entries): growth per token and the fixed part.
+struct CacheFootprint {
+    double bytes_per_token = 0;
+    size_t fixed_bytes = 0;
+};
+CacheFootprint cache_footprint(const ModelConfig& cfg);
+
 class KvCache {
 public:
     // Allocates room for `capacity` tokens.

@@ -17,6 +17,43 @@ std::string canonical_tensor_name(const std::string& name) {
     return n;
 }
 
+std::vector<std::string> describe_weight_formats(const ModelWeights& w) {
+    std::vector<std::pair<std::string, std::set<std::string>>> groups = {
+        {"embed", {}}, {"head", {}}, {"attention", {}}, {"compressor", {}}, {"indexer", {}},
+        {"router", {}}, {"shared experts", {}}, {"routed experts", {}}};
+    auto add = [&](int g, const QuantWeight& q) {
+        if (!q.valid()) return;
+        std::string f = weight_format_name(q.format);
+        if (q.format == WeightFormat::kDense) f = std::string(dtype_name(q.dtype));
+        groups[g].second.insert(f);
+    };
+    add(0, w.embed);
+    add(1, w.head);
+    for (const LayerWeights& l : w.layers) {
+        for (const QuantWeight* q : {&l.wq_a, &l.wq_b, &l.wkv, &l.wo_a, &l.wo_b}) add(2, *q);
+        for (const QuantWeight* q : {&l.compressor.wkv, &l.compressor.wgate}) add(3, *q);
+        for (const QuantWeight* q : {&l.indexer_compressor.wkv, &l.indexer_compressor.wgate,
+                                     &l.indexer_wq_b, &l.indexer_weights_proj})
+            add(4, *q);
+        add(5, l.gate);
+        for (const QuantWeight* q : {&l.shared_w1, &l.shared_w2, &l.shared_w3}) add(6, *q);
+        for (const auto* v : {&l.w1, &l.w2, &l.w3})
+            for (const QuantWeight& q : *v) add(7, q);
+    }
+    std::vector<std::string> out;
+    for (const auto& [name, formats] : groups) {
+        if (formats.empty()) continue;
+        std::string line = name + ": ";
+        bool first = true;
+        for (const auto& f : formats) {
+            line += (first ? "" : ", ") + f;
+            first = false;
+        }
+        out.push_back(line);
+    }
+    return out;
+}
+
 namespace {
 
 class Binder {

@@ -61,6 +61,10 @@ struct ModelWeights {
     size_t bytes = 0;              // checkpoint bytes bound
 };
 
+// "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,
+// shared experts, routed experts) for `dsv4 info`.
+std::vector<std::string> describe_weight_formats(const ModelWeights& w);
+
 // Maps a checkpoint tensor name to the canonical (release) name: strips `model.`,
 // embed_tokens → embed, lm_head → head, hc_head.hc_fn → hc_head_fn, attn.norm → attn.kv_norm.
 std::string canonical_tensor_name(const std::string& name);

@@ -1,0 +1,45 @@
+// `dsv4 info`: what a model folder holds and what running it needs.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "dsv4/engine.h"
+
+namespace dsv4::cli {
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+
+namespace {
+
+int run_info(const EngineOptions& o) {
+    auto engine = Engine::create(o);
+    if (!engine) {
+        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        return 1;
+    }
+    const ModelInfo& i = (*engine)->info();
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    std::printf("model:          %s\n", o.model_dir.c_str());
+    std::printf("config:         %s\n", i.summary.c_str());
+    std::printf("weights:        %.3f GiB as stored (read in place, dequantized per row)\n",
+                i.weight_bytes / gib);
+    for (const auto& line : i.weight_formats) std::printf("  %s\n", line.c_str());
+    std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (float32)\n",
+                i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0);
+    std::printf("at %lld tokens: %.3f GiB per sequence; memory needed ~%.3f GiB on %s\n",
+                static_cast<long long>(o.max_context), i.cache_bytes / gib,
+                (i.weight_bytes + i.cache_bytes) / gib, o.device.c_str());
+    return 0;
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+    auto opts = std::make_shared<EngineOptions>();
+    CLI::App* cmd = app.add_subcommand("info", "Describe a model folder: config, formats, memory");
+    cmd->footer("Example: dsv4 info --model tests/data/golden/fmt-nvfp4");
+    add_engine_options(cmd, *opts);
+    cmd->callback([opts] { set_exit_code(run_info(*opts)); });
+}
+
+}  // namespace dsv4::cli
