@@ -1,0 +1,185 @@
+// Router (sqrt-softplus, selection bias, hash routing, ties) and routed experts (clipped SwiGLU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+#include "unit_util.h"
+
+namespace dsv4 {
+namespace {
+
+double sqsp(double l) { return std::sqrt(std::log1p(std::exp(l))); }
+
+struct Routed {
+    std::vector<int32_t> sel;
+    std::vector<float> weight;
+    // expert -> weight for token t (score routing's order within a row is not part of the contract)
+    std::map<int, float> of(int t, int k) const {
+        std::map<int, float> r;
+        for (int j = 0; j < k; ++j) r[sel[t * k + j]] = weight[t * k + j];
+        return r;
+    }
+};
+
+Routed route(const std::vector<float>& logits, const float* bias, int T, int E, int k, float scale,
+             const int32_t* tid2eid = nullptr, const int32_t* ids = nullptr) {
+    Routed r{std::vector<int32_t>(T * k, -5), std::vector<float>(T * k, -5.0f)};
+    cpu_ref::route({logits.data(), bias, tid2eid, ids, r.sel.data(), r.weight.data(), T, E, k, scale});
+    return r;
+}
+
+TEST(OpsRoute, SqrtSoftplusScoresNormalisedTimesScale) {
+    // logits (0, 1, -1, 0.5): scores sqrt(ln 2) = .833, sqrt(ln(1 + e)) = 1.146,
+    // sqrt(ln(1 + 1/e)) = .560, sqrt(ln(1 + e^.5)) = .987 -> top 2 = {1, 3}.
+    std::vector<float> logits = {0, 1, -1, 0.5f};
+    const Routed r = route(logits, nullptr, 1, 4, 2, 1.5f);
+    const auto m = r.of(0, 2);
+    ASSERT_EQ(m.size(), 2u);
+    ASSERT_TRUE(m.count(1) && m.count(3));
+    const double s1 = sqsp(1), s3 = sqsp(0.5);
+    EXPECT_NEAR(m.at(1), s1 / (s1 + s3) * 1.5, 1e-6);
+    EXPECT_NEAR(m.at(3), s3 / (s1 + s3) * 1.5, 1e-6);
+    EXPECT_NEAR(sqsp(0), std::sqrt(std::log(2.0)), 1e-12);  // the helper itself, by hand
+
+    // k = 1: the weight is exactly the scaling factor.
+    const Routed r1 = route(logits, nullptr, 1, 4, 1, 2.5f);
+    EXPECT_EQ(r1.sel[0], 1);
+    EXPECT_FLOAT_EQ(r1.weight[0], 2.5f);
+}
+
+TEST(OpsRoute, LargeLogitsSoftplusIsIdentity) {
+    std::vector<float> logits = {30.0f, 25.0f};
+    const Routed r = route(logits, nullptr, 1, 2, 2, 1.0f);
+    const auto m = r.of(0, 2);
+    const double a = std::sqrt(30.0), b = std::sqrt(25.0);
+    EXPECT_NEAR(m.at(0), a / (a + b), 1e-6);
+    EXPECT_NEAR(m.at(1), b / (a + b), 1e-6);
+}
+
+TEST(OpsRoute, BiasSelectsButDoesNotWeigh) {
+    // Scores favour experts 0 and 2; bias +10 on expert 1 forces it in, weights use raw scores.
+    std::vector<float> logits = {2, 0, 1};
+    std::vector<float> bias = {0, 10, 0};
+    const Routed r = route(logits, bias.data(), 1, 3, 2, 1.5f);
+    const auto m = r.of(0, 2);
+    ASSERT_TRUE(m.count(0) && m.count(1)) << "bias must change the selection";
+    const double s0 = sqsp(2), s1 = sqsp(0);
+    EXPECT_NEAR(m.at(0), s0 / (s0 + s1) * 1.5, 1e-6);
+    EXPECT_NEAR(m.at(1), s1 / (s0 + s1) * 1.5, 1e-6);
+    // A negative bias removes a top scorer.
+    std::vector<float> bias2 = {-10, 0, 0};
+    const auto m2 = route(logits, bias2.data(), 1, 3, 2, 1.0f).of(0, 2);
+    EXPECT_TRUE(m2.count(1) && m2.count(2));
+}
+
+TEST(OpsRoute, TiesGoToLowerExpertId) {
+    std::vector<float> logits = {0.5f, 0.5f, 0.5f, 0.5f};
+    const auto m = route(logits, nullptr, 1, 4, 2, 1.0f).of(0, 2);
+    EXPECT_TRUE(m.count(0) && m.count(1));
+    EXPECT_NEAR(m.at(0), 0.5, 1e-7);
+    std::vector<float> logits2 = {0, 5, 5, 5};
+    const auto m2 = route(logits2, nullptr, 1, 4, 2, 1.0f).of(0, 2);
+    EXPECT_TRUE(m2.count(1) && m2.count(2));
+    // Ties after an equal bias on every expert: still the lowest ids.
+    std::vector<float> logits3 = {1, 1, 1}, bias3 = {0.25f, 0.25f, 0.25f};
+    const auto m3 = route(logits3, bias3.data(), 1, 3, 2, 1.0f).of(0, 2);
+    EXPECT_TRUE(m3.count(0) && m3.count(1));
+}
+
+TEST(OpsRoute, HashRoutingCopiesTid2eidRow) {
+    // tid2eid [V = 3, k = 2]; tokens 2 and 1. Order is kept; weights are the normalised scores.
+    std::vector<int32_t> tid2eid = {0, 1, 2, 3, 3, 0};
+    std::vector<int32_t> ids = {2, 1};
+    std::vector<float> logits = {1, 2, 3, 4,   -1, 0, 1, 2};
+    const Routed r = route(logits, nullptr, 2, 4, 2, 1.5f, tid2eid.data(), ids.data());
+    EXPECT_EQ(r.sel, (std::vector<int32_t>{3, 0, 2, 3}));
+    const double a = sqsp(4), b = sqsp(1);
+    EXPECT_NEAR(r.weight[0], a / (a + b) * 1.5, 1e-6);
+    EXPECT_NEAR(r.weight[1], b / (a + b) * 1.5, 1e-6);
+    const double c = sqsp(1), d = sqsp(2);
+    EXPECT_NEAR(r.weight[2], c / (c + d) * 1.5, 1e-6);
+    EXPECT_NEAR(r.weight[3], d / (c + d) * 1.5, 1e-6);
+}
+
+// expert(x) = W2 · (silu(min(W1 x, L)) * clamp(W3 x, -L, L)), straight from the spec.
+std::vector<double> naive_expert(const std::vector<float>& x, const std::vector<float>& w1,
+                                 const std::vector<float>& w3, const std::vector<float>& w2, int D, int I,
+                                 double L) {
+    std::vector<double> h(I), y(D, 0.0);
+    for (int i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int d = 0; d < D; ++d) g += double(w1[i * D + d]) * x[d], u += double(w3[i * D + d]) * x[d];
+        if (L > 0) g = std::min(g, L), u = std::clamp(u, -L, L);
+        h[i] = unit::silu(g) * u;
+    }
+    for (int d = 0; d < D; ++d)
+        for (int i = 0; i < I; ++i) y[d] += w2[d * I + i] * h[i];
+    return y;
+}
+
+TEST(OpsMoe, OneDenseExpertByHand) {
+    // D = I = 2. W1 = I, W3 = diag(2, 1), W2 = [[1, 1], [0, 1]]; x = [1, -1], weight 0.5.
+    // g = (1, -1), u = (2, -1), h = (2 silu(1), -silu(-1)), y = 0.5 (h0 + h1, h1).
+    std::vector<float> w1v = {1, 0, 0, 1}, w3v = {2, 0, 0, 1}, w2v = {1, 1, 0, 1};
+    const QuantWeight w1 = unit::dense_f32(w1v, 2, 2), w3 = unit::dense_f32(w3v, 2, 2),
+                      w2 = unit::dense_f32(w2v, 2, 2);
+    std::vector<float> x = {1, -1}, weight = {0.5f}, out(2, 99.0f);
+    std::vector<int32_t> sel = {0};
+    cpu_ref::moe({x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 0.0f});
+    const double h0 = 2 * unit::silu(1.0), h1 = -unit::silu(-1.0);
+    EXPECT_NEAR(out[0], 0.5 * (h0 + h1), 1e-6);
+    EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
+
+    // swiglu_limit 1.5 clamps u0 = 2 to 1.5; the gate -1 is not raised.
+    cpu_ref::moe({x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 1.5f});
+    const double c0 = 1.5 * unit::silu(1.0);
+    EXPECT_NEAR(out[0], 0.5 * (c0 + h1), 1e-6);
+    EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
+}
+
+TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
+    // E = 3 experts, k = 2, T = 3 tokens; expert 2 is never selected and holds NaNs.
+    const int D = 3, I = 4, E = 3, k = 2, T = 3;
+    const float L = 0.8f;
+    std::vector<std::vector<float>> v1, v3, v2;
+    std::vector<QuantWeight> w1, w3, w2;
+    for (int e = 0; e < E; ++e) {
+        v1.push_back(unit::lcg_values(I * D, 10 + e));
+        v3.push_back(unit::lcg_values(I * D, 20 + e));
+        v2.push_back(unit::lcg_values(D * I, 30 + e));
+        if (e == 2)
+            for (auto* v : {&v1.back(), &v3.back(), &v2.back()})
+                v->assign(v->size(), std::numeric_limits<float>::quiet_NaN());
+    }
+    for (int e = 0; e < E; ++e) {
+        for (auto& x3 : v1[e]) x3 *= 3.0f;  // large enough that the clip matters
+        w1.push_back(unit::dense_f32(v1[e], I, D));
+        w3.push_back(unit::dense_f32(v3[e], I, D));
+        w2.push_back(unit::dense_f32(v2[e], D, I));
+    }
+    std::vector<float> x = unit::lcg_values(T * D, 40);
+    for (auto& xv : x) xv *= 2.0f;
+    std::vector<int32_t> sel = {0, 1, 1, 0, 1, 0};
+    std::vector<float> weight = {0.25f, 1.25f, 0.5f, 1.0f, 2.0f, -0.5f};
+    std::vector<float> out(T * D);
+    cpu_ref::moe({x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(), T, D,
+                  I, E, k, L});
+    for (int t = 0; t < T; ++t) {
+        std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
+        std::vector<double> want(D, 0.0);
+        for (int j = 0; j < k; ++j) {
+            const int e = sel[t * k + j];
+            const auto y = naive_expert(xt, v1[e], v3[e], v2[e], D, I, L);
+            for (int d = 0; d < D; ++d) want[d] += weight[t * k + j] * y[d];
+        }
+        for (int d = 0; d < D; ++d) EXPECT_NEAR(out[t * D + d], want[d], 1e-5) << "t=" << t << " d=" << d;
+    }
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -1,0 +1,137 @@
+// Sampler: greedy (ties to the lower id), seeded temperature sampling, top-k, top-p.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/sampler.h"
+
+namespace dsv4 {
+namespace {
+
+std::vector<int> counts(Sampler& s, const std::vector<float>& logits, int draws) {
+    std::vector<int> c(logits.size(), 0);
+    for (int i = 0; i < draws; ++i) {
+        const int32_t id = s.sample(logits.data(), static_cast<int64_t>(logits.size()));
+        EXPECT_GE(id, 0);
+        EXPECT_LT(id, static_cast<int32_t>(logits.size()));
+        if (id >= 0 && id < static_cast<int32_t>(logits.size())) ++c[id];
+    }
+    return c;
+}
+
+TEST(Sampler, GreedyIsArgmaxTiesToLowerId) {
+    std::vector<float> logits = {1, 3, 3, 2};
+    EXPECT_EQ(argmax(logits.data(), 4), 1);
+    std::vector<float> neg = {-5, -1, -1, -7};
+    EXPECT_EQ(argmax(neg.data(), 4), 1);
+    Sampler s(SamplingParams{});  // temperature 0
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(s.sample(logits.data(), 4), 1);
+    std::vector<float> last = {0, 0, 0, 9};
+    EXPECT_EQ(s.sample(last.data(), 4), 3);
+}
+
+TEST(Sampler, SameSeedSameSequenceDifferentSeedDifferent) {
+    std::vector<float> logits(50, 0.0f);
+    for (int i = 0; i < 50; ++i) logits[i] = 0.02f * i;
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 42;
+    Sampler a(p), b(p);
+    p.seed = 43;
+    Sampler c(p);
+    std::vector<int32_t> sa, sb, sc;
+    for (int i = 0; i < 100; ++i) {
+        sa.push_back(a.sample(logits.data(), 50));
+        sb.push_back(b.sample(logits.data(), 50));
+        sc.push_back(c.sample(logits.data(), 50));
+    }
+    EXPECT_EQ(sa, sb);
+    EXPECT_NE(sa, sc);
+    // Not stuck on one token.
+    int distinct = 0;
+    std::vector<bool> seen(50, false);
+    for (int32_t id : sa) distinct += !seen[id], seen[id] = true;
+    EXPECT_GT(distinct, 20);
+}
+
+TEST(Sampler, TopK1IsGreedy) {
+    std::vector<float> logits = {0, 5, 5, 1};
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 1;
+    p.seed = 7;
+    Sampler s(p);
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(s.sample(logits.data(), 4), 1);
+}
+
+TEST(Sampler, TinyTopPIsGreedy) {
+    std::vector<float> logits = {0, 2, 5, 1};
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = 1e-6f;
+    p.seed = 9;
+    Sampler s(p);
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(s.sample(logits.data(), 4), 2);
+    std::vector<float> tie = {5, 0, 5, 1};
+    for (int i = 0; i < 50; ++i) ASSERT_EQ(s.sample(tie.data(), 4), 0);
+}
+
+TEST(Sampler, DistributionMatchesSoftmax) {
+    // logits ln(1..4): probabilities 0.1, 0.2, 0.3, 0.4 at temperature 1.
+    std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 1234;
+    Sampler s(p);
+    const int N = 40000;
+    const auto c = counts(s, logits, N);
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(c[i] / double(N), 0.1 * (i + 1), 0.015) << "token " << i;
+
+    // Temperature 2: probabilities ∝ sqrt(1..4).
+    p.temperature = 2.0f;
+    Sampler s2(p);
+    const auto c2 = counts(s2, logits, N);
+    double z = 0;
+    for (int i = 1; i <= 4; ++i) z += std::sqrt(double(i));
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(c2[i] / double(N), std::sqrt(i + 1.0) / z, 0.015) << "token " << i;
+}
+
+TEST(Sampler, TopKAndTopPRestrictTheSupport) {
+    std::vector<float> logits = {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)};
+    const int N = 20000;
+    // top_k 2: only tokens 3 and 2, renormalised 4:3.
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_k = 2;
+    p.seed = 5;
+    Sampler s(p);
+    const auto c = counts(s, logits, N);
+    EXPECT_EQ(c[0] + c[1], 0);
+    EXPECT_NEAR(c[3] / double(N), 4.0 / 7, 0.02);
+    // top_p 0.5: sorted masses 0.4, 0.7 -> keep {3, 2} (0.4 < 0.5 <= 0.7).
+    p.top_k = 0;
+    p.top_p = 0.5f;
+    Sampler s2(p);
+    const auto c2 = counts(s2, logits, N);
+    EXPECT_EQ(c2[0] + c2[1], 0);
+    EXPECT_NEAR(c2[3] / double(N), 4.0 / 7, 0.02);
+    // top_p 0.35: the first token alone already reaches it.
+    p.top_p = 0.35f;
+    Sampler s3(p);
+    const auto c3 = counts(s3, logits, 500);
+    EXPECT_EQ(c3[3], 500);
+}
+
+TEST(Sampler, VeryLowTemperatureIsAlmostGreedy) {
+    std::vector<float> logits = {1.0f, 1.5f, 0.5f};
+    SamplingParams p;
+    p.temperature = 1e-3f;
+    p.seed = 3;
+    Sampler s(p);
+    const auto c = counts(s, logits, 1000);
+    EXPECT_EQ(c[1], 1000);
+}
+
+}  // namespace
+}  // namespace dsv4
