@@ -82,7 +82,10 @@ private:
     std::vector<std::string>& errors_;
 };
 
-RopeParams parse_rope(const json& j, const char* where, double default_theta,
+// `nested`: a transformers rope_parameters.{main,compress} set, where transformers derives YaRN's
+// default attention factor (0.1·ln(factor) + 1, or the mscale ratio) when none is given; the
+// release's rope_scaling (and the flat form transformers folds in) means 1.0 unless stated.
+RopeParams parse_rope(const json& j, const char* where, double default_theta, bool nested,
                       std::vector<std::string>& errors) {
     RopeParams r;
     Reader rd(j, errors);
@@ -97,6 +100,14 @@ RopeParams parse_rope(const json& j, const char* where, double default_theta,
         if (r.factor <= 0 || r.original_max_position <= 0)
             errors.push_back(std::string(where) + ": yarn needs factor > 0 and "
                                                   "original_max_position_embeddings > 0");
+        auto mscale_of = [&](double m) { return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1.0; };
+        if (rd.has("attention_factor")) {
+            r.attention_factor = rd.get_double("attention_factor", true);
+        } else if (nested) {
+            const double m = rd.get_double("mscale", false, 0.0);
+            const double m_all = rd.get_double("mscale_all_dim", false, 0.0);
+            r.attention_factor = (m != 0 && m_all != 0) ? mscale_of(m) / mscale_of(m_all) : mscale_of(1.0);
+        }
     } else if (type != "default") {
         errors.push_back(std::string(where) + ": unsupported rope type \"" + type +
                          "\" (supported: default, yarn)");
@@ -207,11 +218,13 @@ void parse_ropes(const json& j, ModelConfig& c, std::vector<std::string>& errors
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
         (j["rope_parameters"].contains("main") || j["rope_parameters"].contains("compress"))) {
         const json& rp = j["rope_parameters"];
-        c.rope_main = rp.contains("main") ? parse_rope(rp["main"], "rope_parameters.main", main_theta, errors)
-                                          : RopeParams{main_theta};
-        c.rope_compress = rp.contains("compress")
-                              ? parse_rope(rp["compress"], "rope_parameters.compress", compress_theta, errors)
-                              : RopeParams{compress_theta};
+        c.rope_main = rp.contains("main")
+                          ? parse_rope(rp["main"], "rope_parameters.main", main_theta, true, errors)
+                          : RopeParams{main_theta};
+        c.rope_compress =
+            rp.contains("compress")
+                ? parse_rope(rp["compress"], "rope_parameters.compress", compress_theta, true, errors)
+                : RopeParams{compress_theta};
         if (c.rope_main.yarn)
             errors.push_back("rope_parameters.main: YaRN on sliding-window layers is not part of "
                              "DeepSeek-V4");
@@ -228,7 +241,7 @@ void parse_ropes(const json& j, ModelConfig& c, std::vector<std::string>& errors
             errors.push_back(std::string("\"") + key + "\" must be an object");
             return;
         }
-        c.rope_compress = parse_rope(j[key], key, compress_theta, errors);
+        c.rope_compress = parse_rope(j[key], key, compress_theta, false, errors);
         c.rope_compress.theta = compress_theta;
     } else {
         c.rope_compress = RopeParams{compress_theta};

@@ -21,6 +21,9 @@ struct RopeParams {
     double original_max_position = 0.0;
     double beta_fast = 32.0;
     double beta_slow = 1.0;
+    // cos/sin multiplier. DeepSeek-V4 uses none (1.0); transformers applies one when a YaRN
+    // parameter set says so, or derives YaRN's default when a nested set omits it.
+    double attention_factor = 1.0;
 };
 
 struct LayerSpec {

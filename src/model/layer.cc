@@ -12,7 +12,11 @@ void Model::attention_block(const LayerWeights& w, const LayerSpec& spec, LayerC
     const int H = c.num_heads, hd = c.head_dim, rd = c.rope_dim, Rq = c.q_lora_rank;
     const int Hi = c.index_n_heads, hi = c.index_head_dim, m = spec.compress_rate;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const float* inv_freq = spec.kind == LayerKind::kSliding ? inv_freq_main_ : inv_freq_compress_;
+    const RopeTable& rope = rope_for(spec);
+    // Rotates the trailing rd dims of `heads` heads of width `dim` per row, at pos0 + row.
+    auto rope_at = [&](float* v, int64_t rows, int heads, int dim, bool inverse) {
+        backend_.rope({v, rope.inv_freq, rows, heads, dim, rd, pos0, 1, inverse, rope.scale});
+    };
     Backend& b = backend_;
 
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims.
@@ -20,11 +24,11 @@ void Model::attention_block(const LayerWeights& w, const LayerSpec& spec, LayerC
     b.rms_norm({ws_.qa, w.q_norm, ws_.qa, T, Rq, eps});
     b.linear({ws_.qa, &w.wq_b, ws_.q, T, int64_t{H} * hd});
     b.rms_norm({ws_.q, nullptr, ws_.q, T * H, hd, eps});
-    b.rope({ws_.q, inv_freq, T, H, hd, rd, pos0});
+    rope_at(ws_.q, T, H, hd, false);
     // The one shared K=V head.
     b.linear({x, &w.wkv, ws_.kv, T, hd});
     b.rms_norm({ws_.kv, w.kv_norm, ws_.kv, T, hd, eps});
-    b.rope({ws_.kv, inv_freq, T, 1, hd, rd, pos0});
+    rope_at(ws_.kv, T, 1, hd, false);
 
     const float* entries = nullptr;
     const int32_t* topk = nullptr;
@@ -36,7 +40,7 @@ void Model::attention_block(const LayerWeights& w, const LayerSpec& spec, LayerC
         // Lightning indexer: its own compressed keys, queries from the q latent.
         compressor(w.indexer_compressor, lc.indexer, spec, hi, pos0, T, x);
         b.linear({ws_.qa, &w.indexer_wq_b, ws_.qi, T, int64_t{Hi} * hi});
-        b.rope({ws_.qi, inv_freq, T, Hi, hi, rd, pos0});
+        rope_at(ws_.qi, T, Hi, hi, false);
         b.linear({x, &w.indexer_weights_proj, ws_.wts, T, Hi});
         b.scale(ws_.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
         b.indexer_topk({ws_.qi, ws_.wts, lc.indexer.entries, ws_.topk, pos0, static_cast<int>(T),
@@ -49,7 +53,7 @@ void Model::attention_block(const LayerWeights& w, const LayerSpec& spec, LayerC
                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
     b.ring_write({ws_.kv, lc.ring, pos0, static_cast<int>(T), c.sliding_window, hd});
     // K = V carries rotated rope dims: de-rotate the output at the query position.
-    b.rope({ws_.o, inv_freq, T, H, hd, rd, pos0, 1, /*inverse=*/true});
+    rope_at(ws_.o, T, H, hd, /*inverse=*/true);
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     const int g = c.o_groups, Ro = c.o_lora_rank;
@@ -74,7 +78,8 @@ void Model::compressor(const CompressorWeights& w, CompressorState& s, const Lay
     float* e = s.entries + first * width;
     b.rms_norm({e, w.norm, e, last - first, width, static_cast<float>(cfg_.rms_norm_eps)});
     // Entry b sits at the position of its block's first token, b*m.
-    b.rope({e, inv_freq_compress_, last - first, 1, width, cfg_.rope_dim, first * m, m});
+    b.rope({e, rope_compress_.inv_freq, last - first, 1, width, cfg_.rope_dim, first * m, m, false,
+            rope_compress_.scale});
 }
 
 void Model::ffn_block(const LayerWeights& w, int64_t T, const float* x, float* out) {

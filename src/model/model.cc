@@ -27,10 +27,10 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& ba
         std::vector<float> f = rope_inv_freq(p, c.rope_dim);
         float* d = backend.alloc_array<float>(static_cast<int64_t>(f.size()));
         backend.upload(d, f.data(), f.size() * sizeof(float));
-        return d;
+        return RopeTable{d, static_cast<float>(p.attention_factor)};
     };
-    m->inv_freq_main_ = upload_freq(c.rope_main);
-    m->inv_freq_compress_ = upload_freq(c.rope_compress);
+    m->rope_main_ = upload_freq(c.rope_main);
+    m->rope_compress_ = upload_freq(c.rope_compress);
 
     const int64_t T = max_chunk, D = c.hidden_size, n = c.hc_mult;
     const int64_t cw = 2 * std::max(c.head_dim, std::max(c.index_head_dim, 1));

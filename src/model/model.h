@@ -51,8 +51,14 @@ private:
     Backend& backend_;
     ModelWeights w_;
     int max_chunk_;
-    const float* inv_freq_main_ = nullptr;      // [rd/2]
-    const float* inv_freq_compress_ = nullptr;  // [rd/2]
+    struct RopeTable {
+        const float* inv_freq = nullptr;  // [rd/2]
+        float scale = 1.0f;               // cos/sin multiplier
+    };
+    RopeTable rope_main_, rope_compress_;
+    const RopeTable& rope_for(const LayerSpec& spec) const {
+        return spec.kind == LayerKind::kSliding ? rope_main_ : rope_compress_;
+    }
 
     // Activation workspace for max_chunk tokens (backend memory, allocated once).
     struct Workspace {

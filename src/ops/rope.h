@@ -12,6 +12,7 @@ struct RopeArgs {
     int heads = 0, head_dim = 0, rope_dim = 0;
     int64_t pos0 = 0, pos_step = 1;   // row r sits at position pos0 + r * pos_step
     bool inverse = false;             // rotate by -angle (de-rotation of the attention output)
+    float scale = 1.0f;               // cos and sin multiplier (RopeParams::attention_factor)
 };
 
 }  // namespace dsv4::ops

@@ -78,7 +78,8 @@ TEST_P(Chunking, RandomSplitsMatchOnePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Chunking,
-                         ::testing::Values("tiny-mix", "tiny-yarn", "tiny-eps", "small-rates"));
+                         ::testing::Values("tiny-mix", "tiny-yarn", "tiny-eps", "small-rates",
+                                           "x-window16", "x-hash2", "x-fmt-mx"));
 
 }  // namespace
 }  // namespace dsv4

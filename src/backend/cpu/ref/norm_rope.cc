@@ -21,8 +21,8 @@ void rope(const ops::RopeArgs& a) {
         const float pos = static_cast<float>(a.pos0 + r * a.pos_step);
         for (int i = 0; i < half; ++i) {
             const float angle = pos * a.inv_freq[i];
-            const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-            float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+            const float c = static_cast<float>(std::cos(static_cast<double>(angle))) * a.scale;
+            float s = static_cast<float>(std::sin(static_cast<double>(angle))) * a.scale;
             if (a.inverse) s = -s;
             for (int h = 0; h < a.heads; ++h) {
                 float* p = a.x + (r * a.heads + h) * a.head_dim + off + 2 * i;

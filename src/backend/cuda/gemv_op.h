@@ -1,0 +1,59 @@
+// Backend glue for the weight GEMV: device-resident weights (uploaded once, repacked, kept
+// packed), the per-stream workspace, and the op that checks TensorViews and launches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/common/device_arena.h"
+#include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_repack.h"
+#include "base/status.h"
+#include "base/tensor_view.h"
+
+namespace dsv4::cuda {
+
+// A weight (or a stack of experts) on the device in the GEMV tile layout.
+struct GemvWeight {
+    GemvShape shape;
+    const void* tiles = nullptr;
+    const void* scales = nullptr;
+    const float* out_scale = nullptr;
+};
+
+// Copies a repacked weight into `arena` (shape.device_bytes() bytes). Load time only: the copy
+// is synchronous.
+GemvWeight upload_gemv_weight(const GemvPacked& packed, DeviceArena& arena);
+
+// Repack + upload in one step (parts as in gemv_repack).
+Expected<GemvWeight> upload_gemv_weight(const QuantWeight* const* parts, int n_experts,
+                                        int parts_per_expert, DeviceArena& arena);
+
+// Scratch for split row blocks. Sized for the largest n_groups * row_blocks it will serve;
+// counters are zeroed once here and left zero by every launch.
+struct GemvWorkspace {
+    void* base = nullptr;
+    int64_t max_row_blocks_total = 0;
+    int sm_count = 0;
+
+    static size_t bytes(int64_t max_row_blocks_total, int sm_count) {
+        return gemv_workspace_bytes(max_row_blocks_total, sm_count);
+    }
+    static GemvWorkspace create(DeviceArena& arena, int64_t max_row_blocks_total, int sm_count,
+                                cudaStream_t stream);
+};
+
+struct GemvOptions {
+    const int32_t* expert_ids = nullptr;  // [n_groups] device; nullptr: groups are experts 0..
+    bool pdl = false;
+    GemvLaunchConfig launch;  // sm_count is taken from the workspace when 0
+};
+
+// y[g] = x[g] * W[expert(g)]^T for g < n_groups.
+//   x: [m, k] (one input shared by every group) or [n_groups, m, k]; bf16 or f32; rows contiguous.
+//   y: [m, n] when n_groups == 1, else [n_groups, m, n]; f32 or bf16.
+void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
+          const GemvWorkspace& ws, const GemvOptions& options, cudaStream_t stream);
+
+}  // namespace dsv4::cuda

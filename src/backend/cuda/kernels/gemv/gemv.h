@@ -1,0 +1,85 @@
+// Launcher tier of the weight GEMV family: y = x * W^T for M = 1..16 tokens against weights in
+// the repacked layout of gemv_layout.h (NVFP4, MXFP4, FP8 128x128 blocks, BF16), FP32 sums,
+// BF16 or F32 activations, F32 or BF16 outputs, one launch for a group of matrices (the selected
+// experts; wo_a's groups). Raw device pointers and a stream only; no model or framework types.
+//
+// Work split: the (group, row block, k-tile) space is cut into equal contiguous ranges, one per
+// warp of a persistent grid (stream-K). A row block split between warps is summed by the last
+// warp to finish it, in a fixed order (deterministic), through `partials` and `counters`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels/gemv/gemv_layout.h"
+
+namespace dsv4::cuda {
+
+inline constexpr int kGemvMaxM = 16;
+
+struct GemvArgs {
+    GemvFormat format = GemvFormat::kNvfp4;
+
+    // Weights (gemv_layout.h). Per expert: `row_blocks` x `k_tiles` tiles.
+    const void* w_tiles = nullptr;     // [n_experts][row_blocks][k_tiles][32 lanes][16 B]
+    const void* w_scales = nullptr;    // NVFP4/MXFP4: [n_experts][row_blocks][k_tiles][lane codes]
+                                       // FP8: [n_experts][ceil(16 row_blocks/128)][ceil(k/128)] f32
+                                       // BF16: nullptr
+    const float* out_scale = nullptr;  // [n_experts][row_blocks]
+    int64_t w_tiles_expert_stride = 0;   // bytes between experts in w_tiles
+    int64_t w_scales_expert_stride = 0;  // bytes between experts in w_scales
+    int32_t n = 0;                       // output rows per group (<= 16 * row_blocks)
+    int32_t k = 0;                       // reduction length (<= k_tiles * tile_k)
+    int32_t row_blocks = 0;
+    int32_t k_tiles = 0;
+
+    // Groups: group g multiplies its activations by expert expert_ids[g] (identity when null).
+    int32_t n_groups = 1;
+    const int32_t* expert_ids = nullptr;  // [n_groups] device, may be nullptr
+
+    // Activations, 16-byte aligned rows.
+    const void* x = nullptr;    // [n_groups][m][k] (x_group_stride may be 0: one shared input)
+    bool x_f32 = false;         // false: bf16; true: f32 (split into bf16 hi + lo, f32-accurate)
+    int32_t m = 1;              // tokens, 1..16
+    int64_t ldx = 0;            // elements between token rows
+    int64_t x_group_stride = 0; // elements between groups
+
+    // Output.
+    void* y = nullptr;          // [n_groups][m][n]
+    bool y_bf16 = false;        // false: f32
+    int64_t ldy = 0;            // elements between token rows
+    int64_t y_group_stride = 0; // elements between groups
+
+    // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
+    float* partials = nullptr;   // [max warps][2][32 lanes][8]
+    uint32_t* counters = nullptr;  // [n_groups * row_blocks]
+
+    // Programmatic dependent launch: start streaming weights while the previous kernel in the
+    // stream finishes (weights only; activations, ids and outputs wait for it).
+    bool pdl = false;
+};
+
+// Grid shape. Zeros pick the defaults (occupancy-limited persistent grid).
+struct GemvLaunchConfig {
+    int sm_count = 0;            // required
+    int ctas_per_sm = 0;         // 0: as many as fit
+    int min_tiles_per_warp = 0;  // 0: default (4); fewer warps for small matrices
+    int depth = 0;               // loads in flight per lane (0: default 8; 4 and 12 for tuning)
+};
+
+// Workspace for launches of up to `max_row_blocks_total` (= n_groups * row_blocks) on a GPU
+// with `sm_count` SMs. One workspace per stream: launches that may overlap must not share one.
+size_t gemv_workspace_bytes(int64_t max_row_blocks_total, int sm_count);
+// Carves the workspace pointers out of `base` (gemv_workspace_bytes long, 256-byte aligned).
+void gemv_workspace_bind(void* base, int sm_count, GemvArgs* args);
+
+// Checks the arguments (abort on programmer error) and launches. No allocation, no host sync:
+// safe inside a stream capture.
+void launch_gemv(const GemvArgs& args, const GemvLaunchConfig& config, cudaStream_t stream);
+
+// Warps the launch will use (what the partials workspace must hold).
+int64_t gemv_grid_warps(const GemvArgs& args, const GemvLaunchConfig& config);
+
+}  // namespace dsv4::cuda

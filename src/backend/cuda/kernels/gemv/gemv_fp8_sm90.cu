@@ -1,0 +1,11 @@
+// Instantiations of the sm_90 GEMV kernels for fp8 weights (one file per format so the
+// variants compile in parallel).
+#include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv_sm90.h"
+
+namespace dsv4::cuda::gemv_sm90 {
+
+template int format_ctas_per_sm<GemvFormat::kFp8>(const GemvArgs&, int);
+template void format_launch<GemvFormat::kFp8>(const GemvArgs&, int, int, cudaStream_t);
+
+}  // namespace dsv4::cuda::gemv_sm90

@@ -1,0 +1,507 @@
+// The weight GEMV kernel for sm_90 (one template for all four weight formats) and its typed
+// launcher. Included only by the per-format instantiation files gemv_<format>_sm90.cu.
+//
+// Each warp streams a contiguous range of 512-byte tiles (gemv_layout.h) with `kDepth` 16-byte
+// loads per lane in flight, decodes each tile to bf16 A-fragments in registers (no shared
+// memory) and multiplies them with the activations by mma.m16n8k16 (tokens are the MMA's n
+// columns, so M = 1..8 costs the same instructions as M = 1). docs/kernels/gemv.md has the
+// design and the measurements behind the choices.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_layout.h"
+#include "base/check.h"
+
+namespace dsv4::cuda::gemv_sm90 {
+
+inline constexpr int kWarpsPerCta = 8;
+inline constexpr int kThreads = kWarpsPerCta * 32;
+inline constexpr int kMaxWarpsPerSm = 32;
+inline constexpr int kPartialFloats = 8;  // per lane per slot: up to 2 n-tiles x 4 accumulators
+
+// One tile's worth of a lane's weight stream: 16 bytes of codes and its scale word.
+struct Slot {
+    uint4 w;
+    uint32_t s;
+};
+
+// ---- Per-format decode of one lane's 16 bytes into the A fragments of its k-steps.
+template <GemvFormat F>
+struct Decode;
+
+template <>
+struct Decode<GemvFormat::kNvfp4> {
+    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[4][4]) {
+        // Scale codes of rows g and g+8, each broadcast to both halves of a bf16x2 multiplier.
+        const uint32_t sg = ptx::prmt(slot.s, 0u, 0x4040u) * 16u + (kNvfp4CodeBase * 0x10001u);
+        const uint32_t sg8 = ptx::prmt(slot.s, 0u, 0x4141u) * 16u + (kNvfp4CodeBase * 0x10001u);
+        apply(slot.w, sg, sg8, a);
+    }
+    static __device__ __forceinline__ void apply(const uint4& w, uint32_t sg, uint32_t sg8,
+                                                 uint32_t (&a)[4][4]) {
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            uint32_t o[4];
+            e2m1x8_to_bf16x2(words[j], o);
+            a[j][0] = ptx::mul_bf16x2(o[0], sg);
+            a[j][1] = ptx::mul_bf16x2(o[1], sg8);
+            a[j][2] = ptx::mul_bf16x2(o[2], sg);
+            a[j][3] = ptx::mul_bf16x2(o[3], sg8);
+        }
+    }
+};
+
+template <>
+struct Decode<GemvFormat::kMxfp4> {
+    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[4][4]) {
+        const uint32_t sg = ptx::prmt(slot.s, 0u, 0x4040u) << 7;
+        const uint32_t sg8 = ptx::prmt(slot.s, 0u, 0x4141u) << 7;
+        Decode<GemvFormat::kNvfp4>::apply(slot.w, sg, sg8, a);
+    }
+};
+
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v16) {
+    // E4M3 -> f16 is one instruction on sm_89+; f16 -> f32 -> bf16 is exact for E4M3 values.
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16),
+                                                     __NV_E4M3);
+    const float2 f = __half22float2(__half2(h));
+    const __nv_bfloat162 b = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+template <>
+struct Decode<GemvFormat::kFp8> {
+    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[2][4]) {
+        const uint32_t words[4] = {slot.w.x, slot.w.y, slot.w.z, slot.w.w};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            a[j][0] = e4m3x2_to_bf16x2(words[2 * j] & 0xffffu);
+            a[j][2] = e4m3x2_to_bf16x2(words[2 * j] >> 16);
+            a[j][1] = e4m3x2_to_bf16x2(words[2 * j + 1] & 0xffffu);
+            a[j][3] = e4m3x2_to_bf16x2(words[2 * j + 1] >> 16);
+        }
+    }
+};
+
+template <>
+struct Decode<GemvFormat::kBf16> {
+    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[1][4]) {
+        a[0][0] = slot.w.x;
+        a[0][1] = slot.w.y;
+        a[0][2] = slot.w.z;
+        a[0][3] = slot.w.w;
+    }
+};
+
+// ---- Activations: one lane's lane_k values of one token row for one tile.
+template <GemvFormat F, bool kXF32>
+struct XChunk {
+    static constexpr int kLaneK = gemv_lane_k(F);
+    static constexpr int kRawWords = kXF32 ? kLaneK : kLaneK / 2;  // 32-bit words loaded
+    static constexpr int kFragWords = kLaneK / 2;                   // bf16x2 B-fragment words
+};
+
+template <GemvFormat F, bool kXF32, int kNT>
+__device__ __forceinline__ void load_x(const GemvArgs& a, int group, int tile, int lane,
+                                       uint32_t (&raw)[kNT][XChunk<F, kXF32>::kRawWords]) {
+    using X = XChunk<F, kXF32>;
+    const int k0 = tile * gemv_tile_k(F) + (lane & 3) * X::kLaneK;
+    const int esize = kXF32 ? 4 : 2;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+        const int token = (lane >> 2) + 8 * nt;
+        if (token < a.m && k0 < a.k) {
+            const char* p = static_cast<const char*>(a.x) +
+                            (static_cast<int64_t>(group) * a.x_group_stride + token * a.ldx + k0) * esize;
+            if constexpr (X::kRawWords % 4 == 0) {
+#pragma unroll
+                for (int v = 0; v < X::kRawWords / 4; ++v) {
+                    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + v);
+                    raw[nt][4 * v + 0] = q.x;
+                    raw[nt][4 * v + 1] = q.y;
+                    raw[nt][4 * v + 2] = q.z;
+                    raw[nt][4 * v + 3] = q.w;
+                }
+            } else {
+                static_assert(X::kRawWords == 2, "bf16 weights with bf16 activations: 8 bytes");
+                const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
+                raw[nt][0] = q.x;
+                raw[nt][1] = q.y;
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < X::kRawWords; ++v) raw[nt][v] = 0u;
+        }
+    }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// B fragments from the raw chunk: bf16 passes through; f32 becomes hi = bf16(x) and
+// lo = bf16(x - hi), two MMAs that together carry ~16 mantissa bits of x.
+template <GemvFormat F, bool kXF32>
+__device__ __forceinline__ void x_fragments(const uint32_t (&raw)[XChunk<F, kXF32>::kRawWords],
+                                            uint32_t (&hi)[XChunk<F, kXF32>::kFragWords],
+                                            uint32_t (&lo)[XChunk<F, kXF32>::kFragWords]) {
+    using X = XChunk<F, kXF32>;
+#pragma unroll
+    for (int p = 0; p < X::kFragWords; ++p) {
+        if constexpr (kXF32) {
+            const float x0 = __uint_as_float(raw[2 * p]);
+            const float x1 = __uint_as_float(raw[2 * p + 1]);
+            hi[p] = pack_bf16x2(x0, x1);
+            const float h0 = __uint_as_float(hi[p] << 16);
+            const float h1 = __uint_as_float(hi[p] & 0xffff0000u);
+            lo[p] = pack_bf16x2(x0 - h0, x1 - h1);
+        } else {
+            hi[p] = raw[p];
+            lo[p] = 0u;
+        }
+    }
+}
+
+template <bool kYBf16, int kNT>
+__device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, int lane,
+                                        const float (&v)[kNT][4], float scale) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = rb * kGemvRowBlock + g + 8 * (r >> 1);
+            const int token = 8 * nt + 2 * c + (r & 1);
+            if (row < a.n && token < a.m) {
+                const int64_t off = static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
+                const float out = v[nt][r] * scale;
+                if constexpr (kYBf16) {
+                    static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(out);
+                } else {
+                    static_cast<float*>(a.y)[off] = out;
+                }
+            }
+        }
+    }
+}
+
+// The warp-to-tile split: warp w of W owns tiles [w * total / W, (w + 1) * total / W).
+struct Split {
+    int64_t warps;
+    int64_t total;
+    __device__ __forceinline__ int first(int64_t w) const {
+        return static_cast<int>(w * total / warps);
+    }
+    __device__ __forceinline__ int owner(int u) const {
+        return static_cast<int>(((static_cast<int64_t>(u) + 1) * warps - 1) / total);
+    }
+};
+
+// A row block this warp only partly covers. The warp leaves its share in `partials`; the last
+// warp of the row block to arrive sums all shares in warp order (deterministic, so results do
+// not depend on timing), writes y and re-arms the counter for the next launch. Rare (at most
+// two per warp), so the summing lives out of line.
+__device__ __forceinline__ float* partial_slot(const GemvArgs& a, int warp, int slot, int lane) {
+    return a.partials + ((static_cast<int64_t>(warp) * 2 + slot) * 32 + lane) * kPartialFloats;
+}
+
+template <bool kYBf16, int kNT>
+__device__ __noinline__ void reduce_partials(const GemvArgs& a, Split split, int w_first,
+                                             int w_last, int rb_u0, int group, int rb, int lane,
+                                             float out_scale) {
+    __threadfence();
+    const int rb_u1 = rb_u0 + a.k_tiles;
+    float sum[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) sum[nt][r] = 0.0f;
+    }
+    for (int w = w_first; w <= w_last; ++w) {
+        const int wu0 = split.first(w);
+        const float* p = partial_slot(a, w, (wu0 >= rb_u0 && wu0 < rb_u1) ? 0 : 1, lane);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(p + 4 * nt));
+            sum[nt][0] += v.x;
+            sum[nt][1] += v.y;
+            sum[nt][2] += v.z;
+            sum[nt][3] += v.w;
+        }
+    }
+    store_y<kYBf16, kNT>(a, group, rb, lane, sum, out_scale);
+    if (lane == 0) a.counters[group * a.row_blocks + rb] = 0u;
+}
+
+// Register budget: the common variant (bf16 activations, M <= 8) keeps two CTAs per SM; the
+// f32 / M > 8 variants carry twice the activation registers and run one CTA per SM.
+template <bool kXF32, int kNT>
+inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 1 : 2;
+
+template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kDepth>
+__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
+    gemv_kernel(const __grid_constant__ GemvArgs a) {
+    constexpr int kSteps = gemv_ksteps(F);
+    constexpr int kScaleBytes = gemv_tile_scale_bytes(F);
+    constexpr bool kPostScale = F == GemvFormat::kFp8;
+    using X = XChunk<F, kXF32>;
+
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + (threadIdx.x >> 5);
+    const int T = a.k_tiles;
+    const int RB = a.row_blocks;
+    const int per_group = RB * T;
+    const Split split{static_cast<int64_t>(gridDim.x) * kWarpsPerCta,
+                      static_cast<int64_t>(per_group) * a.n_groups};
+    const int u0 = split.first(warp);
+    const int u1 = split.first(warp + 1);
+
+    // Dependents may start their weight prefetch as soon as SMs free up.
+    ptx::griddep_launch_dependents();
+    if (u0 >= u1) return;
+
+    auto expert_of = [&](int group) -> int {
+        return a.expert_ids != nullptr ? __ldg(a.expert_ids + group) : group;
+    };
+
+    // ---- Load iterator: runs kDepth tiles ahead of the compute.
+    int l_group = u0 / per_group;
+    int l_rb = (u0 - l_group * per_group) / T;
+    int l_t = u0 - l_group * per_group - l_rb * T;
+    const uint8_t* l_tiles = nullptr;
+    const uint8_t* l_scales = nullptr;
+    auto l_set = [&]() {
+        const int64_t e = expert_of(l_group);
+        const int64_t tile = static_cast<int64_t>(l_rb) * T + l_t;
+        l_tiles = static_cast<const uint8_t*>(a.w_tiles) + e * a.w_tiles_expert_stride +
+                  tile * kGemvTileBytes + lane * kGemvLaneBytes;
+        l_scales = static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride;
+        if constexpr (kScaleBytes > 0) {
+            l_scales += tile * kScaleBytes + gemv_lane_scale_offset(F, lane);
+        }
+    };
+    const int fp8_scale_cols = (a.k + 127) / 128;
+    auto l_load = [&](Slot& s) {
+        s.w = ptx::ld_stream_v4(l_tiles);
+        if constexpr (kScaleBytes > 0) {
+            s.s = ptx::ld_stream_u16(l_scales);
+        } else if constexpr (F == GemvFormat::kFp8) {
+            s.s = __float_as_uint(__ldg(reinterpret_cast<const float*>(l_scales) +
+                                        (l_rb >> 3) * fp8_scale_cols + (l_t >> 2)));
+        } else {
+            s.s = 0u;
+        }
+    };
+    auto l_advance = [&]() {
+        l_tiles += kGemvTileBytes;
+        if constexpr (kScaleBytes > 0) l_scales += kScaleBytes;
+        if (++l_t == T) {
+            l_t = 0;
+            if (++l_rb == RB) {
+                l_rb = 0;
+                if (++l_group < a.n_groups) l_set();
+            }
+        }
+    };
+
+    // Expert ids come from the previous kernel (the router): wait for it before the first
+    // address. Fixed weights are prefetched before the wait.
+    const bool ids_from_device = a.expert_ids != nullptr;
+    if (ids_from_device) ptx::griddep_wait();
+    l_set();
+    Slot ring[kDepth];
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+        if (u0 + i < u1) {
+            l_load(ring[i]);
+            l_advance();
+        }
+    }
+    if (!ids_from_device) ptx::griddep_wait();
+
+    // ---- Compute iterator.
+    int c_group = u0 / per_group;
+    int c_rb = (u0 - c_group * per_group) / T;
+    int c_t = u0 - c_group * per_group - c_rb * T;
+    int c_expert = expert_of(c_group);
+    float out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
+
+    uint32_t x_raw[kNT][X::kRawWords];
+    load_x<F, kXF32, kNT>(a, c_group, c_t, lane, x_raw);
+
+    float acc[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
+    }
+
+    for (int base = u0; base < u1; base += kDepth) {
+#pragma unroll
+        for (int i = 0; i < kDepth; ++i) {
+            const int u = base + i;
+            if (u < u1) {
+                const Slot cur = ring[i];
+                if (u + kDepth < u1) {
+                    l_load(ring[i]);
+                    l_advance();
+                }
+                // Next tile's coordinates; its activations load while this tile computes.
+                int n_group = c_group;
+                int n_rb = c_rb;
+                int n_t = c_t + 1;
+                if (n_t == T) {
+                    n_t = 0;
+                    if (++n_rb == RB) {
+                        n_rb = 0;
+                        ++n_group;
+                    }
+                }
+                uint32_t x_next[kNT][X::kRawWords];
+                if (u + 1 < u1) load_x<F, kXF32, kNT>(a, n_group, n_t, lane, x_next);
+
+                uint32_t wa[kSteps][4];
+                Decode<F>::run(cur, wa);
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt) {
+                    uint32_t xh[X::kFragWords];
+                    uint32_t xl[X::kFragWords];
+                    x_fragments<F, kXF32>(x_raw[nt], xh, xl);
+                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    float(&d)[4] = kPostScale ? part : acc[nt];
+#pragma unroll
+                    for (int j = 0; j < kSteps; ++j) {
+                        ptx::mma_bf16_16816(d, wa[j], xh[2 * j], xh[2 * j + 1]);
+                        if constexpr (kXF32) ptx::mma_bf16_16816(d, wa[j], xl[2 * j], xl[2 * j + 1]);
+                    }
+                    if constexpr (kPostScale) {
+                        const float s = __uint_as_float(cur.s);
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) acc[nt][r] = fmaf(s, part[r], acc[nt][r]);
+                    }
+                }
+
+                if (c_t == T - 1 || u + 1 == u1) {
+                    const int rb_u0 = (c_group * RB + c_rb) * T;
+                    if (rb_u0 >= u0 && rb_u0 + T <= u1) {
+                        store_y<kYBf16, kNT>(a, c_group, c_rb, lane, acc, out_scale);
+                    } else {
+                        const int slot = (u0 >= rb_u0 && u0 < rb_u0 + T) ? 0 : 1;
+                        float* mine = partial_slot(a, warp, slot, lane);
+#pragma unroll
+                        for (int nt = 0; nt < kNT; ++nt) {
+                            *reinterpret_cast<float4*>(mine + 4 * nt) =
+                                make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+                        }
+                        __threadfence();
+                        __syncwarp();
+                        uint32_t arrived = 0;
+                        if (lane == 0) arrived = atomicAdd(a.counters + c_group * RB + c_rb, 1u);
+                        arrived = __shfl_sync(0xffffffffu, arrived, 0);
+                        const int w_first = split.owner(rb_u0);
+                        const int w_last = split.owner(rb_u0 + T - 1);
+                        if (static_cast<int>(arrived) == w_last - w_first) {
+                            reduce_partials<kYBf16, kNT>(a, split, w_first, w_last, rb_u0, c_group,
+                                                         c_rb, lane, out_scale);
+                        }
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
+                    }
+                }
+                if (u + 1 < u1) {
+                    const bool new_rb = n_rb != c_rb || n_group != c_group;
+                    if (n_group != c_group) c_expert = expert_of(n_group);
+                    c_group = n_group;
+                    c_rb = n_rb;
+                    c_t = n_t;
+                    if (new_rb) {
+                        out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                        for (int v = 0; v < X::kRawWords; ++v) x_raw[nt][v] = x_next[nt][v];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---- Typed launcher for one format: picks the instantiation and launches it.
+using KernelFn = void (*)(GemvArgs);
+
+struct Variant {
+    KernelFn kernel;
+    int index;  // into the per-format occupancy cache
+};
+
+// The instantiation for (args, depth). Depth 4 exists for tuning the NVFP4 path.
+template <GemvFormat F>
+Variant select_variant(const GemvArgs& a, int depth) {
+    const bool two = a.m > 8;
+    if constexpr (F == GemvFormat::kNvfp4) {
+        if (depth == 4 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 4>, 8};
+    }
+    DSV4_ASSERT(depth == 8, "gemv: depth ", depth, " is not instantiated for this variant");
+    const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
+    switch (index) {
+        case 0: return {gemv_kernel<F, false, 1, false, 8>, index};
+        case 1: return {gemv_kernel<F, false, 1, true, 8>, index};
+        case 2: return {gemv_kernel<F, false, 2, false, 8>, index};
+        case 3: return {gemv_kernel<F, false, 2, true, 8>, index};
+        case 4: return {gemv_kernel<F, true, 1, false, 8>, index};
+        case 5: return {gemv_kernel<F, true, 1, true, 8>, index};
+        case 6: return {gemv_kernel<F, true, 2, false, 8>, index};
+        default: return {gemv_kernel<F, true, 2, true, 8>, index};
+    }
+}
+
+template <GemvFormat F>
+int format_ctas_per_sm(const GemvArgs& a, int depth) {
+    // Occupancy per instantiation, queried once (host-side only, capture-safe).
+    static std::atomic<int> cache[9] = {};
+    const Variant v = select_variant<F>(a, depth);
+    int n = cache[v.index].load(std::memory_order_relaxed);
+    if (n == 0) {
+        DSV4_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, kThreads, 0));
+        DSV4_ASSERT(n > 0, "gemv: kernel does not fit on an SM");
+        cache[v.index].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+template <GemvFormat F>
+void format_launch(const GemvArgs& a, int depth, int ctas, cudaStream_t stream) {
+    const Variant v = select_variant<F>(a, depth);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = a.pdl ? 1 : 0;
+    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, v.kernel, a));
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda::gemv_sm90

@@ -1,0 +1,107 @@
+// Argument checks, grid sizing and format dispatch for launch_gemv (gemv.h).
+#include <algorithm>
+
+#include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_sm90.h"
+#include "base/check.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kWarpsPerCta = 8;      // gemv_sm90::kWarpsPerCta
+constexpr int kMaxWarpsPerSm = 32;   // gemv_sm90::kMaxWarpsPerSm
+constexpr int kPartialFloats = 8;    // gemv_sm90::kPartialFloats
+constexpr int kDefaultMinTiles = 4;  // below this a warp's loads cannot cover DRAM latency
+constexpr int kDefaultDepth = 8;
+
+size_t partials_bytes(int sm_count) {
+    return static_cast<size_t>(sm_count) * kMaxWarpsPerSm * 2 * 32 * kPartialFloats * sizeof(float);
+}
+
+int ctas_per_sm(const GemvArgs& a, int depth) {
+    switch (a.format) {
+        case GemvFormat::kNvfp4:
+            return gemv_sm90::format_ctas_per_sm<GemvFormat::kNvfp4>(a, depth);
+        case GemvFormat::kMxfp4:
+            return gemv_sm90::format_ctas_per_sm<GemvFormat::kMxfp4>(a, depth);
+        case GemvFormat::kFp8:
+            return gemv_sm90::format_ctas_per_sm<GemvFormat::kFp8>(a, depth);
+        case GemvFormat::kBf16:
+            return gemv_sm90::format_ctas_per_sm<GemvFormat::kBf16>(a, depth);
+    }
+    DSV4_UNREACHABLE("gemv format ", static_cast<int>(a.format));
+}
+
+int64_t grid_ctas(const GemvArgs& a, const GemvLaunchConfig& c) {
+    const int depth = c.depth > 0 ? c.depth : kDefaultDepth;
+    int per_sm = ctas_per_sm(a, depth);
+    if (c.ctas_per_sm > 0) per_sm = std::min(per_sm, c.ctas_per_sm);
+    per_sm = std::max(1, std::min(per_sm, kMaxWarpsPerSm / kWarpsPerCta));
+    const int64_t max_warps = static_cast<int64_t>(c.sm_count) * per_sm * kWarpsPerCta;
+    const int64_t tiles = static_cast<int64_t>(a.n_groups) * a.row_blocks * a.k_tiles;
+    const int64_t min_tiles = c.min_tiles_per_warp > 0 ? c.min_tiles_per_warp : kDefaultMinTiles;
+    const int64_t warps = std::max<int64_t>(1, std::min(max_warps, (tiles + min_tiles - 1) / min_tiles));
+    return (warps + kWarpsPerCta - 1) / kWarpsPerCta;
+}
+
+void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
+    const int tile_k = gemv_tile_k(a.format);
+    const int lane_k = gemv_lane_k(a.format);
+    DSV4_ASSERT(c.sm_count > 0, "gemv: GemvLaunchConfig.sm_count is required");
+    DSV4_ASSERT(a.w_tiles != nullptr && a.out_scale != nullptr, "gemv: weights not set");
+    DSV4_ASSERT(a.format == GemvFormat::kBf16 || a.w_scales != nullptr, "gemv: scales not set");
+    DSV4_ASSERT(a.m >= 1 && a.m <= kGemvMaxM, "gemv: m = ", a.m, " (supported 1..", kGemvMaxM, ")");
+    DSV4_ASSERT(a.n_groups >= 1, "gemv: n_groups = ", a.n_groups);
+    DSV4_ASSERT(a.row_blocks >= 1 && a.n >= 1 && a.n <= a.row_blocks * kGemvRowBlock,
+                "gemv: n = ", a.n, " with ", a.row_blocks, " row blocks");
+    DSV4_ASSERT(a.k_tiles >= 1 && a.k >= 1 && a.k <= static_cast<int64_t>(a.k_tiles) * tile_k &&
+                    a.k % lane_k == 0,
+                "gemv: k = ", a.k, " with ", a.k_tiles, " tiles of ", tile_k);
+    const int64_t esize = a.x_f32 ? 4 : 2;
+    const int64_t x_align = (a.format == GemvFormat::kBf16 && !a.x_f32) ? 8 : 16;
+    DSV4_ASSERT(a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % x_align == 0,
+                "gemv: x must be ", x_align, "-byte aligned");
+    DSV4_ASSERT((a.ldx * esize) % x_align == 0 && (a.x_group_stride * esize) % x_align == 0,
+                "gemv: x strides (", a.ldx, ", ", a.x_group_stride, " elements) break ", x_align,
+                "-byte alignment");
+    DSV4_ASSERT(a.ldx >= a.k || a.m == 1, "gemv: ldx ", a.ldx, " < k ", a.k);
+    DSV4_ASSERT(a.y != nullptr && (a.ldy >= a.n || a.m == 1), "gemv: y / ldy");
+    DSV4_ASSERT(a.partials != nullptr && a.counters != nullptr, "gemv: workspace not bound");
+}
+
+}  // namespace
+
+size_t gemv_workspace_bytes(int64_t max_row_blocks_total, int sm_count) {
+    const size_t p = (partials_bytes(sm_count) + 255) / 256 * 256;
+    return p + static_cast<size_t>(max_row_blocks_total) * sizeof(uint32_t);
+}
+
+void gemv_workspace_bind(void* base, int sm_count, GemvArgs* args) {
+    DSV4_ASSERT(reinterpret_cast<uintptr_t>(base) % 256 == 0, "gemv workspace alignment");
+    const size_t p = (partials_bytes(sm_count) + 255) / 256 * 256;
+    args->partials = static_cast<float*>(base);
+    args->counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + p);
+}
+
+int64_t gemv_grid_warps(const GemvArgs& args, const GemvLaunchConfig& config) {
+    return grid_ctas(args, config) * kWarpsPerCta;
+}
+
+void launch_gemv(const GemvArgs& a, const GemvLaunchConfig& c, cudaStream_t stream) {
+    check_args(a, c);
+    const int depth = c.depth > 0 ? c.depth : kDefaultDepth;
+    const int ctas = static_cast<int>(grid_ctas(a, c));
+    switch (a.format) {
+        case GemvFormat::kNvfp4:
+            return gemv_sm90::format_launch<GemvFormat::kNvfp4>(a, depth, ctas, stream);
+        case GemvFormat::kMxfp4:
+            return gemv_sm90::format_launch<GemvFormat::kMxfp4>(a, depth, ctas, stream);
+        case GemvFormat::kFp8:
+            return gemv_sm90::format_launch<GemvFormat::kFp8>(a, depth, ctas, stream);
+        case GemvFormat::kBf16:
+            return gemv_sm90::format_launch<GemvFormat::kBf16>(a, depth, ctas, stream);
+    }
+    DSV4_UNREACHABLE("gemv format ", static_cast<int>(a.format));
+}
+
+}  // namespace dsv4::cuda

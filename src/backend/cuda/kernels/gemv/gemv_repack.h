@@ -1,0 +1,55 @@
+// Host-side repack of checkpoint weights (QuantWeight) into the GEMV tile layout of
+// gemv_layout.h, done once at load. Exact: every weight the kernel reconstructs equals
+// dequant_row() of the source, times the row block's out_scale.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/kernels/gemv/gemv_layout.h"
+#include "base/status.h"
+#include "formats/quant_weight.h"
+
+namespace dsv4::cuda {
+
+// Shape of a repacked stack: n_experts matrices of [n, k].
+struct GemvShape {
+    GemvFormat format = GemvFormat::kNvfp4;
+    int64_t n = 0, k = 0;
+    int n_experts = 1;
+
+    int64_t row_blocks() const { return (n + kGemvRowBlock - 1) / kGemvRowBlock; }
+    int64_t k_tiles() const { return (k + gemv_tile_k(format) - 1) / gemv_tile_k(format); }
+    int64_t tiles_expert_bytes() const { return row_blocks() * k_tiles() * kGemvTileBytes; }
+    int64_t scales_expert_bytes() const;
+    // Device bytes of tiles + scales + out_scale (what an arena must hold for this weight).
+    int64_t device_bytes() const;
+};
+
+struct GemvPacked {
+    GemvShape shape;
+    std::vector<uint8_t> tiles;    // [n_experts][row_blocks][k_tiles][512]
+    std::vector<uint8_t> scales;   // gemv_layout.h, per format
+    std::vector<float> out_scale;  // [n_experts][row_blocks]
+};
+
+// The GEMV format a checkpoint weight maps to; an error for formats the kernels do not read
+// (dense F32/F16: convert them at load).
+Expected<GemvFormat> gemv_format_of(const QuantWeight& w);
+
+// Repacks `n_experts` matrices stacked on a leading axis; expert e is the concatenation along
+// rows of parts[e * parts_per_expert + 0 .. parts_per_expert) (e.g. w1 then w3). All parts share
+// the format and k; part p has the same rows in every expert; every part but the last has rows
+// divisible by 16 (128 for FP8, whose scale blocks span 128 rows). Errors name the part.
+Expected<GemvPacked> gemv_repack(const QuantWeight* const* parts, int n_experts,
+                                 int parts_per_expert);
+
+// Shape gemv_repack would produce, from the shapes alone (for sizing an arena before repacking).
+Expected<GemvShape> gemv_repack_shape(const QuantWeight* const* parts, int n_experts,
+                                      int parts_per_expert);
+
+// Host model of the kernel's decode: the float weights the kernel multiplies for (expert, row),
+// out_scale included. Used by tests to check the layout without a GPU.
+void gemv_unpack_row(const GemvPacked& p, int expert, int64_t row, float* out);
+
+}  // namespace dsv4::cuda
