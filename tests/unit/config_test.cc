@@ -1,6 +1,7 @@
 // Config parsing: transformers-style and release-style golden configs, and named errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -102,6 +103,18 @@ TEST(Config, ReleaseStyleCompressRatiosHashLayersRopeScaling) {
         EXPECT_DOUBLE_EQ(c.rope_compress.original_max_position, 65536.0);
         EXPECT_EQ(c.max_position_embeddings, 1048576);
     }
+}
+
+// transformers' attention_factor: explicit values are kept; a nested YaRN set without one gets
+// YaRN's default 0.1·ln(factor) + 1 (what transformers computes); release rope_scaling means 1.
+TEST(Config, RopeAttentionFactor) {
+    EXPECT_DOUBLE_EQ(load_ok("small-rates").rope_compress.attention_factor, 1.0);
+    EXPECT_DOUBLE_EQ(load_ok("fmt-official").rope_compress.attention_factor, 1.0);
+    const ModelConfig h = load_ok("x-hash2");
+    EXPECT_NEAR(h.rope_compress.attention_factor, 0.1 * std::log(8.0) + 1.0, 1e-12);
+    EXPECT_DOUBLE_EQ(h.rope_main.attention_factor, 1.0);
+    EXPECT_DOUBLE_EQ(h.rope_main.theta, 5000.0);
+    EXPECT_DOUBLE_EQ(h.rope_compress.theta, 80000.0);
 }
 
 // The tiny-mix config as JSON, to be broken one field at a time.
