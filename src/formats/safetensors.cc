@@ -119,6 +119,13 @@ Expected<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
     DSV4_ASSIGN_OR_RETURN(f->tensors_, parse(mapped->data(), mapped->size(), path, &f->metadata_));
     f->file_ = std::move(mapped);
+    for (TensorInfo& t : f->tensors_) {
+        if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0) continue;
+        auto copy = std::make_unique<uint64_t[]>((t.nbytes + 7) / 8);
+        std::memcpy(copy.get(), t.data, t.nbytes);
+        t.data = reinterpret_cast<const uint8_t*>(copy.get());
+        f->realigned_.push_back(std::move(copy));
+    }
     for (size_t i = 0; i < f->tensors_.size(); ++i) f->by_name_[f->tensors_[i].name] = i;
     return f;
 }

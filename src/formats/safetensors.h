@@ -43,6 +43,10 @@ public:
 
 private:
     std::unique_ptr<MappedFile> file_;
+    // Copies of tensors whose bytes are not aligned to their element size in the file (the
+    // format pads the header to 8 bytes, but not every writer does); readers may then load
+    // elements through typed pointers.
+    std::vector<std::unique_ptr<uint64_t[]>> realigned_;
     std::vector<TensorInfo> tensors_;
     std::map<std::string, size_t> by_name_;
     std::map<std::string, std::string> metadata_;

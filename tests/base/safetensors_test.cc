@@ -89,3 +89,28 @@ TEST(Safetensors, ValidationNamesTheProblem) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// A header whose length is not a multiple of 8 leaves the data misaligned; the reader hands
+// out aligned copies so typed loads are valid.
+TEST(Safetensors, MisalignedDataIsRealigned) {
+    const fs::path d = temp_dir("align");
+    const std::string header = R"({"t":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})";
+    ASSERT_NE(header.size() % 8, 0u);
+    std::string buf(8, '\0');
+    for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    const int64_t v[2] = {-3, 1ll << 40};
+    buf += header + std::string(reinterpret_cast<const char*>(v), sizeof(v));
+    std::ofstream(d / "m.safetensors", std::ios::binary) << buf;
+    auto f = SafetensorsFile::open((d / "m.safetensors").string());
+    ASSERT_TRUE(f.has_value()) << f.status().message();
+    const TensorInfo* t = (*f)->find("t");
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data) % 8, 0u);
+    EXPECT_EQ(reinterpret_cast<const int64_t*>(t->data)[1], 1ll << 40);
+    fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace dsv4
