@@ -24,7 +24,7 @@
 
 namespace dsv4::cuda::gemv_sm90 {
 
-inline constexpr int kWarpsPerCta = 8;
+inline constexpr int kWarpsPerCta = 4;
 inline constexpr int kThreads = kWarpsPerCta * 32;
 inline constexpr int kMaxWarpsPerSm = 32;
 inline constexpr int kPartialFloats = 8;  // per lane per slot: up to 2 n-tiles x 4 accumulators
@@ -219,7 +219,7 @@ __device__ __forceinline__ float* partial_slot(const GemvArgs& a, int warp, int 
 }
 
 template <bool kYBf16, int kNT>
-__device__ __noinline__ void reduce_partials(const GemvArgs& a, Split split, int w_first,
+__device__ __forceinline__ void reduce_partials(const GemvArgs& a, Split split, int w_first,
                                              int w_last, int rb_u0, int group, int rb, int lane,
                                              float out_scale) {
     __threadfence();
@@ -246,10 +246,11 @@ __device__ __noinline__ void reduce_partials(const GemvArgs& a, Split split, int
     if (lane == 0) a.counters[group * a.row_blocks + rb] = 0u;
 }
 
-// Register budget: the common variant (bf16 activations, M <= 8) keeps two CTAs per SM; the
-// f32 / M > 8 variants carry twice the activation registers and run one CTA per SM.
+// Register budget: the common variant (bf16 activations, M <= 8) runs 12 warps per SM (up to
+// 168 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
+// run 8 warps per SM.
 template <bool kXF32, int kNT>
-inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 1 : 2;
+inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 2 : 3;
 
 template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kDepth>
 __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
@@ -452,12 +453,13 @@ struct Variant {
     int index;  // into the per-format occupancy cache
 };
 
-// The instantiation for (args, depth). Depth 4 exists for tuning the NVFP4 path.
+// The instantiation for (args, depth). Depths 4 and 12 exist for tuning the NVFP4 path.
 template <GemvFormat F>
 Variant select_variant(const GemvArgs& a, int depth) {
     const bool two = a.m > 8;
     if constexpr (F == GemvFormat::kNvfp4) {
         if (depth == 4 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 4>, 8};
+        if (depth == 12 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 12>, 9};
     }
     DSV4_ASSERT(depth == 8, "gemv: depth ", depth, " is not instantiated for this variant");
     const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
@@ -476,7 +478,7 @@ Variant select_variant(const GemvArgs& a, int depth) {
 template <GemvFormat F>
 int format_ctas_per_sm(const GemvArgs& a, int depth) {
     // Occupancy per instantiation, queried once (host-side only, capture-safe).
-    static std::atomic<int> cache[9] = {};
+    static std::atomic<int> cache[10] = {};
     const Variant v = select_variant<F>(a, depth);
     int n = cache[v.index].load(std::memory_order_relaxed);
     if (n == 0) {

@@ -8,7 +8,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarpsPerCta = 8;      // gemv_sm90::kWarpsPerCta
+constexpr int kWarpsPerCta = 4;      // gemv_sm90::kWarpsPerCta
 constexpr int kMaxWarpsPerSm = 32;   // gemv_sm90::kMaxWarpsPerSm
 constexpr int kPartialFloats = 8;    // gemv_sm90::kPartialFloats
 constexpr int kDefaultMinTiles = 4;  // below this a warp's loads cannot cover DRAM latency
