@@ -2,11 +2,14 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/text_model.h"
 #include "dsv4/engine.h"
+#include "dsv4/tokenizer.h"
 
 namespace dsv4::cli {
 namespace {
@@ -16,6 +19,9 @@ int g_exit_code = 0;
 struct GenerateArgs {
     EngineOptions engine;
     std::string prompt_ids;
+    std::string prompt;     // text, tokenized with the model's tokenizer.json
+    std::string tokenizer;  // override for the tokenizer.json path
+    bool no_bos = false;
     int max_tokens = 32;
     SamplingOptions sampling;
     bool ignore_eos = false;
@@ -40,10 +46,25 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
 }
 
 int run_generate(const GenerateArgs& a) {
-    auto ids = parse_ids(a.prompt_ids);
-    if (!ids) {
-        std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+    if (a.prompt.empty() == a.prompt_ids.empty()) {
+        std::fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
         return 2;
+    }
+    std::optional<Tokenizer> tok;
+    Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
+    if (!a.prompt.empty()) {
+        auto loaded = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
+        if (!loaded) {
+            std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
+            return 1;
+        }
+        tok.emplace(std::move(*loaded));
+    } else {
+        ids = parse_ids(a.prompt_ids);
+        if (!ids) {
+            std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+            return 2;
+        }
     }
     const auto t0 = std::chrono::steady_clock::now();
     auto engine = Engine::create(a.engine);
@@ -51,17 +72,28 @@ int run_generate(const GenerateArgs& a) {
         std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
         return 1;
     }
+    if (tok) {
+        if (!a.no_bos) ids->push_back((*engine)->info().bos_token_id);
+        const auto text = tok->encode(a.prompt, /*parse_special=*/true);
+        ids->insert(ids->end(), text.begin(), text.end());
+    }
+    std::optional<TokenStreamDecoder> stream;
+    if (tok) stream.emplace(*tok);
     const auto t1 = std::chrono::steady_clock::now();
     auto session = (*engine)->new_session();
     std::chrono::steady_clock::time_point first;
     int n = 0;
     auto out = (*engine)->generate(*session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
-                                   [&](int32_t tok) {
+                                   [&](int32_t t) {
                                        if (n++ == 0) first = std::chrono::steady_clock::now();
-                                       std::printf("%s%d", n > 1 ? "," : "", tok);
+                                       if (stream)
+                                           std::fputs(stream->push(t).c_str(), stdout);
+                                       else
+                                           std::printf("%s%d", n > 1 ? "," : "", t);
                                        std::fflush(stdout);
                                        return true;
                                    });
+    if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
     if (!out) {
         std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
@@ -91,9 +123,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
 void add_generate_command(CLI::App& app) {
     auto args = std::make_shared<GenerateArgs>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
-    cmd->footer("Example: dsv4 generate --model models/tiny --prompt-ids 0,17,42 --max-tokens 16");
+    cmd->footer("Examples:\n  dsv4 generate --model DIR --prompt \"Pipeline parallelism in ai is \" --max-tokens 32\n  dsv4 generate --model tests/data/golden/small-rates --prompt-ids 0,17,42 --max-tokens 16");
     add_engine_options(cmd, args->engine);
-    cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids")->required();
+    cmd->add_option("--prompt", args->prompt, "Prompt text (tokenized with the model's tokenizer.json)");
+    cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids");
+    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's)");
+    cmd->add_flag("--no-bos", args->no_bos, "Do not start the text prompt with BOS");
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
     cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
     cmd->add_option("--top-k", args->sampling.top_k, "0 = off")->capture_default_str();

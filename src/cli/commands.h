@@ -10,6 +10,8 @@ void add_generate_command(CLI::App& app);
 void add_check_command(CLI::App& app);
 // `info` (cmd_info.cc).
 void add_info_command(CLI::App& app);
+// `chat` (cmd_chat.cc).
+void add_chat_command(CLI::App& app);
 // `tokenize`, `chat-encode`, `chat-parse` (cmd_tokenize.cc).
 void add_tokenize_commands(CLI::App& app);
 // `quantize` (cmd_quantize.cc).

@@ -11,12 +11,9 @@ int main(int argc, char** argv) {
     dsv4::cli::add_generate_command(app);
     dsv4::cli::add_check_command(app);
     dsv4::cli::add_info_command(app);
-#ifdef DSV4_HAVE_TOKENIZER
+    dsv4::cli::add_chat_command(app);
     dsv4::cli::add_tokenize_commands(app);
-#endif
-#ifdef DSV4_HAVE_QUANTIZE
     dsv4::cli::add_quantize_command(app);
-#endif
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 #include "formats/safetensors_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -27,23 +28,36 @@ std::vector<std::string> SafetensorsWriter::names() const {
 }
 
 Status SafetensorsWriter::write(const std::string& path) const {
+    // Widest element type first: with the 8-byte aligned header every tensor then starts at a
+    // multiple of its element size (the format allows no padding between tensors).
+    std::vector<const Entry*> order;
+    for (const auto& e : entries_) order.push_back(&e);
+    std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) {
+        return dtype_size(a->dtype) > dtype_size(b->dtype);
+    });
     nlohmann::ordered_json header = nlohmann::ordered_json::object();
     if (!metadata_.empty()) header["__metadata__"] = metadata_;
-    for (const auto& e : entries_) {
-        std::vector<int64_t> shape(e.shape.dims.begin(), e.shape.dims.begin() + e.shape.ndim);
-        header[e.name] = {{"dtype", std::string(dtype_name(e.dtype))},
-                          {"shape", shape},
-                          {"data_offsets", {e.begin, e.end}}};
+    size_t offset = 0;
+    for (const Entry* e : order) {
+        std::vector<int64_t> shape(e->shape.dims.begin(), e->shape.dims.begin() + e->shape.ndim);
+        const size_t n = e->end - e->begin;
+        header[e->name] = {{"dtype", std::string(dtype_name(e->dtype))},
+                           {"shape", shape},
+                           {"data_offsets", {offset, offset + n}}};
+        offset += n;
     }
     std::string h = header.dump();
     while ((h.size() + 8) % 8 != 0) h.push_back(' ');
     FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr) return error(path, ": cannot open for writing");
     uint8_t len[8];
-    uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-    bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size() &&
-              (data_.empty() || std::fwrite(data_.data(), 1, data_.size(), f) == data_.size());
+    const uint64_t header_len = h.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(header_len >> (8 * i));
+    bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
+    for (const Entry* e : order) {
+        const size_t n = e->end - e->begin;
+        ok = ok && (n == 0 || std::fwrite(data_.data() + e->begin, 1, n, f) == n);
+    }
     ok = (std::fclose(f) == 0) && ok;
     if (!ok) return error(path, ": write failed (disk full?)");
     return Status::ok();

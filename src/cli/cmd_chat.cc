@@ -1,0 +1,128 @@
+// `dsv4 chat`: an interactive conversation with the V4 chat encoding, streaming the reply.
+// The conversation is re-encoded each turn; only the tokens after the part already in the
+// cache are fed (a changed prefix, e.g. dropped reasoning, re-prefills from scratch).
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/text_model.h"
+#include "dsv4/chat.h"
+#include "dsv4/engine.h"
+
+namespace dsv4::cli {
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+
+namespace {
+
+struct ChatArgs {
+    EngineOptions engine;
+    std::string tokenizer;
+    std::string system;
+    bool think = false;
+    std::string effort;
+    int max_tokens = 512;
+    SamplingOptions sampling;
+};
+
+int run_chat(const ChatArgs& a) {
+    auto engine = Engine::create(a.engine);
+    if (!engine) {
+        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        return 1;
+    }
+    auto tok = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
+    if (!tok) {
+        std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
+        return 1;
+    }
+    chat::EncodeOptions opts;
+    opts.thinking_mode = a.think ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
+    if (a.effort == "high") opts.reasoning_effort = chat::ReasoningEffort::kHigh;
+    if (a.effort == "max") opts.reasoning_effort = chat::ReasoningEffort::kMax;
+    const int32_t eos = (*engine)->info().eos_token_id;
+
+    auto session = (*engine)->new_session();
+    chat::Json messages = chat::Json::array();
+    if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+    std::vector<int32_t> cached;  // tokens whose K/V are in the session
+    std::fprintf(stderr, "dsv4 chat (%s mode). /reset starts over, /exit or Ctrl-D quits.\n",
+                 a.think ? "thinking" : "chat");
+    std::string line;
+    while (std::fprintf(stderr, "> "), std::getline(std::cin, line)) {
+        if (line == "/exit" || line == "/quit") break;
+        if (line == "/reset") {
+            messages = chat::Json::array();
+            if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+            session->reset();
+            cached.clear();
+            continue;
+        }
+        if (line.empty()) continue;
+        messages.push_back({{"role", "user"}, {"content", line}});
+        auto prompt = chat::encode_messages(messages, opts);
+        if (!prompt) {
+            std::fprintf(stderr, "error: %s\n", prompt.status().message().c_str());
+            messages.erase(messages.size() - 1);
+            continue;
+        }
+        const std::vector<int32_t> ids = tok->encode(*prompt, /*parse_special=*/true);
+        size_t common = 0;
+        while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
+        if (common < cached.size() || common == ids.size()) {
+            session->reset();
+            cached.clear();
+            common = 0;
+        }
+        std::vector<int32_t> fresh(ids.begin() + common, ids.end());
+        TokenStreamDecoder stream(*tok);
+        std::vector<int32_t> reply;
+        auto out = (*engine)->generate(*session, fresh, a.max_tokens, a.sampling, true, [&](int32_t t) {
+            reply.push_back(t);
+            if (t != eos) std::fputs(stream.push(t).c_str(), stdout);
+            std::fflush(stdout);
+            return true;
+        });
+        std::fputs(stream.flush().c_str(), stdout);
+        std::fputs("\n", stdout);
+        if (!out) {
+            std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
+            session->reset();
+            cached.clear();
+            messages.erase(messages.size() - 1);
+            continue;
+        }
+        // The cache holds the prompt and every reply token but the last (never fed).
+        cached = ids;
+        cached.insert(cached.end(), reply.begin(), reply.end() - (reply.empty() ? 0 : 1));
+        auto parsed = chat::parse_completion(tok->decode_bytes(reply), opts.thinking_mode);
+        chat::Json msg = {{"role", "assistant"}, {"content", tok->decode(reply)}};
+        if (parsed) msg = *parsed;
+        messages.push_back(msg);
+    }
+    return 0;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto args = std::make_shared<ChatArgs>();
+    CLI::App* cmd = app.add_subcommand("chat", "Interactive chat with the DeepSeek-V4 encoding");
+    cmd->footer("Example: dsv4 chat --model DIR --think --effort max");
+    add_engine_options(cmd, args->engine);
+    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's)");
+    cmd->add_option("--system", args->system, "System prompt");
+    cmd->add_flag("--think,!--no-think", args->think, "Thinking mode (default: chat mode)");
+    cmd->add_option("--effort", args->effort, "Reasoning effort in thinking mode: high or max")
+        ->check(CLI::IsMember({"", "high", "max"}));
+    cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")->capture_default_str();
+    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
+    cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->callback([args] { set_exit_code(run_chat(*args)); });
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,93 @@
+#include "quantize/names.h"
+
+#include <string_view>
+
+namespace dsv4::quant {
+
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
+
+// Strips "layers.N." or "mtp.N."; false when `name` is not under a block.
+bool strip_block(std::string_view name, std::string_view head, std::string_view* rest) {
+    if (!starts_with(name, head)) return false;
+    const size_t dot = name.find('.', head.size());
+    if (dot == std::string_view::npos || dot == head.size()) return false;
+    for (size_t i = head.size(); i < dot; ++i)
+        if (name[i] < '0' || name[i] > '9') return false;
+    *rest = name.substr(dot + 1);
+    return true;
+}
+
+bool is_expert_projection(std::string_view s) {
+    return s == "w1" || s == "w2" || s == "w3";
+}
+
+LinearGroup classify_in_block(std::string_view rest) {
+    if (starts_with(rest, "ffn.experts.")) {
+        std::string_view r = rest.substr(12);
+        const size_t dot = r.find('.');
+        if (dot == std::string_view::npos) return LinearGroup::kNone;
+        return is_expert_projection(r.substr(dot + 1)) ? LinearGroup::kRoutedExpert
+                                                       : LinearGroup::kNone;
+    }
+    if (starts_with(rest, "ffn.shared_experts."))
+        return is_expert_projection(rest.substr(19)) ? LinearGroup::kSharedExpert
+                                                     : LinearGroup::kNone;
+    if (rest == "ffn.gate") return LinearGroup::kRouter;
+    if (rest == "attn.indexer.wq_b" || rest == "attn.indexer.weights_proj" ||
+        rest == "attn.indexer.compressor.wkv" || rest == "attn.indexer.compressor.wgate")
+        return LinearGroup::kIndexer;
+    if (rest == "attn.wq_a" || rest == "attn.wq_b" || rest == "attn.wkv" || rest == "attn.wo_a" ||
+        rest == "attn.wo_b" || rest == "attn.compressor.wkv" || rest == "attn.compressor.wgate")
+        return LinearGroup::kAttention;
+    return LinearGroup::kNone;
+}
+
+}  // namespace
+
+std::string release_tensor_name(const std::string& name) {
+    std::string n = starts_with(name, "model.") ? name.substr(6) : name;
+    if (n == "embed_tokens.weight") return "embed.weight";
+    if (n == "lm_head.weight") return "head.weight";
+    if (starts_with(n, "hc_head.hc_")) return "hc_head_" + n.substr(11);
+    std::string_view rest;
+    if (strip_block(n, "layers.", &rest) && rest == "attn.norm.weight")
+        return n.substr(0, n.size() - rest.size()) + "attn.kv_norm.weight";
+    return n;
+}
+
+LinearClass classify_linear(const std::string& prefix) {
+    std::string_view rest;
+    LinearClass c;
+    if (strip_block(prefix, "layers.", &rest)) {
+        c.group = classify_in_block(rest);
+    } else if (strip_block(prefix, "mtp.", &rest)) {
+        c.group = classify_in_block(rest);
+        c.mtp = true;
+    }
+    return c;
+}
+
+bool is_selected(const QuantizeSelection& select, const LinearClass& c) {
+    if (c.mtp && !select.mtp) return false;
+    switch (c.group) {
+        case LinearGroup::kNone:
+            return false;
+        case LinearGroup::kRoutedExpert:
+            return select.routed_experts;
+        case LinearGroup::kSharedExpert:
+            return select.shared_experts;
+        case LinearGroup::kAttention:
+            return select.attention;
+        case LinearGroup::kIndexer:
+            return select.indexer;
+        case LinearGroup::kRouter:
+            return select.router;
+    }
+    return false;
+}
+
+}  // namespace dsv4::quant
