@@ -1,21 +1,10 @@
 #include "model/weights.h"
 
+#include "formats/tensor_names.h"
+
 #include <set>
 
 namespace dsv4 {
-
-std::string canonical_tensor_name(const std::string& name) {
-    std::string n = name;
-    if (n.rfind("model.", 0) == 0) n = n.substr(6);
-    if (n == "embed_tokens.weight") return "embed.weight";
-    if (n == "lm_head.weight") return "head.weight";
-    if (n.rfind("hc_head.hc_", 0) == 0) return "hc_head_" + n.substr(11);
-    const std::string kAttnNorm = ".attn.norm.weight";
-    if (n.rfind("layers.", 0) == 0 && n.size() > kAttnNorm.size() &&
-        n.compare(n.size() - kAttnNorm.size(), kAttnNorm.size(), kAttnNorm) == 0)
-        return n.substr(0, n.size() - kAttnNorm.size()) + ".attn.kv_norm.weight";
-    return n;
-}
 
 std::vector<std::string> describe_weight_formats(const ModelWeights& w) {
     std::vector<std::pair<std::string, std::set<std::string>>> groups = {
@@ -214,7 +203,7 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
 }  // namespace
 
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Backend& backend) {
-    DSV4_RETURN_IF_ERROR(store.rename(canonical_tensor_name));
+    DSV4_RETURN_IF_ERROR(store.rename(release_tensor_name));
     Binder b(store, backend);
     ModelWeights w;
     const int D = c.hidden_size, n = c.hc_mult;

@@ -65,10 +65,6 @@ struct ModelWeights {
 // shared experts, routed experts) for `dsv4 info`.
 std::vector<std::string> describe_weight_formats(const ModelWeights& w);
 
-// Maps a checkpoint tensor name to the canonical (release) name: strips `model.`,
-// embed_tokens → embed, lm_head → head, hc_head.hc_fn → hc_head_fn, attn.norm → attn.kv_norm.
-std::string canonical_tensor_name(const std::string& name);
-
 // Binds every tensor the config calls for. Missing, mis-shaped, wrongly typed or unexpected
 // tensors are errors naming the tensor (MTP tensors `mtp.*` are accepted and not used).
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend);

@@ -48,16 +48,6 @@ LinearGroup classify_in_block(std::string_view rest) {
 
 }  // namespace
 
-std::string release_tensor_name(const std::string& name) {
-    std::string n = starts_with(name, "model.") ? name.substr(6) : name;
-    if (n == "embed_tokens.weight") return "embed.weight";
-    if (n == "lm_head.weight") return "head.weight";
-    if (starts_with(n, "hc_head.hc_")) return "hc_head_" + n.substr(11);
-    std::string_view rest;
-    if (strip_block(n, "layers.", &rest) && rest == "attn.norm.weight")
-        return n.substr(0, n.size() - rest.size()) + "attn.kv_norm.weight";
-    return n;
-}
 
 LinearClass classify_linear(const std::string& prefix) {
     std::string_view rest;

@@ -6,13 +6,9 @@
 #include <string>
 
 #include "dsv4/quantize.h"
+#include "formats/tensor_names.h"
 
 namespace dsv4::quant {
-
-// A checkpoint tensor name in release spelling: no `model.` prefix, `embed_tokens` -> `embed`,
-// `lm_head` -> `head`, `hc_head.hc_fn` -> `hc_head_fn`, `layers.N.attn.norm.weight` ->
-// `layers.N.attn.kv_norm.weight` (transformers-saved files, ARCHITECTURE §12.3).
-std::string release_tensor_name(const std::string& name);
 
 enum class LinearGroup { kNone, kRoutedExpert, kSharedExpert, kAttention, kIndexer, kRouter };
 

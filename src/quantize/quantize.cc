@@ -95,7 +95,7 @@ class Quantizer {
         auto store = TensorStore::open(in_.string());
         if (!store) return store.status();
         store_ = std::make_unique<TensorStore>(std::move(store.value()));
-        DSV4_RETURN_IF_ERROR(store_->rename(quant::release_tensor_name));
+        DSV4_RETURN_IF_ERROR(store_->rename(release_tensor_name));
         DSV4_RETURN_IF_ERROR(plan());
         DSV4_ASSIGN_OR_RETURN(Json out_config, quant::output_config(config, opt_.select, skipped_));
 

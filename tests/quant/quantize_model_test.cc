@@ -157,7 +157,7 @@ class QuantizeModelTest : public ::testing::Test {
     TensorStore open_in() {
         auto s = TensorStore::open(in_.path().string());
         DSV4_ASSERT(s.has_value(), s.status().message());
-        DSV4_ASSERT(s->rename(quant::release_tensor_name).is_ok(), "rename");
+        DSV4_ASSERT(s->rename(release_tensor_name).is_ok(), "rename");
         return std::move(s.value());
     }
     TensorStore open_out() {
@@ -350,7 +350,7 @@ TEST_F(QuantizeModelTest, MissingInputFolder) {
 }
 
 TEST(ReleaseNames, MapTransformersSavedNames) {
-    using quant::release_tensor_name;
+    using dsv4::release_tensor_name;
     EXPECT_EQ(release_tensor_name("model.embed_tokens.weight"), "embed.weight");
     EXPECT_EQ(release_tensor_name("lm_head.weight"), "head.weight");
     EXPECT_EQ(release_tensor_name("head.weight"), "head.weight");
