@@ -66,8 +66,8 @@ Expected<Tokenizer> load_tokenizer(const TokenizeArgs& a) {
     if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
     DSV4_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(path));
     if (a.v4_added_tokens) {
-        DSV4_RETURN_IF_ERROR(tokenizer.set_added_tokens(deepseek_v4_added_tokens(),
-                                                        AddedTokensMode::kReplace));
+        DSV4_RETURN_IF_ERROR(
+            tokenizer.set_added_tokens(deepseek_v4_added_tokens(), AddedTokensMode::kReplace));
     }
     return tokenizer;
 }
@@ -193,8 +193,7 @@ void add_tokenize_commands(CLI::App& app) {
     cmd->add_option("--tokenizer", tok->tokenizer, "tokenizer.json, or a folder holding one")
         ->required();
     CLI::Option* text = cmd->add_option("--text", tok->text, "Encode this string, not stdin");
-    cmd->add_flag("--decode", tok->decode,
-                  "The reverse: {\"ids\": [...]} lines -> {\"text\": ...}")
+    cmd->add_flag("--decode", tok->decode, "The reverse: {\"ids\": [...]} lines -> {\"text\": ...}")
         ->excludes(text);
     cmd->add_flag("--v4-added-tokens", tok->v4_added_tokens,
                   "Replace the file's added tokens by DeepSeek-V4's (for the V3 tokenizer.json)");
@@ -210,8 +209,8 @@ void add_tokenize_commands(CLI::App& app) {
     encode->footer(
         "kwargs as in DeepSeek's encode_messages: thinking_mode (\"chat\" | \"thinking\"), "
         "reasoning_effort, drop_thinking, add_default_bos_token, context.");
-    encode->add_option("--encoding", enc->encoding,
-                       "Encoder release: v4 (default) or v4-flash-0731")
+    encode
+        ->add_option("--encoding", enc->encoding, "Encoder release: v4 (default) or v4-flash-0731")
         ->capture_default_str();
     encode->callback([enc] { set_exit_code(run_chat_encode(*enc)); });
 

@@ -8,6 +8,8 @@ namespace dsv4::cli {
 // Registers `generate` and `check` (cmd_generate.cc, cmd_check.cc).
 void add_generate_command(CLI::App& app);
 void add_check_command(CLI::App& app);
+// `bench` (cmd_bench.cc).
+void add_bench_command(CLI::App& app);
 // `info` (cmd_info.cc).
 void add_info_command(CLI::App& app);
 // `chat` (cmd_chat.cc).

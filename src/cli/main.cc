@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     dsv4::cli::add_generate_command(app);
     dsv4::cli::add_check_command(app);
     dsv4::cli::add_info_command(app);
+    dsv4::cli::add_bench_command(app);
     dsv4::cli::add_chat_command(app);
     dsv4::cli::add_tokenize_commands(app);
     dsv4::cli::add_quantize_command(app);
