@@ -5,11 +5,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ clang libclang-rt-14-dev nlohmann-json3-dev libcli11-dev
-          libcpp-httplib-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev nodejs npm)
+          libcpp-httplib-dev libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js may come from elsewhere with npm built in; Debian's packages only when it is absent.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -35,7 +35,7 @@ enum class AddedTokensMode {
 };
 
 class Tokenizer {
-public:
+  public:
     // Reads and validates tokenizer.json. Anything this implementation does not handle
     // (another model type, normalizer, pre-tokenizer or decoder) is an error that names it.
     static Expected<Tokenizer> load(const std::filesystem::path& path);
@@ -76,7 +76,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
@@ -91,14 +91,14 @@ std::vector<AddedToken> deepseek_v4_added_tokens();
 // split across tokens are held back until it is complete (or proven invalid: then U+FFFD,
 // as decode() does).
 class TokenStreamDecoder {
-public:
+  public:
     explicit TokenStreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
     // The text that became complete with this id (often empty or one character).
     std::string push(int32_t id);
     // Whatever is still held back, repaired to U+FFFD; call at the end of the stream.
     std::string flush();
 
-private:
+  private:
     const Tokenizer* tokenizer_;
     std::string pending_;
 };

@@ -13,7 +13,7 @@ namespace dsv4::chat {
 namespace {
 
 struct Render {
-    Json thinking_mode;      // validated per rendered message, as in the reference
+    Json thinking_mode;  // validated per rendered message, as in the reference
     Json reasoning_effort;
     bool drop_thinking = true;
     EncodingVersion version = EncodingVersion::kV4;
@@ -26,7 +26,9 @@ const Json& member(const Json& msg, std::string_view key) {
 }
 
 // `value or ""` then str.format: falsy values render empty, others as str().
-std::string text_or_empty(const Json& value) { return py_truthy(value) ? py_str(value) : ""; }
+std::string text_or_empty(const Json& value) {
+    return py_truthy(value) ? py_str(value) : "";
+}
 
 // The effort paragraph for message 0, or an error for an effort this version rejects.
 Expected<std::string> effort_prefix(const Render& r, long index) {
@@ -41,13 +43,40 @@ Expected<std::string> effort_prefix(const Render& r, long index) {
     // 0731: `reasoning_effort or "low"`, then one of low / high / max.
     const Json level = py_truthy(effort) ? effort : Json("low");
     if (!py_is(level, "low") && !py_is(level, "high") && !py_is(level, "max")) {
-        return error("Invalid reasoning effort: ", py_str(level), ", expected one of ['low', "
-                     "'high', 'max']");
+        return error("Invalid reasoning effort: ", py_str(level), " (low, high or max)");
     }
     if (!first_thinking || py_is(level, "low")) return std::string();
     return std::string(py_is(level, "high") ? kEffortAbsoluteMaximum : kEffortBeyondMaximum);
 }
 
+// A tool_result block: a list content joins its text parts with a blank line (other parts
+// become "[Unsupported <type>]"); anything else renders as str().
+Expected<std::string> render_tool_result(const Json* content) {
+    std::string out = "<tool_result>";
+    if (content != nullptr && content->is_array()) {
+        bool first = true;
+        for (const Json& part : *content) {
+            if (!part.is_object()) return error("a tool result part is not an object");
+            if (!first) out += "\n\n";
+            first = false;
+            const Json& type = member(part, "type");
+            if (!py_is(type, "text")) {
+                out += "[Unsupported " + py_str(type) + "]";
+                continue;
+            }
+            const Json* text = py_get(part, "text");
+            if (text != nullptr && !text->is_string()) {
+                return error("tool result text must be a string");
+            }
+            if (text != nullptr) out += text->get<std::string>();
+        }
+    } else if (content != nullptr) {
+        out += py_str(*content);
+    }
+    return out + "</tool_result>";
+}
+
+// A user turn's blocks (text and tool results), joined by blank lines.
 Expected<std::string> render_user_blocks(const Json& blocks) {
     if (!blocks.is_array()) return error("content_blocks is not a list");
     std::string out;
@@ -65,34 +94,52 @@ Expected<std::string> render_user_blocks(const Json& blocks) {
             }
             if (text != nullptr) out += text->get<std::string>();
         } else if (py_is(type, "tool_result")) {
-            const Json* content = py_get(block, "content");
-            std::string rendered;
-            if (content != nullptr && content->is_array()) {
-                bool first_part = true;
-                for (const Json& part : *content) {
-                    if (!part.is_object()) return error("a tool result part is not an object");
-                    if (!first_part) rendered += "\n\n";
-                    first_part = false;
-                    const Json& part_type = member(part, "type");
-                    if (py_is(part_type, "text")) {
-                        const Json* text = py_get(part, "text");
-                        if (text != nullptr && !text->is_string()) {
-                            return error("tool result text must be a string");
-                        }
-                        if (text != nullptr) rendered += text->get<std::string>();
-                    } else {
-                        rendered += "[Unsupported " + py_str(part_type) + "]";
-                    }
-                }
-            } else {
-                rendered = content != nullptr ? py_str(*content) : "";
-            }
-            out += "<tool_result>" + rendered + "</tool_result>";
+            DSV4_ASSIGN_OR_RETURN(std::string result, render_tool_result(py_get(block, "content")));
+            out += result;
         } else {
             out += "[Unsupported " + py_str(type) + "]";
         }
     }
     return out;
+}
+
+// What follows a message depends on the next one: before an assistant or latest_reminder
+// (or at the end) comes the assistant prefix with the think token, or the message's task
+// token; before any other role, nothing.
+Expected<std::string> render_transition(long index, const Messages& messages, const Render& r,
+                                        long last_user) {
+    if (index + 1 < static_cast<long>(messages.size())) {
+        const Json& next_role = member(messages[index + 1], "role");
+        if (!py_is(next_role, "assistant") && !py_is(next_role, "latest_reminder")) {
+            return std::string();
+        }
+    }
+    const Json& msg = messages[index];
+    const Json& role = member(msg, "role");
+    const bool thinking = py_is(r.thinking_mode, "thinking");
+    const Json& task = member(msg, "task");
+    if (!task.is_null()) {
+        static constexpr std::pair<std::string_view, std::string_view> kTasks[] = {
+            {"action", "<｜action｜>"}, {"query", "<｜query｜>"}, {"authority", "<｜authority｜>"},
+            {"domain", "<｜domain｜>"}, {"title", "<｜title｜>"}, {"read_url", "<｜read_url｜>"},
+        };
+        std::string_view token;
+        for (const auto& [name, sp] : kTasks) {
+            if (py_is(task, name)) token = sp;
+        }
+        if (token.empty()) {
+            return error("Invalid task: '", py_str(task),
+                         "' (action, query, authority, domain, title or read_url)");
+        }
+        if (!py_is(task, "action")) return std::string(token);
+        return std::string(kAssistant) + std::string(thinking ? kThinkStart : kThinkEnd) +
+               std::string(token);
+    }
+    if (py_is(role, "user") || py_is(role, "developer")) {
+        const bool open_thinking = thinking && (!r.drop_thinking || index >= last_user);
+        return std::string(kAssistant) + std::string(open_thinking ? kThinkStart : kThinkEnd);
+    }
+    return std::string();
 }
 
 Expected<std::string> render_message(long index, const Messages& messages, const Render& r) {
@@ -129,7 +176,9 @@ Expected<std::string> render_message(long index, const Messages& messages, const
         prompt += text_or_empty(content);
         prompt += tools_and_format();
     } else if (py_is(role, "developer")) {
-        if (!py_truthy(content)) return error("Invalid message for role `developer`: empty content");
+        if (!py_truthy(content)) {
+            return error("Invalid message for role `developer`: empty content");
+        }
         if (!content.is_string()) return error("developer content must be a string");
         prompt += std::string(kUser) + content.get<std::string>() + tools_and_format();
     } else if (py_is(role, "user")) {
@@ -149,8 +198,7 @@ Expected<std::string> render_message(long index, const Messages& messages, const
         if (!tool_calls.empty()) {
             DSV4_ASSIGN_OR_RETURN(calls, render_tool_calls(tool_calls));
         }
-        const bool previous_has_task =
-            index >= 1 && !member(messages[index - 1], "task").is_null();
+        const bool previous_has_task = index >= 1 && !member(messages[index - 1], "task").is_null();
         std::string reasoning;
         if (thinking && !previous_has_task && (!r.drop_thinking || index > last_user)) {
             reasoning = text_or_empty(member(msg, "reasoning_content")) + std::string(kThinkEnd);
@@ -163,38 +211,8 @@ Expected<std::string> render_message(long index, const Messages& messages, const
         return error("Unknown role: ", py_str(role));
     }
 
-    // What follows the message depends on the next one: an assistant or latest_reminder next
-    // gets the assistant prefix (or a task token) here; any other role gets nothing.
-    if (index + 1 < static_cast<long>(messages.size())) {
-        const Json& next_role = member(messages[index + 1], "role");
-        if (!py_is(next_role, "assistant") && !py_is(next_role, "latest_reminder")) return prompt;
-    }
-    const Json& task = member(msg, "task");
-    if (!task.is_null()) {
-        static constexpr std::pair<std::string_view, std::string_view> kTasks[] = {
-            {"action", "<｜action｜>"},   {"query", "<｜query｜>"},   {"authority", "<｜authority｜>"},
-            {"domain", "<｜domain｜>"},   {"title", "<｜title｜>"},   {"read_url", "<｜read_url｜>"},
-        };
-        std::string_view token;
-        for (const auto& [name, sp] : kTasks) {
-            if (py_is(task, name)) token = sp;
-        }
-        if (token.empty()) {
-            return error("Invalid task: '", py_str(task), "'. Valid tasks are: ['action', "
-                         "'query', 'authority', 'domain', 'title', 'read_url']");
-        }
-        if (!py_is(task, "action")) {
-            prompt += token;
-        } else {
-            prompt += std::string(kAssistant) + std::string(thinking ? kThinkStart : kThinkEnd);
-            prompt += token;
-        }
-    } else if (py_is(role, "user") || py_is(role, "developer")) {
-        prompt += kAssistant;
-        const bool open_thinking = thinking && (!r.drop_thinking || index >= last_user);
-        prompt += open_thinking ? kThinkStart : kThinkEnd;
-    }
-    return prompt;
+    DSV4_ASSIGN_OR_RETURN(std::string next, render_transition(index, messages, r, last_user));
+    return prompt + next;
 }
 
 Expected<std::string> encode(const Json& messages_value, const Json& context_value,
@@ -260,10 +278,18 @@ Expected<std::string> encode_messages(const Json& messages, const EncodeOptions&
     Render r;
     r.thinking_mode = options.thinking_mode == ThinkingMode::kThinking ? "thinking" : "chat";
     switch (options.reasoning_effort) {
-        case ReasoningEffort::kDefault: r.reasoning_effort = nullptr; break;
-        case ReasoningEffort::kLow: r.reasoning_effort = "low"; break;
-        case ReasoningEffort::kHigh: r.reasoning_effort = "high"; break;
-        case ReasoningEffort::kMax: r.reasoning_effort = "max"; break;
+        case ReasoningEffort::kDefault:
+            r.reasoning_effort = nullptr;
+            break;
+        case ReasoningEffort::kLow:
+            r.reasoning_effort = "low";
+            break;
+        case ReasoningEffort::kHigh:
+            r.reasoning_effort = "high";
+            break;
+        case ReasoningEffort::kMax:
+            r.reasoning_effort = "max";
+            break;
     }
     r.version = options.version;
     return encode(messages, options.context, options.drop_thinking, options.add_default_bos_token,

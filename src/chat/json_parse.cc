@@ -17,7 +17,7 @@ constexpr int kMaxDepth = 990;
 constexpr size_t kMaxIntDigits = 4300;
 
 class Parser {
-public:
+  public:
     explicit Parser(std::string_view text) : s_(text) {}
 
     Expected<Json> parse() {
@@ -29,7 +29,7 @@ public:
         return value;
     }
 
-private:
+  private:
     bool fail(const std::string& what) {
         message_ = what + " at offset " + std::to_string(pos_);
         return false;
@@ -165,13 +165,12 @@ private:
         }
         const std::string_view mantissa = text.substr(0, e);
         const size_t point = mantissa.find('.');
-        const std::string_view integer = mantissa.substr(negative ? 1 : 0,
-                                                         point == std::string_view::npos
-                                                             ? std::string_view::npos
-                                                             : point - (negative ? 1 : 0));
+        const std::string_view integer = mantissa.substr(
+            negative ? 1 : 0,
+            point == std::string_view::npos ? std::string_view::npos : point - (negative ? 1 : 0));
         const bool integer_nonzero = integer.find_first_not_of('0') != std::string_view::npos;
-        const bool large = integer_nonzero ? exponent + static_cast<long>(integer.size()) > 0
-                                           : exponent > 0;
+        const bool large =
+            integer_nonzero ? exponent + static_cast<long>(integer.size()) > 0 : exponent > 0;
         const double magnitude = large ? HUGE_VAL : 0.0;
         return negative ? -magnitude : magnitude;
     }
@@ -231,14 +230,30 @@ private:
             const char e = s_[pos_ + 1];
             pos_ += 2;
             switch (e) {
-                case '"': out += '"'; break;
-                case '\\': out += '\\'; break;
-                case '/': out += '/'; break;
-                case 'b': out += '\b'; break;
-                case 'f': out += '\f'; break;
-                case 'n': out += '\n'; break;
-                case 'r': out += '\r'; break;
-                case 't': out += '\t'; break;
+                case '"':
+                    out += '"';
+                    break;
+                case '\\':
+                    out += '\\';
+                    break;
+                case '/':
+                    out += '/';
+                    break;
+                case 'b':
+                    out += '\b';
+                    break;
+                case 'f':
+                    out += '\f';
+                    break;
+                case 'n':
+                    out += '\n';
+                    break;
+                case 'r':
+                    out += '\r';
+                    break;
+                case 't':
+                    out += '\t';
+                    break;
                 case 'u': {
                     uint32_t cp = 0;
                     if (!read_hex4(pos_, cp)) return fail("Invalid \\uXXXX escape");
@@ -256,7 +271,8 @@ private:
                     append_utf8(out, cp);
                     break;
                 }
-                default: return fail("Invalid \\escape");
+                default:
+                    return fail("Invalid \\escape");
             }
         }
     }
@@ -324,6 +340,8 @@ private:
 
 }  // namespace
 
-Expected<Json> parse_json(std::string_view text) { return Parser(text).parse(); }
+Expected<Json> parse_json(std::string_view text) {
+    return Parser(text).parse();
+}
 
 }  // namespace dsv4::chat

@@ -93,7 +93,8 @@ Status sort_tool_results_by_call_order(std::vector<Json*>& messages) {
                     if (function != nullptr && !function->is_object()) {
                         return error("a tool call's function is not an object");
                     }
-                    const Json* function_id = function != nullptr ? py_get(*function, "id") : nullptr;
+                    const Json* function_id =
+                        function != nullptr ? py_get(*function, "id") : nullptr;
                     id = function_id != nullptr ? function_id : &fallback_id;
                 }
                 if (py_truthy(*id)) {
@@ -121,9 +122,8 @@ Status sort_tool_results_by_call_order(std::vector<Json*>& messages) {
                     auto it = call_order.find(*key);
                     keys.emplace_back(it == call_order.end() ? 0 : it->second, i);
                 }
-                std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) {
-                    return a.first < b.first;
-                });
+                std::stable_sort(keys.begin(), keys.end(),
+                                 [](const auto& a, const auto& b) { return a.first < b.first; });
                 size_t next = 0;
                 Json& mutable_blocks = msg["content_blocks"];
                 for (Json& block : mutable_blocks) {

@@ -83,13 +83,27 @@ void dump_string(std::string& out, std::string_view s) {
     out += '"';
     for (char c : s) {
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
             default:
                 if (static_cast<unsigned char>(c) < 0x20) {
                     append_hex(out, "\\u", static_cast<unsigned char>(c), 4);
@@ -103,10 +117,18 @@ void dump_string(std::string& out, std::string_view s) {
 
 void dump(std::string& out, const Json& v) {
     switch (v.type()) {
-        case Json::value_t::null: out += "null"; break;
-        case Json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-        case Json::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
-        case Json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
+        case Json::value_t::null:
+            out += "null";
+            break;
+        case Json::value_t::boolean:
+            out += v.get<bool>() ? "true" : "false";
+            break;
+        case Json::value_t::number_integer:
+            out += std::to_string(v.get<int64_t>());
+            break;
+        case Json::value_t::number_unsigned:
+            out += std::to_string(v.get<uint64_t>());
+            break;
         case Json::value_t::number_float: {
             const double d = v.get<double>();
             if (std::isnan(d)) {
@@ -118,7 +140,9 @@ void dump(std::string& out, const Json& v) {
             }
             break;
         }
-        case Json::value_t::string: dump_string(out, v.get_ref<const std::string&>()); break;
+        case Json::value_t::string:
+            dump_string(out, v.get_ref<const std::string&>());
+            break;
         case Json::value_t::array: {
             out += '[';
             bool first = true;
@@ -143,8 +167,12 @@ void dump(std::string& out, const Json& v) {
             out += '}';
             break;
         }
-        case Json::value_t::binary: out += is_big_int(v) ? big_int_digits(v) : "null"; break;
-        case Json::value_t::discarded: out += "null"; break;
+        case Json::value_t::binary:
+            out += is_big_int(v) ? big_int_digits(v) : "null";
+            break;
+        case Json::value_t::discarded:
+            out += "null";
+            break;
     }
 }
 
@@ -186,17 +214,26 @@ std::string big_int_digits(const Json& value) {
 
 bool py_truthy(const Json& value) {
     switch (value.type()) {
-        case Json::value_t::null: return false;
-        case Json::value_t::boolean: return value.get<bool>();
-        case Json::value_t::number_integer: return value.get<int64_t>() != 0;
-        case Json::value_t::number_unsigned: return value.get<uint64_t>() != 0;
-        case Json::value_t::number_float: return value.get<double>() != 0.0;
+        case Json::value_t::null:
+            return false;
+        case Json::value_t::boolean:
+            return value.get<bool>();
+        case Json::value_t::number_integer:
+            return value.get<int64_t>() != 0;
+        case Json::value_t::number_unsigned:
+            return value.get<uint64_t>() != 0;
+        case Json::value_t::number_float:
+            return value.get<double>() != 0.0;
         // nlohmann's empty() is false for every string, hence the explicit check.
-        case Json::value_t::string: return !value.get_ref<const std::string&>().empty();
+        case Json::value_t::string:
+            return !value.get_ref<const std::string&>().empty();
         case Json::value_t::array:
-        case Json::value_t::object: return !value.empty();
-        case Json::value_t::binary: return is_big_int(value);
-        case Json::value_t::discarded: return false;
+        case Json::value_t::object:
+            return !value.empty();
+        case Json::value_t::binary:
+            return is_big_int(value);
+        case Json::value_t::discarded:
+            return false;
     }
     return false;
 }
@@ -244,12 +281,18 @@ std::string py_float_repr(double value) {
 
 std::string py_repr(const Json& value) {
     switch (value.type()) {
-        case Json::value_t::null: return "None";
-        case Json::value_t::boolean: return value.get<bool>() ? "True" : "False";
-        case Json::value_t::number_integer: return std::to_string(value.get<int64_t>());
-        case Json::value_t::number_unsigned: return std::to_string(value.get<uint64_t>());
-        case Json::value_t::number_float: return py_float_repr(value.get<double>());
-        case Json::value_t::string: return repr_string(value.get_ref<const std::string&>());
+        case Json::value_t::null:
+            return "None";
+        case Json::value_t::boolean:
+            return value.get<bool>() ? "True" : "False";
+        case Json::value_t::number_integer:
+            return std::to_string(value.get<int64_t>());
+        case Json::value_t::number_unsigned:
+            return std::to_string(value.get<uint64_t>());
+        case Json::value_t::number_float:
+            return py_float_repr(value.get<double>());
+        case Json::value_t::string:
+            return repr_string(value.get_ref<const std::string&>());
         case Json::value_t::array: {
             std::string out = "[";
             bool first = true;
@@ -270,8 +313,10 @@ std::string py_repr(const Json& value) {
             }
             return out + "}";
         }
-        case Json::value_t::binary: return is_big_int(value) ? big_int_digits(value) : "b''";
-        case Json::value_t::discarded: return "None";
+        case Json::value_t::binary:
+            return is_big_int(value) ? big_int_digits(value) : "b''";
+        case Json::value_t::discarded:
+            return "None";
     }
     return "None";
 }
@@ -287,14 +332,20 @@ std::string py_json_dumps(const Json& value) {
     return out;
 }
 
-std::string dump_json(const Json& value) { return py_json_dumps(value); }
+std::string dump_json(const Json& value) {
+    return py_json_dumps(value);
+}
 
 std::optional<std::string> py_key(const Json& value) {
     switch (value.type()) {
-        case Json::value_t::null: return "N";
-        case Json::value_t::boolean: return value.get<bool>() ? "I1" : "I0";
-        case Json::value_t::number_integer: return "I" + std::to_string(value.get<int64_t>());
-        case Json::value_t::number_unsigned: return "I" + std::to_string(value.get<uint64_t>());
+        case Json::value_t::null:
+            return "N";
+        case Json::value_t::boolean:
+            return value.get<bool>() ? "I1" : "I0";
+        case Json::value_t::number_integer:
+            return "I" + std::to_string(value.get<int64_t>());
+        case Json::value_t::number_unsigned:
+            return "I" + std::to_string(value.get<uint64_t>());
         case Json::value_t::number_float: {
             const double d = value.get<double>();
             if (std::isnan(d)) {
@@ -305,13 +356,15 @@ std::optional<std::string> py_key(const Json& value) {
             if (std::isfinite(d) && d == std::trunc(d)) return "I" + integral_double_digits(d);
             return "F" + py_float_repr(d);
         }
-        case Json::value_t::string: return "S" + value.get<std::string>();
+        case Json::value_t::string:
+            return "S" + value.get<std::string>();
         case Json::value_t::binary:
             if (is_big_int(value)) return "I" + big_int_digits(value);
             return std::nullopt;
         case Json::value_t::array:
         case Json::value_t::object:
-        case Json::value_t::discarded: return std::nullopt;
+        case Json::value_t::discarded:
+            return std::nullopt;
     }
     return std::nullopt;
 }

@@ -10,14 +10,14 @@ namespace {
 // PCRE2 10.42 carries Unicode 14.0, the version of Python 3.11's unicodedata, so its general
 // categories are exactly the ones the reference ran with.
 class NonPrintable {
-public:
+  public:
     NonPrintable() {
-        static const PCRE2_UCHAR32 pattern[] = {'[', '\\', 'p', '{', 'C', '}', '\\', 'p',
-                                                '{', 'Z', '}', ']', 0};
+        static const PCRE2_UCHAR32 pattern[] = {'[', '\\', 'p', '{', 'C', '}', '\\',
+                                                'p', '{',  'Z', '}', ']', 0};
         int code = 0;
         PCRE2_SIZE offset = 0;
-        re_ = pcre2_compile(pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code,
-                            &offset, nullptr);
+        re_ = pcre2_compile(pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &offset,
+                            nullptr);
         data_ = pcre2_match_data_create(1, nullptr);
     }
     ~NonPrintable() {
@@ -35,7 +35,7 @@ public:
         return pcre2_match(re_, subject, 1, 0, PCRE2_ANCHORED, data_, nullptr) > 0;
     }
 
-private:
+  private:
     pcre2_code* re_ = nullptr;
     pcre2_match_data* data_ = nullptr;
 };

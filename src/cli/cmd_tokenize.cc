@@ -19,6 +19,7 @@ using chat::Json;
 struct TokenizeArgs {
     std::string tokenizer;
     std::string text;
+    bool has_text = false;  // --text given (possibly empty)
     bool decode = false;
     bool v4_added_tokens = false;
     bool no_special = false;
@@ -100,7 +101,7 @@ int run_tokenize(const TokenizeArgs& a) {
         return 2;
     }
     const bool parse_special = !a.no_special;
-    if (!a.text.empty()) {
+    if (a.has_text) {
         write_line(ids_line(tokenizer->encode(a.text, parse_special)));
         return 0;
     }
@@ -199,25 +200,30 @@ void add_tokenize_commands(CLI::App& app) {
                   "Replace the file's added tokens by DeepSeek-V4's (for the V3 tokenizer.json)");
     cmd->add_flag("--no-special", tok->no_special,
                   "Encode tokens flagged special (BOS, EOS, ...) as plain text");
-    cmd->callback([tok] { set_exit_code(run_tokenize(*tok)); });
+    cmd->callback([tok, text] {
+        tok->has_text = text->count() > 0;
+        set_exit_code(run_tokenize(*tok));
+    });
 
     auto enc = std::make_shared<ChatArgs>();
-    CLI::App* encode = app.add_subcommand(
-        "chat-encode",
-        "Messages to a DeepSeek-V4 prompt: {\"messages\": [...], \"kwargs\": {...}} lines -> "
-        "{\"prompt\": ...} or {\"error\": true, \"message\": ...}");
+    CLI::App* encode =
+        app.add_subcommand("chat-encode", "Messages to a DeepSeek-V4 prompt (JSON lines)");
     encode->footer(
-        "kwargs as in DeepSeek's encode_messages: thinking_mode (\"chat\" | \"thinking\"), "
-        "reasoning_effort, drop_thinking, add_default_bos_token, context.");
+        "Reads {\"messages\": [...], \"kwargs\": {...}} lines, writes {\"prompt\": ...} or "
+        "{\"error\": true, \"message\": ...}. kwargs as in DeepSeek's encode_messages: "
+        "thinking_mode (\"chat\" | \"thinking\"), reasoning_effort, drop_thinking, "
+        "add_default_bos_token, context.");
     encode
         ->add_option("--encoding", enc->encoding, "Encoder release: v4 (default) or v4-flash-0731")
         ->capture_default_str();
     encode->callback([enc] { set_exit_code(run_chat_encode(*enc)); });
 
-    CLI::App* parse = app.add_subcommand(
-        "chat-parse",
-        "A generated assistant turn to a message: {\"text\": ..., \"thinking_mode\": ...} lines "
-        "-> {\"result\": {...}} or {\"error\": true, \"message\": ...}");
+    CLI::App* parse =
+        app.add_subcommand("chat-parse", "A generated DeepSeek-V4 turn to a message (JSON lines)");
+    parse->footer(
+        "Reads {\"text\": ..., \"thinking_mode\": \"chat\" | \"thinking\"} lines, writes "
+        "{\"result\": {role, content, reasoning_content, tool_calls}} or {\"error\": true, "
+        "\"message\": ...}.");
     parse->callback([] { set_exit_code(run_chat_parse()); });
 }
 

@@ -12,9 +12,8 @@ Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std
         return error(file, ": no tokenizer.json (pass --tokenizer PATH)");
     auto tok = Tokenizer::load(file);
     if (!tok) return tok.status();
-    // V4 puts <think> at 128821; the V3 table has it at 128798.
-    const auto think = tok->token_to_id("<think>");
-    if (think && *think != 128821) {
+    // V4 has <think> at 128821; DeepSeek-V3's table has it elsewhere or not at all.
+    if (tok->token_to_id("<think>") != 128821) {
         const auto table = deepseek_v4_added_tokens();
         DSV4_RETURN_IF_ERROR(tok->set_added_tokens(table, AddedTokensMode::kReplace));
         std::fprintf(stderr, "note: %s has the DeepSeek-V3 special tokens; using V4's table\n",

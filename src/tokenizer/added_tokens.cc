@@ -70,7 +70,7 @@ void AddedTokenTable::Trie::add(std::string_view content, int32_t token) {
 }
 
 std::pair<int32_t, size_t> AddedTokenTable::Trie::longest_at(std::string_view text,
-                                                              size_t pos) const {
+                                                             size_t pos) const {
     std::pair<int32_t, size_t> best{-1, 0};
     if (!first[static_cast<uint8_t>(text[pos])]) return best;
     int32_t node = 0;
@@ -98,8 +98,8 @@ Status AddedTokenTable::set(std::vector<AddedToken> tokens) {
         if (t.id < 0) return error("added token \"", t.content, "\" has negative id ", t.id);
         if (t.content.empty()) return error("added token ", t.id, " has empty content");
         if (!by_id.emplace(t.id, i).second) {
-            return error("added token id ", t.id, " appears twice (\"",
-                         tokens[by_id[t.id]].content, "\" and \"", t.content, "\")");
+            return error("added token id ", t.id, " appears twice (\"", tokens[by_id[t.id]].content,
+                         "\" and \"", t.content, "\")");
         }
         if (!by_content.emplace(t.content, i).second) {
             return error("added token \"", t.content, "\" appears twice (ids ",
@@ -112,7 +112,8 @@ Status AddedTokenTable::set(std::vector<AddedToken> tokens) {
     raw_.clear();
     normalized_.clear();
     for (size_t i = 0; i < tokens_.size(); ++i) {
-        (tokens_[i].normalized ? normalized_ : raw_).add(tokens_[i].content, static_cast<int32_t>(i));
+        (tokens_[i].normalized ? normalized_ : raw_)
+            .add(tokens_[i].content, static_cast<int32_t>(i));
     }
     return Status::ok();
 }

@@ -17,7 +17,7 @@
 namespace dsv4::tok {
 
 class AddedTokenTable {
-public:
+  public:
     // Validates and installs the table: ids >= 0, non-empty contents, no id or content twice.
     Status set(std::vector<AddedToken> tokens);
 
@@ -43,7 +43,7 @@ public:
         });
     }
 
-private:
+  private:
     // A byte trie over the contents of one matching set.
     struct Trie {
         struct Node {

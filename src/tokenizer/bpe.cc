@@ -105,8 +105,8 @@ Expected<std::unique_ptr<Bpe>> Bpe::build(
             const std::string& missing = l == bpe->vocab_.end()   ? left
                                          : r == bpe->vocab_.end() ? right
                                                                   : left + right;
-            return error("merge #", rank, " (", printable(left), " ", printable(right), "): ",
-                         printable(missing), " is not in the vocab");
+            return error("merge #", rank, " (", printable(left), " ", printable(right),
+                         "): ", printable(missing), " is not in the vocab");
         }
         bpe->merges_.insert(l->second, r->second, static_cast<int32_t>(rank), m->second);
     }
@@ -159,7 +159,8 @@ void Bpe::merge_long(std::vector<int32_t>& ids) const {
     };
     const auto n = static_cast<int32_t>(ids.size());
     std::vector<Symbol> symbols(ids.size());
-    for (int32_t i = 0; i < n; ++i) symbols[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, true};
+    for (int32_t i = 0; i < n; ++i)
+        symbols[i] = Symbol{ids[i], i - 1, i + 1 < n ? i + 1 : -1, true};
     std::vector<Candidate> storage;
     storage.reserve(ids.size());
     std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(storage));

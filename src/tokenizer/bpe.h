@@ -19,7 +19,7 @@ namespace dsv4::tok {
 
 // (left id, right id) -> (rank, merged id), open addressing (the merge loop's hot lookup).
 class PairMap {
-public:
+  public:
     struct Entry {
         uint64_t key;
         int32_t rank;
@@ -39,7 +39,7 @@ public:
     }
     size_t size() const { return size_; }
 
-private:
+  private:
     static constexpr uint64_t kEmpty = ~uint64_t{0};
     static uint64_t pack(int32_t a, int32_t b) {
         return (uint64_t{static_cast<uint32_t>(a)} << 32) | static_cast<uint32_t>(b);
@@ -54,7 +54,7 @@ private:
 };
 
 class Bpe {
-public:
+  public:
     struct Options {
         bool ignore_merges = false;  // a piece that is itself a vocab token is taken whole
         size_t cache_capacity = 1 << 16;
@@ -83,7 +83,7 @@ public:
     size_t vocab_size() const { return vocab_.size(); }
     size_t merge_count() const { return merges_.size(); }
 
-private:
+  private:
     Bpe() = default;
 
     std::unordered_map<std::string, int32_t> vocab_;

@@ -11,7 +11,7 @@
 namespace dsv4::tok {
 
 class ByteLevel {
-public:
+  public:
     static const ByteLevel& get();
 
     // UTF-8 of the code point standing for byte b.
@@ -21,7 +21,7 @@ public:
     // alphabet (HF's decoder then keeps the token's own UTF-8, and so does ours).
     std::optional<std::string> token_bytes(std::string_view token) const;
 
-private:
+  private:
     ByteLevel();
     std::array<std::string, 256> chars_;
     static constexpr int kMaxCodePoint = 256 + 68;

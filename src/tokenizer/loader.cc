@@ -76,8 +76,9 @@ Expected<PreTokenizer> make_pre_tokenizer(const json& p) {
         items.push_back(&p);
     }
     if (items.empty() || type_of(*items.back()) != "ByteLevel") {
-        return error("the pre-tokenizer must end with ByteLevel (only byte-level BPE is "
-                     "supported)");
+        return error(
+            "the pre-tokenizer must end with ByteLevel (only byte-level BPE is "
+            "supported)");
     }
     std::vector<SplitStep> steps;
     for (size_t i = 0; i < items.size(); ++i) {

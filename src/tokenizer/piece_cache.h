@@ -14,7 +14,7 @@
 namespace dsv4::tok {
 
 class PieceCache {
-public:
+  public:
     static constexpr size_t kMaxPieceBytes = 128;
 
     explicit PieceCache(size_t slots = 1 << 16) { set_capacity(slots); }
@@ -49,7 +49,7 @@ public:
         mask_ = slots == 0 ? 0 : n - 1;
     }
 
-private:
+  private:
     struct Slot {
         uint64_t hash = 0;
         std::string key;

@@ -21,7 +21,7 @@ struct SplitStep {
 };
 
 class PreTokenizer {
-public:
+  public:
     PreTokenizer() = default;
     explicit PreTokenizer(std::vector<SplitStep> steps) : steps_(std::move(steps)) {}
 
@@ -31,7 +31,7 @@ public:
         split(text, 0, f);
     }
 
-private:
+  private:
     template <typename F>
     void split(std::string_view piece, size_t step, F& f) const {
         if (piece.empty()) return;

@@ -61,6 +61,37 @@ std::string word_class() {
            std::string(unicode16_delta('M')) + "\\p{Nd}\\p{Pc}";
 }
 
+// \p{X} / \pX / \P{X} at pattern[i] (the letter after the backslash); advances i past it.
+// The five major categories gain the code points Unicode assigned after PCRE2's tables.
+Expected<std::string> translate_property(std::string_view pattern, size_t& i, bool in_class) {
+    const char e = pattern[i];
+    size_t end = i + 1;
+    std::string name;
+    if (end < pattern.size() && pattern[end] == '{') {
+        const size_t close = pattern.find('}', end);
+        if (close == std::string_view::npos) {
+            return error("regex /", pattern, "/: unterminated \\", e, "{");
+        }
+        name = std::string(pattern.substr(end + 1, close - end - 1));
+        end = close + 1;
+    } else if (end < pattern.size()) {
+        name = std::string(1, pattern[end]);
+        end += 1;
+    }
+    i = end - 1;
+    const std::string_view delta = name.size() == 1 ? unicode16_delta(name[0]) : std::string_view();
+    const std::string original = "\\" + std::string(1, e) + "{" + name + "}";
+    if (delta.empty()) return original;
+    if (e == 'p') {
+        return in_class ? original + std::string(delta) : "[" + original + std::string(delta) + "]";
+    }
+    if (in_class) {
+        return error("regex /", pattern, "/: \\P{", name,
+                     "} inside a character class is not supported");
+    }
+    return "[^\\p{" + name + "}" + std::string(delta) + "]";
+}
+
 }  // namespace
 
 Regex::Regex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -106,10 +137,9 @@ bool Regex::find(std::string_view subject, size_t start, Match& match) const {
 
 bool Regex::full_match(std::string_view subject) const {
     MatchScratch& s = scratch();
-    const int rc = pcre2_match(impl_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()),
-                               subject.size(), 0,
-                               PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_NO_UTF_CHECK, s.data,
-                               s.context);
+    const int rc =
+        pcre2_match(impl_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0,
+                    PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_NO_UTF_CHECK, s.data, s.context);
     return rc >= 0;
 }
 
@@ -125,7 +155,8 @@ Expected<std::string> onig_to_pcre2(std::string_view pattern) {
             const char e = pattern[++i];
             switch (e) {
                 case 's':
-                    out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+                    out +=
+                        in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
                     continue;
                 case 'w':
                     out += in_class ? word_class() : "[" + word_class() + "]";
@@ -140,35 +171,9 @@ Expected<std::string> onig_to_pcre2(std::string_view pattern) {
                     continue;
                 case 'p':
                 case 'P': {
-                    // \p{X} / \pX: the five major categories get the Unicode 16 additions.
-                    size_t end = i + 1;
-                    std::string name;
-                    if (end < pattern.size() && pattern[end] == '{') {
-                        const size_t close = pattern.find('}', end);
-                        if (close == std::string_view::npos) {
-                            return error("regex /", pattern, "/: unterminated \\", e, "{");
-                        }
-                        name = std::string(pattern.substr(end + 1, close - end - 1));
-                        end = close + 1;
-                    } else if (end < pattern.size()) {
-                        name = std::string(1, pattern[end]);
-                        end += 1;
-                    }
-                    const std::string_view delta =
-                        name.size() == 1 ? unicode16_delta(name[0]) : std::string_view();
-                    const std::string original = "\\" + std::string(1, e) + "{" + name + "}";
-                    i = end - 1;
-                    if (delta.empty()) {
-                        out += original;
-                    } else if (e == 'p') {
-                        out += in_class ? original + std::string(delta)
-                                        : "[" + original + std::string(delta) + "]";
-                    } else if (!in_class) {
-                        out += "[^\\p{" + name + "}" + std::string(delta) + "]";
-                    } else {
-                        return error("regex /", pattern, "/: \\P{", name,
-                                     "} inside a character class is not supported");
-                    }
+                    DSV4_ASSIGN_OR_RETURN(std::string translated,
+                                          translate_property(pattern, i, in_class));
+                    out += translated;
                     continue;
                 }
                 case 'h':

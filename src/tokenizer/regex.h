@@ -18,7 +18,7 @@ struct Match {
 };
 
 class Regex {
-public:
+  public:
     // Compiles a PCRE2 pattern (UTF, UCP); `literal` compiles the text as a plain string.
     static Expected<Regex> compile(std::string_view pattern, bool literal = false);
 
@@ -36,7 +36,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     explicit Regex(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

@@ -45,9 +45,8 @@ void Tokenizer::Impl::rebuild_decode_table() {
 
 void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
     auto encode_valid = [&](std::string_view run) {
-        pre_tokenizer.for_each_piece(run, [&](std::string_view piece) {
-            bpe->encode_piece(piece, out);
-        });
+        pre_tokenizer.for_each_piece(
+            run, [&](std::string_view piece) { bpe->encode_piece(piece, out); });
     };
     size_t run_start = 0;
     size_t pos = 0;
@@ -65,7 +64,8 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
         // its own, and each bad byte becomes its byte-level token.
         encode_valid(text.substr(run_start, pos - run_start));
         const size_t bad = tok::utf8_invalid_subpart(text, pos);
-        for (size_t i = 0; i < bad; ++i) out.push_back(bpe->byte_id(static_cast<uint8_t>(text[pos + i])));
+        for (size_t i = 0; i < bad; ++i)
+            out.push_back(bpe->byte_id(static_cast<uint8_t>(text[pos + i])));
         pos += bad;
         run_start = pos;
     }
@@ -135,14 +135,17 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
     return impl_->bytes[id];
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->bytes.size()); }
+int32_t Tokenizer::vocab_size() const {
+    return static_cast<int32_t>(impl_->bytes.size());
+}
 
 Status Tokenizer::set_added_tokens(std::span<const AddedToken> tokens, AddedTokensMode mode) {
     std::vector<AddedToken> table;
     if (mode == AddedTokensMode::kOverlay) {
         for (const AddedToken& old : impl_->added.tokens()) {
             bool replaced = false;
-            for (const AddedToken& t : tokens) replaced |= t.id == old.id || t.content == old.content;
+            for (const AddedToken& t : tokens)
+                replaced |= t.id == old.id || t.content == old.content;
             if (!replaced) table.push_back(old);
         }
     }
@@ -152,7 +155,9 @@ Status Tokenizer::set_added_tokens(std::span<const AddedToken> tokens, AddedToke
     return Status::ok();
 }
 
-std::vector<AddedToken> Tokenizer::added_tokens() const { return impl_->added.tokens(); }
+std::vector<AddedToken> Tokenizer::added_tokens() const {
+    return impl_->added.tokens();
+}
 
 std::string TokenStreamDecoder::push(int32_t id) {
     pending_ += tokenizer_->token_bytes(id);

@@ -48,12 +48,18 @@ constexpr std::string_view kDeltaS =
 // The PCRE2 class content to add to \p{<category>} (category one of L M N P S), else empty.
 inline std::string_view unicode16_delta(char category) {
     switch (category) {
-        case 'L': return kDeltaL;
-        case 'M': return kDeltaM;
-        case 'N': return kDeltaN;
-        case 'P': return kDeltaP;
-        case 'S': return kDeltaS;
-        default: return {};
+        case 'L':
+            return kDeltaL;
+        case 'M':
+            return kDeltaM;
+        case 'N':
+            return kDeltaN;
+        case 'P':
+            return kDeltaP;
+        case 'S':
+            return kDeltaS;
+        default:
+            return {};
     }
 }
 

@@ -32,8 +32,8 @@ size_t matched_prefix(std::string_view s, size_t pos, const Lead& lead) {
     size_t k = 1;
     while (k < lead.length && pos + k < s.size()) {
         const auto b = static_cast<uint8_t>(s[pos + k]);
-        const bool ok = k == 1 ? (b >= lead.second_lo && b <= lead.second_hi)
-                               : (b >= 0x80 && b <= 0xBF);
+        const bool ok =
+            k == 1 ? (b >= lead.second_lo && b <= lead.second_hi) : (b >= 0x80 && b <= 0xBF);
         if (!ok) break;
         ++k;
     }

@@ -45,7 +45,8 @@ TEST(ChatOptions, ThinkingDropsEarlierReasoning) {
 TEST(ChatOptions, ReasoningEffortPerVersion) {
     const Json m = *parse_json(R"([{"role": "user", "content": "Q"}])");
     const std::string tail = "<｜User｜>Q<｜Assistant｜><think>";
-    const std::string absolute = "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n";
+    const std::string absolute =
+        "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n";
     const std::string beyond = "Reasoning Effort: Beyond maximum — exhaustive, relentless";
     EncodeOptions o;
     // The original release: null and high are the same; max adds the Absolute paragraph.
@@ -83,7 +84,8 @@ TEST(ChatOptions, VersionNames) {
 TEST(ChatOptions, ContextIsNotEmitted) {
     EncodeOptions o;
     o.context = messages();
-    const Json next = *parse_json(R"([{"role": "assistant", "content": "4", "reasoning_content": "add"}])");
+    const Json next =
+        *parse_json(R"([{"role": "assistant", "content": "4", "reasoning_content": "add"}])");
     // No BOS with a context; the new assistant turn follows the last user, so it keeps its
     // reasoning.
     EXPECT_EQ(encode_or_fail(next, o), "add</think>4<｜end▁of▁sentence｜>");
@@ -92,9 +94,8 @@ TEST(ChatOptions, ContextIsNotEmitted) {
 TEST(ChatOptions, KeywordArgumentErrors) {
     const Json m = messages();
     EXPECT_FALSE(encode_messages_kwargs(m, *parse_json(R"({"drop_thinking": true})")).has_value());
-    EXPECT_FALSE(
-        encode_messages_kwargs(m, *parse_json(R"({"thinking_mode": "chat", "tools": []})"))
-            .has_value());
+    EXPECT_FALSE(encode_messages_kwargs(m, *parse_json(R"({"thinking_mode": "chat", "tools": []})"))
+                     .has_value());
     EXPECT_FALSE(encode_messages_kwargs(m, *parse_json("[]")).has_value());
     // thinking_mode is only checked when something is rendered.
     EXPECT_EQ(*encode_messages_kwargs(Json::array(), *parse_json(R"({"thinking_mode": "bad"})")),

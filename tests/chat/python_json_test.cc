@@ -40,7 +40,8 @@ TEST(PythonJson, NumbersComeBackAsPythonPrintsThem) {
 }
 
 TEST(PythonJson, StringsAndContainers) {
-    EXPECT_EQ(roundtrip(R"({"a": [1, {"b": null}], "c": true})"), R"({"a": [1, {"b": null}], "c": true})");
+    EXPECT_EQ(roundtrip(R"({"a": [1, {"b": null}], "c": true})"),
+              R"({"a": [1, {"b": null}], "c": true})");
     EXPECT_EQ(roundtrip(R"({"b":1,"a":2})"), R"({"b": 1, "a": 2})");  // order kept
     EXPECT_EQ(roundtrip(R"({"a": 1, "b": 2, "a": 3})"), R"({"a": 3, "b": 2})");
     EXPECT_EQ(roundtrip(R"("\u00e9\ud83d\ude00 \/")"), "\"é😀 /\"");

@@ -45,10 +45,9 @@ TEST(TokenizerGolden, V4PlainTextVector) {
     const Tokenizer* tok = test::deepseek_v4_tokenizer();
     ASSERT_NE(tok, nullptr);
     const std::string text = "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ";
-    const std::vector<int32_t> expected = {19923, 3,     223,   5464, 5008,  1175, 19,
-                                           940,   223,   19,    438,  223,   20,   6113,
-                                           257,   76589, 131,   100,  76032, 1628, 76589,
-                                           131,   108,   76589, 131,  98};
+    const std::vector<int32_t> expected = {19923, 3,    223,   5464, 5008, 1175,  19,    940, 223,
+                                           19,    438,  223,   20,   6113, 257,   76589, 131, 100,
+                                           76032, 1628, 76589, 131,  108,  76589, 131,   98};
     EXPECT_EQ(tok->encode(text), expected);
     EXPECT_EQ(tok->decode(expected), text);
 }
@@ -68,11 +67,21 @@ TEST(TokenizerGolden, V4TableIds) {
     ASSERT_NE(tok, nullptr);
     EXPECT_EQ(tok->vocab_size(), 129280);
     const std::pair<const char*, int32_t> ids[] = {
-        {"<｜begin▁of▁sentence｜>", 0}, {"<｜end▁of▁sentence｜>", 1}, {"<｜System｜>", 128799},
-        {"<｜User｜>", 128803},          {"<｜Assistant｜>", 128804},   {"<think>", 128821},
-        {"</think>", 128822},            {"｜DSML｜", 128825},          {"<｜latest_reminder｜>", 128828},
-        {"<｜action｜>", 128829},        {"<｜query｜>", 128830},       {"<｜authority｜>", 128831},
-        {"<｜domain｜>", 128832},        {"<｜title｜>", 128836},       {"<｜read_url｜>", 128845},
+        {"<｜begin▁of▁sentence｜>", 0},
+        {"<｜end▁of▁sentence｜>", 1},
+        {"<｜System｜>", 128799},
+        {"<｜User｜>", 128803},
+        {"<｜Assistant｜>", 128804},
+        {"<think>", 128821},
+        {"</think>", 128822},
+        {"｜DSML｜", 128825},
+        {"<｜latest_reminder｜>", 128828},
+        {"<｜action｜>", 128829},
+        {"<｜query｜>", 128830},
+        {"<｜authority｜>", 128831},
+        {"<｜domain｜>", 128832},
+        {"<｜title｜>", 128836},
+        {"<｜read_url｜>", 128845},
         {"<｜image｜>", 129279},
     };
     for (const auto& [token, id] : ids) {

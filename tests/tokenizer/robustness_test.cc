@@ -19,7 +19,12 @@ bool valid_utf8(std::string_view s) {
     size_t i = 0;
     while (i < s.size()) {
         const auto b = static_cast<unsigned char>(s[i]);
-        const size_t n = b < 0x80 ? 1 : b < 0xC2 ? 0 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : b < 0xF5 ? 4 : 0;
+        const size_t n = b < 0x80   ? 1
+                         : b < 0xC2 ? 0
+                         : b < 0xE0 ? 2
+                         : b < 0xF0 ? 3
+                         : b < 0xF5 ? 4
+                                    : 0;
         if (n == 0 || i + n > s.size()) return false;
         uint32_t cp = n == 1 ? b : b & (0x7F >> n);
         for (size_t k = 1; k < n; ++k) {
@@ -40,9 +45,23 @@ TEST(TokenizerRobustness, ArbitraryBytesRoundTrip) {
     const Tokenizer* tok = test::deepseek_tokenizer();
     ASSERT_NE(tok, nullptr);
     std::mt19937 rng(7);
-    const std::string alphabet[] = {"a", " ", "\n", "1", "!", "é", "中", "😀", "<｜User｜>",
-                                    "\xC3", "\xE4\xB8", "\xF0\x9F\x98", "\x80", "\xFF", "\xED\xA0\x80",
-                                    "\xC0\xAF", std::string(1, '\0')};
+    const std::string alphabet[] = {"a",
+                                    " ",
+                                    "\n",
+                                    "1",
+                                    "!",
+                                    "é",
+                                    "中",
+                                    "😀",
+                                    "<｜User｜>",
+                                    "\xC3",
+                                    "\xE4\xB8",
+                                    "\xF0\x9F\x98",
+                                    "\x80",
+                                    "\xFF",
+                                    "\xED\xA0\x80",
+                                    "\xC0\xAF",
+                                    std::string(1, '\0')};
     for (int iteration = 0; iteration < 3000; ++iteration) {
         std::string text;
         const int pieces = static_cast<int>(rng() % 24);
@@ -64,8 +83,14 @@ TEST(TokenizerRobustness, InvalidUtf8DecodesToReplacementCharacters) {
     const Tokenizer* tok = test::deepseek_tokenizer();
     ASSERT_NE(tok, nullptr);
     // One U+FFFD per maximal invalid subpart, as Rust's from_utf8_lossy.
-    EXPECT_EQ(tok->decode(tok->encode("a\xFF" "b")), "a\uFFFD" "b");
-    EXPECT_EQ(tok->decode(tok->encode("\xE4\xB8" "x")), "\uFFFD" "x");
+    EXPECT_EQ(tok->decode(tok->encode("a\xFF"
+                                      "b")),
+              "a\uFFFD"
+              "b");
+    EXPECT_EQ(tok->decode(tok->encode("\xE4\xB8"
+                                      "x")),
+              "\uFFFD"
+              "x");
     EXPECT_EQ(tok->decode(tok->encode("\xF0\x9F\x98")), "\uFFFD");
     EXPECT_EQ(tok->decode(tok->encode("\xED\xA0\x80")), "\uFFFD\uFFFD\uFFFD");
     // The valid text around a bad byte is encoded as it would be on its own.
@@ -98,9 +123,12 @@ TEST(TokenizerRobustness, OneMegabyteSingleLines) {
     std::string cjk;
     while (cjk.size() < mb) cjk += "中文分词";
     const std::pair<const char*, std::string> lines[] = {
-        {"letters", std::string(mb, 'a')}, {"spaces", std::string(mb, ' ')},
-        {"digits", std::string(mb, '7')},  {"punctuation", std::string(mb, '!')},
-        {"cjk", cjk},                      {"mixed", random_text},
+        {"letters", std::string(mb, 'a')},
+        {"spaces", std::string(mb, ' ')},
+        {"digits", std::string(mb, '7')},
+        {"punctuation", std::string(mb, '!')},
+        {"cjk", cjk},
+        {"mixed", random_text},
         {"bytes", random_bytes},
     };
     for (const auto& [name, text] : lines) {
@@ -146,8 +174,8 @@ TEST(TokenizerRobustness, MergeStrategiesAgree) {
         std::vector<int32_t> a;
         const size_t length = 1 + rng() % 80;
         for (size_t i = 0; i < length; ++i) {
-            const auto b = static_cast<uint8_t>(rng() % 3 == 0 ? rng() % 256
-                                                               : sample[rng() % sample.size()]);
+            const auto b =
+                static_cast<uint8_t>(rng() % 3 == 0 ? rng() % 256 : sample[rng() % sample.size()]);
             a.push_back(bpe.byte_id(b));
         }
         std::vector<int32_t> b = a;

@@ -31,21 +31,21 @@ TEST(TokenizerJson, EncodesLikeHf) {
     const Tokenizer t = tiny();
     const std::pair<std::string, std::vector<int32_t>> cases[] = {
         {"abc abd", {257, 32, 256, 100}},
-        {"a <L>b", {97, 264, 98}},            // lstrip takes the space
-        {"a\u3000 <L>", {97, 264}},           // ... any Unicode whitespace
-        {"<R>  b", {265, 98}},                // rstrip
+        {"a <L>b", {97, 264, 98}},   // lstrip takes the space
+        {"a\u3000 <L>", {97, 264}},  // ... any Unicode whitespace
+        {"<R>  b", {265, 98}},       // rstrip
         {"<R>\u2028x", {265, 120}},
-        {"x<W>", {120, 60, 87, 62}},          // single_word: glued to a word, not matched
+        {"x<W>", {120, 60, 87, 62}},  // single_word: glued to a word, not matched
         {" <W> ", {32, 266, 32}},
         {"<W>", {266}},
         {"_<W>", {95, 60, 87, 62}},
         {"\u00e9<W>", {260, 60, 87, 62}},
         {"<W>1", {60, 87, 62, 49}},
         {"<s>[X]<s>", {262, 263, 262}},
-        {"x<ab>", {120, 267}},                // non-normalized tokens are matched first
+        {"x<ab>", {120, 267}},  // non-normalized tokens are matched first
         {"<s><s>", {262, 262}},
         {"<s><s><s>", {262, 262, 262}},
-        {"123 12", {261, 51, 32, 261}},       // \p{N}{1,2} split before the BPE
+        {"123 12", {261, 51, 32, 261}},  // \p{N}{1,2} split before the BPE
         {"\u00e9\u00e9 ab", {260, 260, 32, 256}},
         {"<L><L> <L>", {264, 264, 264}},
         {"<R> <R> x", {265, 265, 120}},
@@ -106,12 +106,12 @@ TEST(TokenizerJson, AddedTokenTables) {
     EXPECT_FALSE(t.token_to_id("<s>").has_value());
     // Invalid tables are refused and leave the table as it was.
     const AddedToken twice{281, "<new>", true, false, false, false, false};
-    EXPECT_FALSE(t.set_added_tokens(std::vector<AddedToken>{extra, twice},
-                                    AddedTokensMode::kReplace));
-    EXPECT_FALSE(t.set_added_tokens(std::vector<AddedToken>{{-3, "x", true}},
-                                    AddedTokensMode::kReplace));
-    EXPECT_FALSE(t.set_added_tokens(std::vector<AddedToken>{{290, "", true}},
-                                    AddedTokensMode::kReplace));
+    EXPECT_FALSE(
+        t.set_added_tokens(std::vector<AddedToken>{extra, twice}, AddedTokensMode::kReplace));
+    EXPECT_FALSE(
+        t.set_added_tokens(std::vector<AddedToken>{{-3, "x", true}}, AddedTokensMode::kReplace));
+    EXPECT_FALSE(
+        t.set_added_tokens(std::vector<AddedToken>{{290, "", true}}, AddedTokensMode::kReplace));
     EXPECT_EQ(t.encode("<new>"), (std::vector<int32_t>{280}));
 }
 
@@ -124,7 +124,8 @@ TEST(TokenizerJson, UnsupportedComponentsAreNamed) {
     };
     const Case cases[] = {
         {"/normalizer", {{"type", "NFKC"}}, "NFKC"},
-        {"/normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}}}},
+        {"/normalizer",
+         {{"type", "Sequence"}, {"normalizers", {{{"type", "Lowercase"}}}}},
          "Lowercase"},
         {"/pre_tokenizer", {{"type", "Whitespace"}}, "ByteLevel"},
         {"/pre_tokenizer/pretokenizers/0/type", "Digits", "Digits"},
@@ -148,8 +149,7 @@ TEST(TokenizerJson, UnsupportedComponentsAreNamed) {
         j[json::json_pointer(c.pointer)] = c.value;
         auto t = Tokenizer::from_json(j.dump(), "tiny.json");
         ASSERT_FALSE(t.has_value()) << c.pointer << " = " << c.value.dump();
-        EXPECT_NE(t.status().message().find(c.expected), std::string::npos)
-            << t.status().message();
+        EXPECT_NE(t.status().message().find(c.expected), std::string::npos) << t.status().message();
         EXPECT_NE(t.status().message().find("tiny.json"), std::string::npos);
     }
     json no_byte = tiny_json();
