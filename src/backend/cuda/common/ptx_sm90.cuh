@@ -23,10 +23,71 @@ __device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
     return v;
 }
 
+// Loads 16 bytes only when `pred` holds; otherwise `v` keeps its value.
+__device__ __forceinline__ void ldg_v4_if(bool pred, const void* p, uint4& v) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %5, 0;\n"
+        "  @p ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4]; }"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"(static_cast<uint32_t>(pred)));
+}
+
+__device__ __forceinline__ void ldg_v2_if(bool pred, const void* p, uint2& v) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %3, 0;\n"
+        "  @p ld.global.nc.v2.u32 {%0,%1}, [%2]; }"
+        : "+r"(v.x), "+r"(v.y)
+        : "l"(p), "r"(static_cast<uint32_t>(pred)));
+}
+
 __device__ __forceinline__ uint32_t ld_stream_u32(const void* p) {
     uint32_t v;
     asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
+}
+
+// Asynchronous global -> shared copies (LDGSTS). Completion is per thread and counted in commit
+// groups, so a pipeline's depth is explicit (wait_group N) instead of being left to the
+// compiler's scoreboard allocation, which serialises deep register-ring prefetches.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes, L2 only (weights are read once), 256-byte L2 prefetch.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src)
+                 : "memory");
+}
+
+// Predicated form: no copy (and no branch) when `pred` is false.
+__device__ __forceinline__ void cp_async_16_if(bool pred, uint32_t dst, const void* src) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"
+        "  @p cp.async.cg.shared.global.L2::256B [%0], [%1], 16; }" ::"r"(dst),
+        "l"(src), "r"(static_cast<uint32_t>(pred))
+        : "memory");
+}
+
+__device__ __forceinline__ void cp_async_4_if(bool pred, uint32_t dst, const void* src) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"
+        "  @p cp.async.ca.shared.global [%0], [%1], 4; }" ::"r"(dst),
+        "l"(src), "r"(static_cast<uint32_t>(pred))
+        : "memory");
+}
+
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // Selects bytes of {b:a} by the four selector nibbles of `sel` (PRMT).

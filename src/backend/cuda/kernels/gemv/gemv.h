@@ -66,7 +66,7 @@ struct GemvLaunchConfig {
     int sm_count = 0;            // required
     int ctas_per_sm = 0;         // 0: as many as fit
     int min_tiles_per_warp = 0;  // 0: default (4); fewer warps for small matrices
-    int depth = 0;               // loads in flight per lane (0: default 8; 4 and 12 for tuning)
+    int depth = 0;               // loads in flight per lane (0: default 8; 4 for tuning NVFP4)
 };
 
 // Workspace for launches of up to `max_row_blocks_total` (= n_groups * row_blocks) on a GPU

@@ -1,11 +1,11 @@
 // The weight GEMV kernel for sm_90 (one template for all four weight formats) and its typed
 // launcher. Included only by the per-format instantiation files gemv_<format>_sm90.cu.
 //
-// Each warp streams a contiguous range of 512-byte tiles (gemv_layout.h) with `kDepth` 16-byte
-// loads per lane in flight, decodes each tile to bf16 A-fragments in registers (no shared
-// memory) and multiplies them with the activations by mma.m16n8k16 (tokens are the MMA's n
-// columns, so M = 1..8 costs the same instructions as M = 1). docs/kernels/gemv.md has the
-// design and the measurements behind the choices.
+// Each warp streams a contiguous range of 512-byte tiles (gemv_layout.h) through its own ring of
+// `kStages` shared-memory stages filled by cp.async (kStages - 1 tiles in flight per warp),
+// decodes each tile to bf16 A-fragments in registers and multiplies them with the activations by
+// mma.m16n8k16 (tokens are the MMA's n columns, so M = 1..8 costs the same instructions as
+// M = 1). docs/kernels/gemv.md has the design and the measurements behind the choices.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -112,37 +112,29 @@ struct XChunk {
     static constexpr int kFragWords = kLaneK / 2;                   // bf16x2 B-fragment words
 };
 
-template <GemvFormat F, bool kXF32, int kNT>
-__device__ __forceinline__ void load_x(const GemvArgs& a, int group, int tile, int lane,
-                                       uint32_t (&raw)[kNT][XChunk<F, kXF32>::kRawWords]) {
+// Loads one lane's activation chunk (lane_k values) from `p` when `pred` holds; otherwise the
+// registers keep their (finite) values: they then multiply zero-padded weights (k past the end)
+// or feed MMA columns that are never stored (tokens >= m).
+template <GemvFormat F, bool kXF32>
+__device__ __forceinline__ void load_x(bool pred, const char* p,
+                                       uint32_t (&raw)[XChunk<F, kXF32>::kRawWords]) {
     using X = XChunk<F, kXF32>;
-    const int k0 = tile * gemv_tile_k(F) + (lane & 3) * X::kLaneK;
-    const int esize = kXF32 ? 4 : 2;
+    if constexpr (X::kRawWords % 4 == 0) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-        const int token = (lane >> 2) + 8 * nt;
-        if (token < a.m && k0 < a.k) {
-            const char* p = static_cast<const char*>(a.x) +
-                            (static_cast<int64_t>(group) * a.x_group_stride + token * a.ldx + k0) * esize;
-            if constexpr (X::kRawWords % 4 == 0) {
-#pragma unroll
-                for (int v = 0; v < X::kRawWords / 4; ++v) {
-                    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + v);
-                    raw[nt][4 * v + 0] = q.x;
-                    raw[nt][4 * v + 1] = q.y;
-                    raw[nt][4 * v + 2] = q.z;
-                    raw[nt][4 * v + 3] = q.w;
-                }
-            } else {
-                static_assert(X::kRawWords == 2, "bf16 weights with bf16 activations: 8 bytes");
-                const uint2 q = __ldg(reinterpret_cast<const uint2*>(p));
-                raw[nt][0] = q.x;
-                raw[nt][1] = q.y;
-            }
-        } else {
-#pragma unroll
-            for (int v = 0; v < X::kRawWords; ++v) raw[nt][v] = 0u;
+        for (int v = 0; v < X::kRawWords / 4; ++v) {
+            uint4 q = make_uint4(raw[4 * v], raw[4 * v + 1], raw[4 * v + 2], raw[4 * v + 3]);
+            ptx::ldg_v4_if(pred, p + 16 * v, q);
+            raw[4 * v + 0] = q.x;
+            raw[4 * v + 1] = q.y;
+            raw[4 * v + 2] = q.z;
+            raw[4 * v + 3] = q.w;
         }
+    } else {
+        static_assert(X::kRawWords == 2, "bf16 weights with bf16 activations: 8 bytes");
+        uint2 q = make_uint2(raw[0], raw[1]);
+        ptx::ldg_v2_if(pred, p, q);
+        raw[0] = q.x;
+        raw[1] = q.y;
     }
 }
 
@@ -198,7 +190,7 @@ __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, in
     }
 }
 
-// The warp-to-tile split: warp w of W owns tiles [w * total / W, (w + 1) * total / W).
+// The warp-to-tile split: warp w of W owns tiles [w * total / W, (w + 1) * total / W), W <= total.
 struct Split {
     int64_t warps;
     int64_t total;
@@ -246,76 +238,89 @@ __device__ __forceinline__ void reduce_partials(const GemvArgs& a, Split split, 
     if (lane == 0) a.counters[group * a.row_blocks + rb] = 0u;
 }
 
-// Register budget: the common variant (bf16 activations, M <= 8) runs 12 warps per SM (up to
-// 168 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
-// run 8 warps per SM.
+// Register budget: the common variant (bf16 activations, M <= 8) runs 16 warps per SM (up to
+// 128 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
+// run 12.
 template <bool kXF32, int kNT>
-inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 2 : 3;
+inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 3 : 4;
 
-template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kDepth>
+// One pipeline stage of a warp: a tile (32 lanes x 16 bytes) and its scale bytes.
+inline constexpr int kStageBytes = kGemvTileBytes + 64;
+
+template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages>
 __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     gemv_kernel(const __grid_constant__ GemvArgs a) {
     constexpr int kSteps = gemv_ksteps(F);
     constexpr int kScaleBytes = gemv_tile_scale_bytes(F);
     constexpr bool kPostScale = F == GemvFormat::kFp8;
+    constexpr int kXTileBytes = gemv_tile_k(F) * (kXF32 ? 4 : 2);
     using X = XChunk<F, kXF32>;
+    static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "power-of-two stage ring");
+    static_assert(kWarpsPerCta * kStages * kStageBytes <= 48 * 1024, "static shared memory");
+    __shared__ __align__(128) uint8_t stages[kWarpsPerCta][kStages][kStageBytes];
 
     const int lane = static_cast<int>(threadIdx.x) & 31;
-    const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + (threadIdx.x >> 5);
+    const int warp_in_cta = static_cast<int>(threadIdx.x) >> 5;
+    const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta;
     const int T = a.k_tiles;
     const int RB = a.row_blocks;
     const int per_group = RB * T;
-    const Split split{static_cast<int64_t>(gridDim.x) * kWarpsPerCta,
-                      static_cast<int64_t>(per_group) * a.n_groups};
-    const int u0 = split.first(warp);
-    const int u1 = split.first(warp + 1);
+    // At most one warp per tile, so every warp of the split has work and the warps sharing a
+    // row block are consecutive (the partial-sum count below relies on it).
+    const int64_t total = static_cast<int64_t>(per_group) * a.n_groups;
+    const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
+    const Split split{grid_warps < total ? grid_warps : total, total};
 
     // Dependents may start their weight prefetch as soon as SMs free up.
     ptx::griddep_launch_dependents();
-    if (u0 >= u1) return;
+    if (warp >= split.warps) return;
+    const int u0 = split.first(warp);
+    const int u1 = split.first(warp + 1);
 
     auto expert_of = [&](int group) -> int {
         return a.expert_ids != nullptr ? __ldg(a.expert_ids + group) : group;
     };
+    // Stage of the warp's i-th tile (i counted from u0).
+    const uint32_t ring = ptx::smem_addr(&stages[warp_in_cta][0][0]);
+    auto stage = [&](int i) { return ring + static_cast<uint32_t>(i & (kStages - 1)) * kStageBytes; };
 
-    // ---- Load iterator: runs kDepth tiles ahead of the compute.
+    // ---- Issue side: copies the warp's tiles, in order, kStages - 1 ahead of the math. Within
+    // a group the tiles and their scale chunks are contiguous: pointers only jump at a group
+    // boundary.
     int l_group = u0 / per_group;
-    int l_rb = (u0 - l_group * per_group) / T;
-    int l_t = u0 - l_group * per_group - l_rb * T;
+    int l_tile = u0 - l_group * per_group;  // tile index inside the group (row block major)
+    int l_i = 0;                            // tiles issued
     const uint8_t* l_tiles = nullptr;
     const uint8_t* l_scales = nullptr;
     auto l_set = [&]() {
         const int64_t e = expert_of(l_group);
-        const int64_t tile = static_cast<int64_t>(l_rb) * T + l_t;
         l_tiles = static_cast<const uint8_t*>(a.w_tiles) + e * a.w_tiles_expert_stride +
-                  tile * kGemvTileBytes + lane * kGemvLaneBytes;
-        l_scales = static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride;
-        if constexpr (kScaleBytes > 0) {
-            l_scales += tile * kScaleBytes + gemv_lane_scale_offset(F, lane);
-        }
+                  lane * kGemvLaneBytes;
+        l_scales = static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride +
+                   (F == GemvFormat::kFp8 ? 0 : lane * 16);
     };
-    const int fp8_scale_cols = (a.k + 127) / 128;
-    auto l_load = [&](Slot& s) {
-        s.w = ptx::ld_stream_v4(l_tiles);
-        if constexpr (kScaleBytes > 0) {
-            s.s = ptx::ld_stream_u16(l_scales);
-        } else if constexpr (F == GemvFormat::kFp8) {
-            s.s = __float_as_uint(__ldg(reinterpret_cast<const float*>(l_scales) +
-                                        (l_rb >> 3) * fp8_scale_cols + (l_t >> 2)));
-        } else {
-            s.s = 0u;
-        }
-    };
-    auto l_advance = [&]() {
-        l_tiles += kGemvTileBytes;
-        if constexpr (kScaleBytes > 0) l_scales += kScaleBytes;
-        if (++l_t == T) {
-            l_t = 0;
-            if (++l_rb == RB) {
-                l_rb = 0;
-                if (++l_group < a.n_groups) l_set();
+    [[maybe_unused]] const bool scale_lane = lane < (F == GemvFormat::kNvfp4 ? 4 : F == GemvFormat::kMxfp4 ? 2 : 1);
+    const int n_tiles = u1 - u0;
+    auto issue = [&]() {
+        if (l_i < n_tiles) {
+            const uint32_t dst = stage(l_i);
+            ptx::cp_async_16(dst + lane * kGemvLaneBytes,
+                             l_tiles + static_cast<int64_t>(l_tile) * kGemvTileBytes);
+            const uint8_t* sc = l_scales + static_cast<int64_t>(l_tile) * kScaleBytes;
+            if constexpr (F == GemvFormat::kFp8) {
+                ptx::cp_async_4_if(scale_lane, dst + kGemvTileBytes, sc);
+            } else if constexpr (kScaleBytes > 0) {
+                ptx::cp_async_16_if(scale_lane, dst + kGemvTileBytes + lane * 16, sc);
+            }
+            ++l_i;
+            if (++l_tile == per_group && l_i < n_tiles) {
+                ++l_group;
+                l_tile = 0;
+                l_set();
             }
         }
+        // Always commit (an empty group past the end) so the group count stays uniform.
+        ptx::cp_async_commit();
     };
 
     // Expert ids come from the previous kernel (the router): wait for it before the first
@@ -323,126 +328,139 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     const bool ids_from_device = a.expert_ids != nullptr;
     if (ids_from_device) ptx::griddep_wait();
     l_set();
-    Slot ring[kDepth];
-#pragma unroll
-    for (int i = 0; i < kDepth; ++i) {
-        if (u0 + i < u1) {
-            l_load(ring[i]);
-            l_advance();
-        }
-    }
+#pragma unroll 1
+    for (int i = 0; i < kStages - 1; ++i) issue();
     if (!ids_from_device) ptx::griddep_wait();
 
-    // ---- Compute iterator.
+    // ---- Compute side: one segment per row block touched by this warp's range.
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    // Tiles whose activation chunk for this lane lies inside k.
+    const int x_valid_tiles = (a.k - c * gemv_lane_k(F) + gemv_tile_k(F) - 1) / gemv_tile_k(F);
     int c_group = u0 / per_group;
     int c_rb = (u0 - c_group * per_group) / T;
     int c_t = u0 - c_group * per_group - c_rb * T;
     int c_expert = expert_of(c_group);
-    float out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
+    int c_i = 0;  // tiles consumed
+    uint32_t x_cur[kNT][X::kRawWords] = {};
+    for (int u = u0; u < u1;) {
+        const int seg = min(T - c_t, u1 - u);
+        const int t_end = c_t + seg;
+        const float out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
+        // Per n-tile: this lane's activation row (k offset included) and the tiles it loads.
+        const char* x_row[kNT];
+        int x_lim[kNT];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+            const int token = g + 8 * nt;
+            x_row[nt] = static_cast<const char*>(a.x) +
+                        (static_cast<int64_t>(c_group) * a.x_group_stride +
+                         static_cast<int64_t>(token < a.m ? token : 0) * a.ldx +
+                         c * gemv_lane_k(F)) *
+                            (kXF32 ? 4 : 2);
+            x_lim[nt] = token < a.m ? min(t_end, x_valid_tiles) : 0;
+        }
+        float acc[kNT][4];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
+            load_x<F, kXF32>(c_t < x_lim[nt], x_row[nt] + static_cast<int64_t>(c_t) * kXTileBytes,
+                             x_cur[nt]);
+        }
 
-    uint32_t x_raw[kNT][X::kRawWords];
-    load_x<F, kXF32, kNT>(a, c_group, c_t, lane, x_raw);
+        for (int t = c_t; t < t_end; ++t) {
+            // This tile's copies have landed (this lane's; after the warp sync, the scale
+            // lanes' too), and every lane is done with the stage the next issue overwrites.
+            ptx::cp_async_wait<kStages - 2>();
+            __syncwarp();
+            issue();
+            uint32_t x_next[kNT][X::kRawWords];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                for (int v = 0; v < X::kRawWords; ++v) x_next[nt][v] = x_cur[nt][v];
+                load_x<F, kXF32>(t + 1 < x_lim[nt],
+                                 x_row[nt] + static_cast<int64_t>(t + 1) * kXTileBytes, x_next[nt]);
+            }
 
-    float acc[kNT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
-    }
+            const uint32_t src = stage(c_i++);
+            Slot cur;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(cur.w.x), "=r"(cur.w.y), "=r"(cur.w.z), "=r"(cur.w.w)
+                         : "r"(src + lane * kGemvLaneBytes));
+            if constexpr (F == GemvFormat::kNvfp4 || F == GemvFormat::kMxfp4) {
+                unsigned short s16;
+                asm volatile("ld.shared.u16 %0, [%1];"
+                             : "=h"(s16)
+                             : "r"(src + kGemvTileBytes + gemv_lane_scale_offset(F, lane)));
+                cur.s = s16;
+            } else if constexpr (F == GemvFormat::kFp8) {
+                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cur.s) : "r"(src + kGemvTileBytes));
+            } else {
+                cur.s = 0u;
+            }
 
-    for (int base = u0; base < u1; base += kDepth) {
+            uint32_t wa[kSteps][4];
+            Decode<F>::run(cur, wa);
 #pragma unroll
-        for (int i = 0; i < kDepth; ++i) {
-            const int u = base + i;
-            if (u < u1) {
-                const Slot cur = ring[i];
-                if (u + kDepth < u1) {
-                    l_load(ring[i]);
-                    l_advance();
+            for (int nt = 0; nt < kNT; ++nt) {
+                uint32_t xh[X::kFragWords];
+                uint32_t xl[X::kFragWords];
+                x_fragments<F, kXF32>(x_cur[nt], xh, xl);
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                float(&d)[4] = kPostScale ? part : acc[nt];
+#pragma unroll
+                for (int j = 0; j < kSteps; ++j) {
+                    ptx::mma_bf16_16816(d, wa[j], xh[2 * j], xh[2 * j + 1]);
+                    if constexpr (kXF32) ptx::mma_bf16_16816(d, wa[j], xl[2 * j], xl[2 * j + 1]);
                 }
-                // Next tile's coordinates; its activations load while this tile computes.
-                int n_group = c_group;
-                int n_rb = c_rb;
-                int n_t = c_t + 1;
-                if (n_t == T) {
-                    n_t = 0;
-                    if (++n_rb == RB) {
-                        n_rb = 0;
-                        ++n_group;
-                    }
+                if constexpr (kPostScale) {
+                    const float s = __uint_as_float(cur.s);
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) acc[nt][r] = fmaf(s, part[r], acc[nt][r]);
                 }
-                uint32_t x_next[kNT][X::kRawWords];
-                if (u + 1 < u1) load_x<F, kXF32, kNT>(a, n_group, n_t, lane, x_next);
+#pragma unroll
+                for (int v = 0; v < X::kRawWords; ++v) x_cur[nt][v] = x_next[nt][v];
+            }
+        }
 
-                uint32_t wa[kSteps][4];
-                Decode<F>::run(cur, wa);
+        // ---- Row block done (for this warp).
+        if (c_t == 0 && seg == T) {
+            store_y<kYBf16, kNT>(a, c_group, c_rb, lane, acc, out_scale);
+        } else {
+            // Split row block: leave this warp's share; the last warp in sums all shares.
+            const int rb_u0 = (c_group * RB + c_rb) * T;
+            float* mine = partial_slot(a, warp, (u0 >= rb_u0 && u0 < rb_u0 + T) ? 0 : 1, lane);
 #pragma unroll
-                for (int nt = 0; nt < kNT; ++nt) {
-                    uint32_t xh[X::kFragWords];
-                    uint32_t xl[X::kFragWords];
-                    x_fragments<F, kXF32>(x_raw[nt], xh, xl);
-                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    float(&d)[4] = kPostScale ? part : acc[nt];
-#pragma unroll
-                    for (int j = 0; j < kSteps; ++j) {
-                        ptx::mma_bf16_16816(d, wa[j], xh[2 * j], xh[2 * j + 1]);
-                        if constexpr (kXF32) ptx::mma_bf16_16816(d, wa[j], xl[2 * j], xl[2 * j + 1]);
-                    }
-                    if constexpr (kPostScale) {
-                        const float s = __uint_as_float(cur.s);
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) acc[nt][r] = fmaf(s, part[r], acc[nt][r]);
-                    }
-                }
-
-                if (c_t == T - 1 || u + 1 == u1) {
-                    const int rb_u0 = (c_group * RB + c_rb) * T;
-                    if (rb_u0 >= u0 && rb_u0 + T <= u1) {
-                        store_y<kYBf16, kNT>(a, c_group, c_rb, lane, acc, out_scale);
-                    } else {
-                        const int slot = (u0 >= rb_u0 && u0 < rb_u0 + T) ? 0 : 1;
-                        float* mine = partial_slot(a, warp, slot, lane);
-#pragma unroll
-                        for (int nt = 0; nt < kNT; ++nt) {
-                            *reinterpret_cast<float4*>(mine + 4 * nt) =
-                                make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
-                        }
-                        __threadfence();
-                        __syncwarp();
-                        uint32_t arrived = 0;
-                        if (lane == 0) arrived = atomicAdd(a.counters + c_group * RB + c_rb, 1u);
-                        arrived = __shfl_sync(0xffffffffu, arrived, 0);
-                        const int w_first = split.owner(rb_u0);
-                        const int w_last = split.owner(rb_u0 + T - 1);
-                        if (static_cast<int>(arrived) == w_last - w_first) {
-                            reduce_partials<kYBf16, kNT>(a, split, w_first, w_last, rb_u0, c_group,
-                                                         c_rb, lane, out_scale);
-                        }
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
-                    }
-                }
-                if (u + 1 < u1) {
-                    const bool new_rb = n_rb != c_rb || n_group != c_group;
-                    if (n_group != c_group) c_expert = expert_of(n_group);
-                    c_group = n_group;
-                    c_rb = n_rb;
-                    c_t = n_t;
-                    if (new_rb) {
-                        out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
-                    }
-#pragma unroll
-                    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-                        for (int v = 0; v < X::kRawWords; ++v) x_raw[nt][v] = x_next[nt][v];
-                    }
-                }
+            for (int nt = 0; nt < kNT; ++nt) {
+                *reinterpret_cast<float4*>(mine + 4 * nt) =
+                    make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+            }
+            __threadfence();
+            __syncwarp();
+            uint32_t arrived = 0;
+            if (lane == 0) arrived = atomicAdd(a.counters + c_group * RB + c_rb, 1u);
+            arrived = __shfl_sync(0xffffffffu, arrived, 0);
+            const int w_first = split.owner(rb_u0);
+            const int w_last = split.owner(rb_u0 + T - 1);
+            if (static_cast<int>(arrived) == w_last - w_first) {
+                reduce_partials<kYBf16, kNT>(a, split, w_first, w_last, rb_u0, c_group, c_rb, lane,
+                                             out_scale);
+            }
+        }
+        u += seg;
+        c_t = t_end;
+        if (c_t == T) {
+            c_t = 0;
+            if (++c_rb == RB) {
+                c_rb = 0;
+                if (++c_group < a.n_groups) c_expert = expert_of(c_group);
             }
         }
     }
+    // Only empty groups can be pending here; drain them before the stages go away.
+    ptx::cp_async_wait<0>();
 }
 
 // ---- Typed launcher for one format: picks the instantiation and launches it.
@@ -453,13 +471,14 @@ struct Variant {
     int index;  // into the per-format occupancy cache
 };
 
-// The instantiation for (args, depth). Depths 4 and 12 exist for tuning the NVFP4 path.
+// The instantiation for (args, depth = pipeline stages). Stages 4 and 16 exist for tuning the
+// NVFP4 path.
 template <GemvFormat F>
 Variant select_variant(const GemvArgs& a, int depth) {
     const bool two = a.m > 8;
     if constexpr (F == GemvFormat::kNvfp4) {
         if (depth == 4 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 4>, 8};
-        if (depth == 12 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 12>, 9};
+        if (depth == 16 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 16>, 9};
     }
     DSV4_ASSERT(depth == 8, "gemv: depth ", depth, " is not instantiated for this variant");
     const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);

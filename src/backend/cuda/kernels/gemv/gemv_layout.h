@@ -25,7 +25,8 @@
 // Tiles are stored [expert][row block][k-tile][lane][16 bytes]. Block scales:
 //   NVFP4: [expert][row block][k-tile][lane][2] codes: (row g, row g+8) of block 4t + c
 //   MXFP4: [expert][row block][k-tile][g][c/2][2] codes: (row g, row g+8) of block 2t + c/2
-//   FP8:   [expert][ceil(n_pad/128)][ceil(k/128)] float32 (128x128 blocks)
+//   FP8:   [expert][row block][k-tile] float32: the tile's 128x128 block scale (repeated, 4 bytes
+//          per 512-byte tile, so every format streams a per-tile scale chunk the same way)
 //   BF16:  none
 // and every format has out_scale [expert][row block] (float32) applied to the f32 sums.
 //
@@ -54,19 +55,22 @@ DSV4_HD constexpr int gemv_tile_k(GemvFormat f) {
 }
 DSV4_HD constexpr int gemv_lane_k(GemvFormat f) { return gemv_tile_k(f) / 4; }
 DSV4_HD constexpr int gemv_ksteps(GemvFormat f) { return gemv_lane_k(f) / 4; }
-// Scale bytes stored per (row block, k-tile) for the formats whose scales stream with the tiles.
+// Scale bytes stored per (row block, k-tile).
 DSV4_HD constexpr int gemv_tile_scale_bytes(GemvFormat f) {
-    return f == GemvFormat::kNvfp4 ? 64 : f == GemvFormat::kMxfp4 ? 32 : 0;
+    return f == GemvFormat::kNvfp4 ? 64 : f == GemvFormat::kMxfp4 ? 32 : f == GemvFormat::kFp8 ? 4 : 0;
 }
-// Byte offset of lane l's two scale codes inside its tile's scale bytes.
+// Byte offset of lane l's scale inside its tile's scale bytes (FP4: two codes, rows g and g+8;
+// FP8: the tile's float32, shared by all lanes).
 DSV4_HD constexpr int gemv_lane_scale_offset(GemvFormat f, int lane) {
-    return f == GemvFormat::kNvfp4 ? 2 * lane : 2 * (2 * (lane >> 2) + ((lane & 3) >> 1));
+    return f == GemvFormat::kNvfp4   ? 2 * lane
+           : f == GemvFormat::kMxfp4 ? 2 * (2 * (lane >> 2) + ((lane & 3) >> 1))
+                                     : 0;
 }
 
 // ---- E2M1 x 8 -> 4 bf16x2 words (the A-fragment registers a0..a3 of one k-step).
-// Three rotations and a shift place each code's sign at bit 15 (31) and its 3 magnitude bits at
-// bits 8..6 (24..22); the repack put every code's bits where these moves pick them up. The
-// words hold value * 2^-126: exponent bits 8..7 then read as the bf16 exponent 0..3.
+// Shifts and one rotation place each code's sign at bit 15 (31) and its 3 magnitude bits at bits
+// 8..6 (24..22); the repack put every code's bits where these moves pick them up. The words
+// hold value * 2^-126: exponent bits 8..7 then read as the bf16 exponent 0..3.
 inline constexpr uint32_t kE2m1Mask = 0x81C081C0u;
 
 DSV4_HD uint32_t gemv_rotl(uint32_t x, int n) {
@@ -77,9 +81,11 @@ DSV4_HD uint32_t gemv_rotl(uint32_t x, int n) {
 #endif
 }
 
+// NOTE: words 0 and 1 need no wrap-around, so they are written as multiplies (IMAD on the FMA
+// pipe) rather than shifts: the integer pipe is the kernel's bottleneck.
 DSV4_HD void e2m1x8_to_bf16x2(uint32_t q, uint32_t (&out)[4]) {
-    out[0] = gemv_rotl(q, 6) & kE2m1Mask;
-    out[1] = gemv_rotl(q, 2) & kE2m1Mask;
+    out[0] = (q * 64u) & kE2m1Mask;
+    out[1] = (q * 4u) & kE2m1Mask;
     out[2] = gemv_rotl(q, 12) & kE2m1Mask;
     out[3] = (q & 0x81808180u) | ((q >> 8) & 0x00400040u);
 }

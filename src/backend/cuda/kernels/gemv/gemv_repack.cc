@@ -53,7 +53,7 @@ Status check_parts(const QuantWeight* const* parts, int n_experts, int ppe, Gemv
     if (n_experts < 1 || ppe < 1) return error("gemv_repack: ", n_experts, " experts x ", ppe);
     const QuantWeight& first = *parts[0];
     DSV4_ASSIGN_OR_RETURN(const GemvFormat format, gemv_format_of(first));
-    const int64_t block_rows = format == GemvFormat::kFp8 ? 128 : kGemvRowBlock;
+    const int64_t block_rows = kGemvRowBlock;
     int64_t n = 0;
     for (int p = 0; p < ppe; ++p) {
         const int64_t rows = parts[p]->rows;
@@ -154,9 +154,7 @@ void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPack
     const GemvShape& s = out->shape;
     const int64_t T = s.k_tiles();
     const int64_t rb_base = expert * s.row_blocks();
-    const int64_t scols = (s.k + 127) / 128;
-    const int64_t srows = (s.row_blocks() * kGemvRowBlock + 127) / 128;
-    float* sdst = reinterpret_cast<float*>(out->scales.data()) + expert * srows * scols;
+    float* sdst = reinterpret_cast<float*>(out->scales.data());
     const auto* data = static_cast<const uint8_t*>(w.data);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
@@ -173,11 +171,13 @@ void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPack
             lane_bytes[(2 * (kw / 4) + hr) * 4 + kw % 4] = data[r * w.cols + k];
         }
         out->out_scale[rb] = 1.0f;
+        // A row block (16 rows from a 16-aligned offset) lies inside one 128-row scale block.
+        if (rr == 0 || r == 0) {
+            for (int64_t t = 0; t < T; ++t)
+                sdst[rb * T + t] = load_as_f32(w.scale, w.scale_dtype,
+                                               (r / 128) * w.scale_cols + (t * 32) / 128);
+        }
     }
-    for (int64_t sr = 0; sr < (w.rows + 127) / 128; ++sr)
-        for (int64_t sc = 0; sc < scols; ++sc)
-            sdst[(row_offset / 128 + sr) * scols + sc] =
-                load_as_f32(w.scale, w.scale_dtype, sr * w.scale_cols + sc);
 }
 
 void pack_bf16(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPacked* out) {
@@ -210,9 +210,8 @@ int64_t GemvShape::scales_expert_bytes() const {
     switch (format) {
         case GemvFormat::kNvfp4:
         case GemvFormat::kMxfp4:
-            return row_blocks() * k_tiles() * gemv_tile_scale_bytes(format);
         case GemvFormat::kFp8:
-            return (row_blocks() * kGemvRowBlock + 127) / 128 * ((k + 127) / 128) * 4;
+            return row_blocks() * k_tiles() * gemv_tile_scale_bytes(format);
         case GemvFormat::kBf16:
             return 0;
     }
@@ -320,11 +319,8 @@ void gemv_unpack_row(const GemvPacked& p, int expert, int64_t row, float* out) {
                 const int j = kw / 4;
                 const uint32_t word = words[2 * j + hr];
                 const uint8_t byte = static_cast<uint8_t>(word >> (8 * (kw % 4)));
-                const int64_t scols = (s.k + 127) / 128;
-                const int64_t srows = (s.row_blocks() * kGemvRowBlock + 127) / 128;
-                const float* sc = reinterpret_cast<const float*>(p.scales.data()) +
-                                  expert * srows * scols;
-                v = e4m3_to_f32(byte) * sc[(row / 128) * scols + k / 128] * os;
+                const float* sc = reinterpret_cast<const float*>(p.scales.data());
+                v = e4m3_to_f32(byte) * sc[rb * T + t] * os;
                 break;
             }
             case GemvFormat::kBf16: {

@@ -40,7 +40,7 @@ Expected<GemvFormat> gemv_format_of(const QuantWeight& w);
 // Repacks `n_experts` matrices stacked on a leading axis; expert e is the concatenation along
 // rows of parts[e * parts_per_expert + 0 .. parts_per_expert) (e.g. w1 then w3). All parts share
 // the format and k; part p has the same rows in every expert; every part but the last has rows
-// divisible by 16 (128 for FP8, whose scale blocks span 128 rows). Errors name the part.
+// divisible by 16 (a row block never spans two parts). Errors name the part.
 Expected<GemvPacked> gemv_repack(const QuantWeight* const* parts, int n_experts,
                                  int parts_per_expert);
 
