@@ -12,8 +12,8 @@ if(NOT DSV4_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
-    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # NOTE: no CMAKE_CUDA_STANDARD: CMake 3.25 cannot spell nvcc 13's C++20 flag; CUDA targets
+    # pass -std=c++20 themselves.
     find_package(CUDAToolkit REQUIRED)
     set(DSV4_CUDA_ENABLED ON)
   elseif(DSV4_CUDA STREQUAL "ON")

@@ -20,6 +20,7 @@ check src/base 'base/|dsv4/(status|check)\.h'
 check src/formats 'base/|formats/|dsv4/(status|check)\.h'
 check src/ops 'base/|formats/|ops/|dsv4/(status|check)\.h'
 check src/backend/cpu 'base/|formats/|ops/|backend/cpu/|dsv4/(status|check)\.h'
+check src/backend/cuda 'base/|formats/|ops/|backend/cuda/|dsv4/(status|check)\.h'
 check src/model 'base/|formats/|ops/|model/|dsv4/(status|check)\.h'
 check src/cli 'dsv4/|cli/'
 exit $fail

@@ -9,13 +9,13 @@ GemvWeight upload_gemv_weight(const GemvPacked& packed, DeviceArena& arena) {
     GemvWeight w;
     w.shape = packed.shape;
     void* tiles = arena.alloc(packed.tiles.size());
-    DSV4_CHECK_CUDA(cudaMemcpy(tiles, packed.tiles.data(), packed.tiles.size(),
-                               cudaMemcpyHostToDevice));
+    DSV4_CHECK_CUDA(
+        cudaMemcpy(tiles, packed.tiles.data(), packed.tiles.size(), cudaMemcpyHostToDevice));
     w.tiles = tiles;
     if (!packed.scales.empty()) {
         void* scales = arena.alloc(packed.scales.size());
-        DSV4_CHECK_CUDA(cudaMemcpy(scales, packed.scales.data(), packed.scales.size(),
-                                   cudaMemcpyHostToDevice));
+        DSV4_CHECK_CUDA(
+            cudaMemcpy(scales, packed.scales.data(), packed.scales.size(), cudaMemcpyHostToDevice));
         w.scales = scales;
     }
     float* os = arena.alloc_array<float>(packed.out_scale.size());
@@ -31,10 +31,10 @@ Expected<GemvWeight> upload_gemv_weight(const QuantWeight* const* parts, int n_e
     return upload_gemv_weight(packed, arena);
 }
 
-GemvWorkspace GemvWorkspace::create(DeviceArena& arena, int64_t max_row_blocks_total,
-                                    int sm_count, cudaStream_t stream) {
+GemvWorkspace GemvWorkspace::create(DeviceArena& arena, int64_t max_row_blocks_total, int sm_count,
+                                    cudaStream_t stream) {
     GemvWorkspace ws;
-    const size_t n = bytes(max_row_blocks_total, sm_count);
+    const size_t n = bytes(max_row_blocks_total);
     ws.base = arena.alloc(n);
     ws.max_row_blocks_total = max_row_blocks_total;
     ws.sm_count = sm_count;
@@ -57,11 +57,11 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
                 x.shape.str(), " for ", n_groups, " groups");
     const int64_t m = x.shape[x.shape.ndim - 2];
     DSV4_ASSERT(x.shape[x.shape.ndim - 1] == s.k, "gemv: x shape ", x.shape.str(), " vs k ", s.k);
-    const Shape y_want = n_groups == 1 && y.shape.ndim == 2 ? Shape{m, s.n}
-                                                             : Shape{n_groups, m, s.n};
+    const Shape y_want =
+        n_groups == 1 && y.shape.ndim == 2 ? Shape{m, s.n} : Shape{n_groups, m, s.n};
     DSV4_ASSERT(y.shape == y_want, "gemv: y shape ", y.shape.str(), ", expected ", y_want.str());
-    DSV4_ASSERT(n_groups * s.row_blocks() <= ws.max_row_blocks_total,
-                "gemv: workspace sized for ", ws.max_row_blocks_total, " row blocks");
+    DSV4_ASSERT(n_groups * s.row_blocks() <= ws.max_row_blocks_total, "gemv: workspace sized for ",
+                ws.max_row_blocks_total, " row blocks");
 
     GemvArgs a;
     a.format = s.format;
@@ -86,7 +86,7 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
     a.ldy = s.n;
     a.y_group_stride = m * s.n;
     a.pdl = options.pdl;
-    gemv_workspace_bind(ws.base, ws.sm_count, &a);
+    gemv_workspace_bind(ws.base, ws.max_row_blocks_total, &a);
     GemvLaunchConfig cfg = options.launch;
     if (cfg.sm_count == 0) cfg.sm_count = ws.sm_count;
     DSV4_ASSERT(cfg.sm_count == ws.sm_count, "gemv: workspace sized for ", ws.sm_count, " SMs");

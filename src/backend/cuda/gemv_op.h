@@ -30,15 +30,15 @@ GemvWeight upload_gemv_weight(const GemvPacked& packed, DeviceArena& arena);
 Expected<GemvWeight> upload_gemv_weight(const QuantWeight* const* parts, int n_experts,
                                         int parts_per_expert, DeviceArena& arena);
 
-// Scratch for split row blocks. Sized for the largest n_groups * row_blocks it will serve;
-// counters are zeroed once here and left zero by every launch.
+// Scratch for split row-block quads. Sized for the largest n_groups * row_blocks it will serve;
+// zeroed once here and left zero by every launch.
 struct GemvWorkspace {
     void* base = nullptr;
     int64_t max_row_blocks_total = 0;
     int sm_count = 0;
 
-    static size_t bytes(int64_t max_row_blocks_total, int sm_count) {
-        return gemv_workspace_bytes(max_row_blocks_total, sm_count);
+    static size_t bytes(int64_t max_row_blocks_total) {
+        return gemv_workspace_bytes(max_row_blocks_total);
     }
     static GemvWorkspace create(DeviceArena& arena, int64_t max_row_blocks_total, int sm_count,
                                 cudaStream_t stream);

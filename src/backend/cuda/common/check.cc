@@ -34,7 +34,8 @@ void check_launch(const char* file, int line, cudaStream_t stream) {
     if (query_err != cudaSuccess) cuda_fatal(file, line, "cudaStreamIsCapturing", query_err);
     if (capture != cudaStreamCaptureStatusNone) return;
     const cudaError_t sync_err = cudaStreamSynchronize(stream);
-    if (sync_err != cudaSuccess) cuda_fatal(file, line, "kernel (debug sync after launch)", sync_err);
+    if (sync_err != cudaSuccess)
+        cuda_fatal(file, line, "kernel (debug sync after launch)", sync_err);
 }
 
 }  // namespace dsv4::cuda

@@ -21,10 +21,10 @@ bool launch_sync_enabled();
 
 }  // namespace dsv4::cuda
 
-#define DSV4_CHECK_CUDA(expr)                                               \
-    do {                                                                    \
-        const cudaError_t dsv4_cuda_err_ = (expr);                          \
-        if (dsv4_cuda_err_ != cudaSuccess)                                  \
+#define DSV4_CHECK_CUDA(expr)                                                    \
+    do {                                                                         \
+        const cudaError_t dsv4_cuda_err_ = (expr);                               \
+        if (dsv4_cuda_err_ != cudaSuccess)                                       \
             ::dsv4::cuda::cuda_fatal(__FILE__, __LINE__, #expr, dsv4_cuda_err_); \
     } while (0)
 

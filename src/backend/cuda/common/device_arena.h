@@ -16,18 +16,18 @@ inline constexpr size_t kArenaAlign = 256;
 // Sums allocation sizes with the arena's alignment, so a loader can size the arena exactly
 // before creating it (query first, allocate once).
 class ArenaPlan {
-public:
+  public:
     void add(size_t bytes, size_t align = kArenaAlign) {
         total_ = (total_ + align - 1) / align * align + bytes;
     }
     size_t total() const { return total_; }
 
-private:
+  private:
     size_t total_ = 0;
 };
 
 class DeviceArena {
-public:
+  public:
     // One cudaMalloc of `bytes`; an error (not an abort) when the device has too little memory,
     // since the size comes from the model and the user's settings.
     static Expected<DeviceArena> create(size_t bytes);
@@ -52,7 +52,7 @@ public:
     size_t capacity() const { return capacity_; }
     void* base() const { return base_; }
 
-private:
+  private:
     uint8_t* base_ = nullptr;
     size_t capacity_ = 0;
     size_t used_ = 0;

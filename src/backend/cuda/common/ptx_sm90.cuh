@@ -1,6 +1,7 @@
 // Thin wrappers over the PTX instructions the sm_90 kernels use and CUDA C++ does not expose
-// directly: streaming loads that skip L1, bf16 MMA fragments on raw registers, packed bf16
-// multiply, byte permute, and programmatic dependent launch (PDL) control.
+// directly: streaming and predicated loads, cp.async pipelines, L2 reductions, bf16 MMA
+// fragments on raw registers, packed bf16 multiply, byte permute, and programmatic dependent
+// launch (PDL) control.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +15,6 @@ __device__ __forceinline__ uint4 ld_stream_v4(const void* p) {
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint32_t ld_stream_u16(const void* p) {
-    unsigned short v;
-    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
 
@@ -38,12 +33,6 @@ __device__ __forceinline__ void ldg_v2_if(bool pred, const void* p, uint2& v) {
         "  @p ld.global.nc.v2.u32 {%0,%1}, [%2]; }"
         : "+r"(v.x), "+r"(v.y)
         : "l"(p), "r"(static_cast<uint32_t>(pred)));
-}
-
-__device__ __forceinline__ uint32_t ld_stream_u32(const void* p) {
-    uint32_t v;
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
 }
 
 // Asynchronous global -> shared copies (LDGSTS). Completion is per thread and counted in commit
@@ -68,18 +57,6 @@ __device__ __forceinline__ void cp_async_16_if(bool pred, uint32_t dst, const vo
         : "memory");
 }
 
-__device__ __forceinline__ void cp_async_4_if(bool pred, uint32_t dst, const void* src) {
-    asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"
-        "  @p cp.async.ca.shared.global [%0], [%1], 4; }" ::"r"(dst),
-        "l"(src), "r"(static_cast<uint32_t>(pred))
-        : "memory");
-}
-
-__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
-}
-
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -88,6 +65,11 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Fire-and-forget float add in L2 (no return value, so no round trip on the issuing warp).
+__device__ __forceinline__ void red_add_f32(float* p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
 // Selects bytes of {b:a} by the four selector nibbles of `sel` (PRMT).
@@ -119,7 +101,9 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 
 // PDL: wait until the grids this one depends on have completed and their writes are visible.
 // A no-op when the kernel was launched without the programmatic-serialisation attribute.
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_wait() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // PDL: allow the next kernel in the stream to start launching (it still waits in its own
 // griddep_wait for this grid to finish before touching what this grid writes).

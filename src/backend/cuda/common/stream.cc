@@ -23,7 +23,9 @@ CudaStream::~CudaStream() {
     if (s_ != nullptr) DSV4_CHECK_CUDA(cudaStreamDestroy(s_));
 }
 
-void CudaStream::synchronize() const { DSV4_CHECK_CUDA(cudaStreamSynchronize(s_)); }
+void CudaStream::synchronize() const {
+    DSV4_CHECK_CUDA(cudaStreamSynchronize(s_));
+}
 
 CudaEvent CudaEvent::create() {
     CudaEvent e;
@@ -44,7 +46,9 @@ CudaEvent::~CudaEvent() {
     if (e_ != nullptr) DSV4_CHECK_CUDA(cudaEventDestroy(e_));
 }
 
-void CudaEvent::record(cudaStream_t stream) const { DSV4_CHECK_CUDA(cudaEventRecord(e_, stream)); }
+void CudaEvent::record(cudaStream_t stream) const {
+    DSV4_CHECK_CUDA(cudaEventRecord(e_, stream));
+}
 
 float CudaEvent::elapsed_ms(const CudaEvent& start, const CudaEvent& end) {
     DSV4_CHECK_CUDA(cudaEventSynchronize(end.e_));
@@ -87,7 +91,9 @@ CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
     return *this;
 }
 
-CudaGraph::~CudaGraph() { reset(); }
+CudaGraph::~CudaGraph() {
+    reset();
+}
 
 void CudaGraph::reset() {
     if (exec_ != nullptr) cudaGraphExecDestroy(exec_);

@@ -7,7 +7,7 @@
 namespace dsv4::cuda {
 
 class CudaStream {
-public:
+  public:
     // A non-blocking stream (it does not serialise with the legacy default stream).
     static CudaStream create();
     CudaStream() = default;
@@ -19,12 +19,12 @@ public:
     cudaStream_t get() const { return s_; }
     void synchronize() const;
 
-private:
+  private:
     cudaStream_t s_ = nullptr;
 };
 
 class CudaEvent {
-public:
+  public:
     static CudaEvent create();
     CudaEvent() = default;
     CudaEvent(CudaEvent&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
@@ -37,7 +37,7 @@ public:
     // Milliseconds between two recorded events (synchronises on `end`).
     static float elapsed_ms(const CudaEvent& start, const CudaEvent& end);
 
-private:
+  private:
     cudaEvent_t e_ = nullptr;
 };
 
@@ -45,7 +45,7 @@ private:
 // synchronising call (a host sync, a blocking copy, cudaMalloc) anywhere in the process fails the
 // capture: a clean capture is the proof that the captured work has no host synchronisation.
 class CudaGraph {
-public:
+  public:
     static void begin_capture(cudaStream_t stream);
     // Ends the capture and instantiates it; returns the error instead of aborting so tests can
     // report which call broke the capture.
@@ -63,7 +63,7 @@ public:
     void launch(cudaStream_t stream) const;
     bool valid() const { return exec_ != nullptr; }
 
-private:
+  private:
     void reset();
     cudaGraph_t graph_ = nullptr;
     cudaGraphExec_t exec_ = nullptr;

@@ -3,9 +3,10 @@
 // BF16 or F32 activations, F32 or BF16 outputs, one launch for a group of matrices (the selected
 // experts; wo_a's groups). Raw device pointers and a stream only; no model or framework types.
 //
-// Work split: the (group, row block, k-tile) space is cut into equal contiguous ranges, one per
-// warp of a persistent grid (stream-K). A row block split between warps is summed by the last
-// warp to finish it, in a fixed order (deterministic), through `partials` and `counters`.
+// Work split: the (group, row-block quad, k-tile) space is cut into equal contiguous ranges, one
+// per warp of a persistent grid (stream-K). The warps sharing a quad add their sums into an FP32
+// accumulator (`partials`) and the last one writes y: a quad split between warps can differ in
+// the last bits from run to run (the order of the adds); an unsplit quad is bitwise stable.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,16 +24,16 @@ struct GemvArgs {
     GemvFormat format = GemvFormat::kNvfp4;
 
     // Weights (gemv_layout.h). Per expert: `row_blocks` x `k_tiles` tiles.
-    const void* w_tiles = nullptr;     // [n_experts][row_blocks][k_tiles][32 lanes][16 B]
-    const void* w_scales = nullptr;    // NVFP4/MXFP4: [n_experts][row_blocks][k_tiles][lane codes]
-                                       // FP8: [n_experts][ceil(16 row_blocks/128)][ceil(k/128)] f32
-                                       // BF16: nullptr
-    const float* out_scale = nullptr;  // [n_experts][row_blocks]
+    const void* w_tiles = nullptr;       // [n_experts][row_blocks * k_tiles][32 lanes][16 B]
+                                         // (gemv_tile_index order)
+    const void* w_scales = nullptr;      // [n_experts][row_blocks * k_tiles][tile scale bytes]
+                                         // (NVFP4 64, MXFP4 32, FP8 4 = f32); BF16: nullptr
+    const float* out_scale = nullptr;    // [n_experts][row_blocks]
     int64_t w_tiles_expert_stride = 0;   // bytes between experts in w_tiles
     int64_t w_scales_expert_stride = 0;  // bytes between experts in w_scales
     int32_t n = 0;                       // output rows per group (<= 16 * row_blocks)
     int32_t k = 0;                       // reduction length (<= k_tiles * tile_k)
-    int32_t row_blocks = 0;
+    int32_t row_blocks = 0;              // a multiple of 4 (n padded to 64 rows)
     int32_t k_tiles = 0;
 
     // Groups: group g multiplies its activations by expert expert_ids[g] (identity when null).
@@ -40,21 +41,21 @@ struct GemvArgs {
     const int32_t* expert_ids = nullptr;  // [n_groups] device, may be nullptr
 
     // Activations, 16-byte aligned rows.
-    const void* x = nullptr;    // [n_groups][m][k] (x_group_stride may be 0: one shared input)
-    bool x_f32 = false;         // false: bf16; true: f32 (split into bf16 hi + lo, f32-accurate)
-    int32_t m = 1;              // tokens, 1..16
-    int64_t ldx = 0;            // elements between token rows
-    int64_t x_group_stride = 0; // elements between groups
+    const void* x = nullptr;     // [n_groups][m][k] (x_group_stride may be 0: one shared input)
+    bool x_f32 = false;          // false: bf16; true: f32 (split into bf16 hi + lo, f32-accurate)
+    int32_t m = 1;               // tokens, 1..16
+    int64_t ldx = 0;             // elements between token rows
+    int64_t x_group_stride = 0;  // elements between groups
 
     // Output.
-    void* y = nullptr;          // [n_groups][m][n]
-    bool y_bf16 = false;        // false: f32
-    int64_t ldy = 0;            // elements between token rows
-    int64_t y_group_stride = 0; // elements between groups
+    void* y = nullptr;           // [n_groups][m][n]
+    bool y_bf16 = false;         // false: f32
+    int64_t ldy = 0;             // elements between token rows
+    int64_t y_group_stride = 0;  // elements between groups
 
     // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
-    float* partials = nullptr;   // [max warps][2][32 lanes][8]
-    uint32_t* counters = nullptr;  // [n_groups * row_blocks]
+    float* partials = nullptr;     // [n_groups * row_blocks / 4][16 tokens][64 rows], zero
+    uint32_t* counters = nullptr;  // [n_groups * row_blocks / 4], zero
 
     // Programmatic dependent launch: start streaming weights while the previous kernel in the
     // stream finishes (weights only; activations, ids and outputs wait for it).
@@ -65,15 +66,15 @@ struct GemvArgs {
 struct GemvLaunchConfig {
     int sm_count = 0;            // required
     int ctas_per_sm = 0;         // 0: as many as fit
-    int min_tiles_per_warp = 0;  // 0: default (4); fewer warps for small matrices
-    int depth = 0;               // loads in flight per lane (0: default 8; 4 for tuning NVFP4)
+    int min_tiles_per_warp = 0;  // units (4 tiles) per warp; 0: default (2)
+    int depth = 0;               // pipeline stages of one unit (0: default 2; 4 for tuning NVFP4)
 };
 
-// Workspace for launches of up to `max_row_blocks_total` (= n_groups * row_blocks) on a GPU
-// with `sm_count` SMs. One workspace per stream: launches that may overlap must not share one.
-size_t gemv_workspace_bytes(int64_t max_row_blocks_total, int sm_count);
+// Workspace for launches of up to `max_row_blocks_total` (= n_groups * row_blocks). Zeroed once;
+// every launch leaves it zero. One workspace per stream: overlapping launches must not share one.
+size_t gemv_workspace_bytes(int64_t max_row_blocks_total);
 // Carves the workspace pointers out of `base` (gemv_workspace_bytes long, 256-byte aligned).
-void gemv_workspace_bind(void* base, int sm_count, GemvArgs* args);
+void gemv_workspace_bind(void* base, int64_t max_row_blocks_total, GemvArgs* args);
 
 // Checks the arguments (abort on programmer error) and launches. No allocation, no host sync:
 // safe inside a stream capture.

@@ -1,11 +1,11 @@
 // The weight GEMV kernel for sm_90 (one template for all four weight formats) and its typed
 // launcher. Included only by the per-format instantiation files gemv_<format>_sm90.cu.
 //
-// Each warp streams a contiguous range of 512-byte tiles (gemv_layout.h) through its own ring of
-// `kStages` shared-memory stages filled by cp.async (kStages - 1 tiles in flight per warp),
-// decodes each tile to bf16 A-fragments in registers and multiplies them with the activations by
-// mma.m16n8k16 (tokens are the MMA's n columns, so M = 1..8 costs the same instructions as
-// M = 1). docs/kernels/gemv.md has the design and the measurements behind the choices.
+// Each warp streams a contiguous range of units (a row-block quad x a k-tile: four 512-byte tiles,
+// gemv_layout.h) through its own ring of `kStages` shared-memory stages filled by cp.async,
+// decodes each tile to bf16 A-fragments in registers and multiplies them with the activations
+// by mma.m16n8k16 (tokens are the MMA's n columns, so M = 1..8 costs the same MMAs as M = 1).
+// docs/kernels/gemv.md has the design and the measurements behind the choices.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,8 +26,9 @@ namespace dsv4::cuda::gemv_sm90 {
 
 inline constexpr int kWarpsPerCta = 4;
 inline constexpr int kThreads = kWarpsPerCta * 32;
-inline constexpr int kMaxWarpsPerSm = 32;
-inline constexpr int kPartialFloats = 8;  // per lane per slot: up to 2 n-tiles x 4 accumulators
+inline constexpr int kMaxWarpsPerSm = 32;  // grid cap (SMs x 32 warps)
+// FP32 accumulator of one split quad: [token < 16][64 rows] (only tokens < m are used).
+inline constexpr int kPartialFloats = kGemvMaxM * kGemvQuad * kGemvRowBlock;
 
 // One tile's worth of a lane's weight stream: 16 bytes of codes and its scale word.
 struct Slot {
@@ -73,8 +74,8 @@ struct Decode<GemvFormat::kMxfp4> {
 
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v16) {
     // E4M3 -> f16 is one instruction on sm_89+; f16 -> f32 -> bf16 is exact for E4M3 values.
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16),
-                                                     __NV_E4M3);
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);
     const float2 f = __half22float2(__half2(h));
     const __nv_bfloat162 b = __float22bfloat162_rn(f);
     return *reinterpret_cast<const uint32_t*>(&b);
@@ -109,7 +110,7 @@ template <GemvFormat F, bool kXF32>
 struct XChunk {
     static constexpr int kLaneK = gemv_lane_k(F);
     static constexpr int kRawWords = kXF32 ? kLaneK : kLaneK / 2;  // 32-bit words loaded
-    static constexpr int kFragWords = kLaneK / 2;                   // bf16x2 B-fragment words
+    static constexpr int kFragWords = kLaneK / 2;                  // bf16x2 B-fragment words
 };
 
 // Loads one lane's activation chunk (lane_k values) from `p` when `pred` holds; otherwise the
@@ -178,7 +179,8 @@ __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, in
             const int row = rb * kGemvRowBlock + g + 8 * (r >> 1);
             const int token = 8 * nt + 2 * c + (r & 1);
             if (row < a.n && token < a.m) {
-                const int64_t off = static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
+                const int64_t off =
+                    static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
                 const float out = v[nt][r] * scale;
                 if constexpr (kYBf16) {
                     static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(out);
@@ -190,7 +192,7 @@ __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, in
     }
 }
 
-// The warp-to-tile split: warp w of W owns tiles [w * total / W, (w + 1) * total / W), W <= total.
+// The warp-to-unit split: warp w of W owns units [w * total / W, (w + 1) * total / W), W <= total.
 struct Split {
     int64_t warps;
     int64_t total;
@@ -202,56 +204,73 @@ struct Split {
     }
 };
 
-// A row block this warp only partly covers. The warp leaves its share in `partials`; the last
-// warp of the row block to arrive sums all shares in warp order (deterministic, so results do
-// not depend on timing), writes y and re-arms the counter for the next launch. Rare (at most
-// two per warp), so the summing lives out of line.
-__device__ __forceinline__ float* partial_slot(const GemvArgs& a, int warp, int slot, int lane) {
-    return a.partials + ((static_cast<int64_t>(warp) * 2 + slot) * 32 + lane) * kPartialFloats;
-}
-
-template <bool kYBf16, int kNT>
-__device__ __forceinline__ void reduce_partials(const GemvArgs& a, Split split, int w_first,
-                                             int w_last, int rb_u0, int group, int rb, int lane,
-                                             float out_scale) {
-    __threadfence();
-    const int rb_u1 = rb_u0 + a.k_tiles;
-    float sum[kNT][4];
+// A row-block quad split between warps (split-K): every warp adds its share into the quad's FP32
+// accumulator with fire-and-forget `red.add`s; the last warp to arrive reads the sums, writes y
+// and zeroes the accumulator and the counter for the next launch. One L2 round trip whatever the
+// number of warps or tokens; the order of the adds (hence the last bits of a split quad's
+// outputs) varies from run to run.
+template <int kNT>
+__device__ __forceinline__ void add_partial(const GemvArgs& a, float* p, int lane,
+                                            const float (&acc)[kGemvQuad][kNT][4]) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) sum[nt][r] = 0.0f;
-    }
-    for (int w = w_first; w <= w_last; ++w) {
-        const int wu0 = split.first(w);
-        const float* p = partial_slot(a, w, (wu0 >= rb_u0 && wu0 < rb_u1) ? 0 : 1, lane);
+    for (int r = 0; r < kGemvQuad; ++r) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(p + 4 * nt));
-            sum[nt][0] += v.x;
-            sum[nt][1] += v.y;
-            sum[nt][2] += v.z;
-            sum[nt][3] += v.w;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int token = 8 * nt + 2 * c + (i & 1);
+                const int row = kGemvRowBlock * r + g + 8 * (i >> 1);
+                if (token < a.m)
+                    ptx::red_add_f32(p + token * (kGemvQuad * kGemvRowBlock) + row, acc[r][nt][i]);
+            }
         }
     }
-    store_y<kYBf16, kNT>(a, group, rb, lane, sum, out_scale);
-    if (lane == 0) a.counters[group * a.row_blocks + rb] = 0u;
+}
+
+template <bool kYBf16>
+__device__ __forceinline__ void finish_quad(const GemvArgs& a, float* p, int group, int expert,
+                                            int quad, int lane) {
+    __threadfence();
+    const int n_out = a.m * kGemvQuad * kGemvRowBlock;
+    for (int o = lane; o < n_out; o += 32) {
+        const float v = __ldcg(p + o);
+        __stcg(p + o, 0.0f);
+        const int token = o / (kGemvQuad * kGemvRowBlock);
+        const int row_in_quad = o % (kGemvQuad * kGemvRowBlock);
+        const int row = quad * kGemvQuad * kGemvRowBlock + row_in_quad;
+        if (row < a.n) {
+            const float scale = __ldg(a.out_scale + static_cast<int64_t>(expert) * a.row_blocks +
+                                      row / kGemvRowBlock);
+            const int64_t off = static_cast<int64_t>(group) * a.y_group_stride +
+                                static_cast<int64_t>(token) * a.ldy + row;
+            if constexpr (kYBf16) {
+                static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(v * scale);
+            } else {
+                static_cast<float*>(a.y)[off] = v * scale;
+            }
+        }
+    }
+    if (lane == 0) a.counters[group * (a.row_blocks / kGemvQuad) + quad] = 0u;
 }
 
 // Register budget: the common variant (bf16 activations, M <= 8) runs 16 warps per SM (up to
 // 128 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
-// run 12.
+// run 8.
 template <bool kXF32, int kNT>
-inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 3 : 4;
+inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 2 : 4;
 
-// One pipeline stage of a warp: a tile (32 lanes x 16 bytes) and its scale bytes.
-inline constexpr int kStageBytes = kGemvTileBytes + 64;
+// One pipeline stage of a warp: a unit of work (4 tiles, 2 KB) and its scale bytes.
+inline constexpr int kUnitBytes = kGemvQuad * kGemvTileBytes;
+inline constexpr int kStageBytes = kUnitBytes + kGemvQuad * 64;
 
 template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages>
 __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     gemv_kernel(const __grid_constant__ GemvArgs a) {
     constexpr int kSteps = gemv_ksteps(F);
-    constexpr int kScaleBytes = gemv_tile_scale_bytes(F);
+    constexpr int kTileScale = gemv_tile_scale_bytes(F);
+    constexpr int kUnitScale = kGemvQuad * kTileScale;  // 256 / 128 / 16 / 0 bytes
     constexpr bool kPostScale = F == GemvFormat::kFp8;
     constexpr int kXTileBytes = gemv_tile_k(F) * (kXF32 ? 4 : 2);
     using X = XChunk<F, kXF32>;
@@ -263,10 +282,10 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     const int warp_in_cta = static_cast<int>(threadIdx.x) >> 5;
     const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta;
     const int T = a.k_tiles;
-    const int RB = a.row_blocks;
-    const int per_group = RB * T;
-    // At most one warp per tile, so every warp of the split has work and the warps sharing a
-    // row block are consecutive (the partial-sum count below relies on it).
+    const int Q = a.row_blocks / kGemvQuad;
+    const int per_group = Q * T;  // units (quad x k-tile) per group
+    // At most one warp per unit, so every warp of the split has work and the warps sharing a
+    // quad are consecutive (the partial-sum count below relies on it).
     const int64_t total = static_cast<int64_t>(per_group) * a.n_groups;
     const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
     const Split split{grid_warps < total ? grid_warps : total, total};
@@ -280,42 +299,45 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     auto expert_of = [&](int group) -> int {
         return a.expert_ids != nullptr ? __ldg(a.expert_ids + group) : group;
     };
-    // Stage of the warp's i-th tile (i counted from u0).
+    // Stage of the warp's i-th unit (i counted from u0).
     const uint32_t ring = ptx::smem_addr(&stages[warp_in_cta][0][0]);
-    auto stage = [&](int i) { return ring + static_cast<uint32_t>(i & (kStages - 1)) * kStageBytes; };
+    auto stage = [&](int i) {
+        return ring + static_cast<uint32_t>(i & (kStages - 1)) * kStageBytes;
+    };
 
-    // ---- Issue side: copies the warp's tiles, in order, kStages - 1 ahead of the math. Within
-    // a group the tiles and their scale chunks are contiguous: pointers only jump at a group
+    // ---- Issue side: copies the warp's units, in order, kStages - 1 ahead of the math. Within
+    // a group the units (tiles and scale chunks) are contiguous: pointers jump only at a group
     // boundary.
     int l_group = u0 / per_group;
-    int l_tile = u0 - l_group * per_group;  // tile index inside the group (row block major)
-    int l_i = 0;                            // tiles issued
+    int l_unit = u0 - l_group * per_group;  // unit index inside the group
+    int l_i = 0;                            // units issued
     const uint8_t* l_tiles = nullptr;
     const uint8_t* l_scales = nullptr;
     auto l_set = [&]() {
         const int64_t e = expert_of(l_group);
         l_tiles = static_cast<const uint8_t*>(a.w_tiles) + e * a.w_tiles_expert_stride +
                   lane * kGemvLaneBytes;
-        l_scales = static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride +
-                   (F == GemvFormat::kFp8 ? 0 : lane * 16);
+        l_scales =
+            static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride + lane * 16;
     };
-    [[maybe_unused]] const bool scale_lane = lane < (F == GemvFormat::kNvfp4 ? 4 : F == GemvFormat::kMxfp4 ? 2 : 1);
-    const int n_tiles = u1 - u0;
+    // Lanes that copy the unit's scale chunk, 16 bytes each.
+    [[maybe_unused]] const bool scale_lane = lane < kUnitScale / 16;
+    const int n_units = u1 - u0;
     auto issue = [&]() {
-        if (l_i < n_tiles) {
-            const uint32_t dst = stage(l_i);
-            ptx::cp_async_16(dst + lane * kGemvLaneBytes,
-                             l_tiles + static_cast<int64_t>(l_tile) * kGemvTileBytes);
-            const uint8_t* sc = l_scales + static_cast<int64_t>(l_tile) * kScaleBytes;
-            if constexpr (F == GemvFormat::kFp8) {
-                ptx::cp_async_4_if(scale_lane, dst + kGemvTileBytes, sc);
-            } else if constexpr (kScaleBytes > 0) {
-                ptx::cp_async_16_if(scale_lane, dst + kGemvTileBytes + lane * 16, sc);
+        if (l_i < n_units) {
+            const uint32_t dst = stage(l_i) + lane * kGemvLaneBytes;
+            const uint8_t* src = l_tiles + static_cast<int64_t>(l_unit) * kUnitBytes;
+#pragma unroll
+            for (int r = 0; r < kGemvQuad; ++r)
+                ptx::cp_async_16(dst + r * kGemvTileBytes, src + r * kGemvTileBytes);
+            if constexpr (kUnitScale > 0) {
+                ptx::cp_async_16_if(scale_lane, stage(l_i) + kUnitBytes + lane * 16,
+                                    l_scales + static_cast<int64_t>(l_unit) * kUnitScale);
             }
             ++l_i;
-            if (++l_tile == per_group && l_i < n_tiles) {
+            if (++l_unit == per_group && l_i < n_units) {
                 ++l_group;
-                l_tile = 0;
+                l_unit = 0;
                 l_set();
             }
         }
@@ -332,45 +354,55 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     for (int i = 0; i < kStages - 1; ++i) issue();
     if (!ids_from_device) ptx::griddep_wait();
 
-    // ---- Compute side: one segment per row block touched by this warp's range.
+    // ---- Compute side: one segment per row-block quad touched by this warp's range.
     const int g = lane >> 2;
     const int c = lane & 3;
     // Tiles whose activation chunk for this lane lies inside k.
     const int x_valid_tiles = (a.k - c * gemv_lane_k(F) + gemv_tile_k(F) - 1) / gemv_tile_k(F);
     int c_group = u0 / per_group;
-    int c_rb = (u0 - c_group * per_group) / T;
-    int c_t = u0 - c_group * per_group - c_rb * T;
+    int c_quad = (u0 - c_group * per_group) / T;
+    int c_t = u0 - c_group * per_group - c_quad * T;
     int c_expert = expert_of(c_group);
-    int c_i = 0;  // tiles consumed
+    int c_i = 0;  // units consumed
     uint32_t x_cur[kNT][X::kRawWords] = {};
     for (int u = u0; u < u1;) {
         const int seg = min(T - c_t, u1 - u);
         const int t_end = c_t + seg;
-        const float out_scale = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * RB + c_rb);
+        float out_scale[kGemvQuad];
+#pragma unroll
+        for (int r = 0; r < kGemvQuad; ++r)
+            out_scale[r] = __ldg(a.out_scale + static_cast<int64_t>(c_expert) * a.row_blocks +
+                                 c_quad * kGemvQuad + r);
         // Per n-tile: this lane's activation row (k offset included) and the tiles it loads.
         const char* x_row[kNT];
         int x_lim[kNT];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
             const int token = g + 8 * nt;
-            x_row[nt] = static_cast<const char*>(a.x) +
-                        (static_cast<int64_t>(c_group) * a.x_group_stride +
-                         static_cast<int64_t>(token < a.m ? token : 0) * a.ldx +
-                         c * gemv_lane_k(F)) *
-                            (kXF32 ? 4 : 2);
+            x_row[nt] =
+                static_cast<const char*>(a.x) +
+                (static_cast<int64_t>(c_group) * a.x_group_stride +
+                 static_cast<int64_t>(token < a.m ? token : 0) * a.ldx + c * gemv_lane_k(F)) *
+                    (kXF32 ? 4 : 2);
             x_lim[nt] = token < a.m ? min(t_end, x_valid_tiles) : 0;
         }
-        float acc[kNT][4];
+        float acc[kGemvQuad][kNT][4];
+#pragma unroll
+        for (int r = 0; r < kGemvQuad; ++r) {
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.0f;
+            }
+        }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[nt][r] = 0.0f;
             load_x<F, kXF32>(c_t < x_lim[nt], x_row[nt] + static_cast<int64_t>(c_t) * kXTileBytes,
                              x_cur[nt]);
         }
 
         for (int t = c_t; t < t_end; ++t) {
-            // This tile's copies have landed (this lane's; after the warp sync, the scale
+            // This unit's copies have landed (this lane's; after the warp sync, the scale
             // lanes' too), and every lane is done with the stage the next issue overwrites.
             ptx::cp_async_wait<kStages - 2>();
             __syncwarp();
@@ -383,78 +415,88 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
                 load_x<F, kXF32>(t + 1 < x_lim[nt],
                                  x_row[nt] + static_cast<int64_t>(t + 1) * kXTileBytes, x_next[nt]);
             }
+            // B fragments once per unit, shared by the four tiles.
+            uint32_t xh[kNT][X::kFragWords];
+            uint32_t xl[kNT][X::kFragWords];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) x_fragments<F, kXF32>(x_cur[nt], xh[nt], xl[nt]);
 
             const uint32_t src = stage(c_i++);
-            Slot cur;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(cur.w.x), "=r"(cur.w.y), "=r"(cur.w.z), "=r"(cur.w.w)
-                         : "r"(src + lane * kGemvLaneBytes));
-            if constexpr (F == GemvFormat::kNvfp4 || F == GemvFormat::kMxfp4) {
-                unsigned short s16;
-                asm volatile("ld.shared.u16 %0, [%1];"
-                             : "=h"(s16)
-                             : "r"(src + kGemvTileBytes + gemv_lane_scale_offset(F, lane)));
-                cur.s = s16;
-            } else if constexpr (F == GemvFormat::kFp8) {
-                asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cur.s) : "r"(src + kGemvTileBytes));
-            } else {
-                cur.s = 0u;
+#pragma unroll
+            for (int r = 0; r < kGemvQuad; ++r) {
+                Slot cur;
+                asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(cur.w.x), "=r"(cur.w.y), "=r"(cur.w.z), "=r"(cur.w.w)
+                             : "r"(src + r * kGemvTileBytes + lane * kGemvLaneBytes));
+                if constexpr (F == GemvFormat::kNvfp4 || F == GemvFormat::kMxfp4) {
+                    unsigned short s16;
+                    asm volatile(
+                        "ld.shared.u16 %0, [%1];"
+                        : "=h"(s16)
+                        : "r"(src + kUnitBytes + r * kTileScale + gemv_lane_scale_offset(F, lane)));
+                    cur.s = s16;
+                } else if constexpr (F == GemvFormat::kFp8) {
+                    asm volatile("ld.shared.u32 %0, [%1];"
+                                 : "=r"(cur.s)
+                                 : "r"(src + kUnitBytes + r * kTileScale));
+                } else {
+                    cur.s = 0u;
+                }
+                uint32_t wa[kSteps][4];
+                Decode<F>::run(cur, wa);
+#pragma unroll
+                for (int nt = 0; nt < kNT; ++nt) {
+                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    float(&d)[4] = kPostScale ? part : acc[r][nt];
+#pragma unroll
+                    for (int j = 0; j < kSteps; ++j) {
+                        ptx::mma_bf16_16816(d, wa[j], xh[nt][2 * j], xh[nt][2 * j + 1]);
+                        if constexpr (kXF32) {
+                            ptx::mma_bf16_16816(d, wa[j], xl[nt][2 * j], xl[nt][2 * j + 1]);
+                        }
+                    }
+                    if constexpr (kPostScale) {
+                        const float sc = __uint_as_float(cur.s);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            acc[r][nt][i] = fmaf(sc, part[i], acc[r][nt][i]);
+                    }
+                }
             }
-
-            uint32_t wa[kSteps][4];
-            Decode<F>::run(cur, wa);
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
-                uint32_t xh[X::kFragWords];
-                uint32_t xl[X::kFragWords];
-                x_fragments<F, kXF32>(x_cur[nt], xh, xl);
-                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                float(&d)[4] = kPostScale ? part : acc[nt];
-#pragma unroll
-                for (int j = 0; j < kSteps; ++j) {
-                    ptx::mma_bf16_16816(d, wa[j], xh[2 * j], xh[2 * j + 1]);
-                    if constexpr (kXF32) ptx::mma_bf16_16816(d, wa[j], xl[2 * j], xl[2 * j + 1]);
-                }
-                if constexpr (kPostScale) {
-                    const float s = __uint_as_float(cur.s);
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) acc[nt][r] = fmaf(s, part[r], acc[nt][r]);
-                }
 #pragma unroll
                 for (int v = 0; v < X::kRawWords; ++v) x_cur[nt][v] = x_next[nt][v];
             }
         }
 
-        // ---- Row block done (for this warp).
+        // ---- Quad done (for this warp).
         if (c_t == 0 && seg == T) {
-            store_y<kYBf16, kNT>(a, c_group, c_rb, lane, acc, out_scale);
-        } else {
-            // Split row block: leave this warp's share; the last warp in sums all shares.
-            const int rb_u0 = (c_group * RB + c_rb) * T;
-            float* mine = partial_slot(a, warp, (u0 >= rb_u0 && u0 < rb_u0 + T) ? 0 : 1, lane);
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-                *reinterpret_cast<float4*>(mine + 4 * nt) =
-                    make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
-            }
+            for (int r = 0; r < kGemvQuad; ++r)
+                store_y<kYBf16, kNT>(a, c_group, c_quad * kGemvQuad + r, lane, acc[r],
+                                     out_scale[r]);
+        } else {
+            // Split quad: add this warp's share; the last warp in writes the outputs.
+            const int q = c_group * Q + c_quad;
+            float* p = a.partials + static_cast<int64_t>(q) * kPartialFloats;
+            add_partial<kNT>(a, p, lane, acc);
             __threadfence();
             __syncwarp();
             uint32_t arrived = 0;
-            if (lane == 0) arrived = atomicAdd(a.counters + c_group * RB + c_rb, 1u);
+            if (lane == 0) arrived = atomicAdd(a.counters + q, 1u);
             arrived = __shfl_sync(0xffffffffu, arrived, 0);
-            const int w_first = split.owner(rb_u0);
-            const int w_last = split.owner(rb_u0 + T - 1);
-            if (static_cast<int>(arrived) == w_last - w_first) {
-                reduce_partials<kYBf16, kNT>(a, split, w_first, w_last, rb_u0, c_group, c_rb, lane,
-                                             out_scale);
+            const int q_u0 = q * T;
+            if (static_cast<int>(arrived) == split.owner(q_u0 + T - 1) - split.owner(q_u0)) {
+                finish_quad<kYBf16>(a, p, c_group, c_expert, c_quad, lane);
             }
         }
         u += seg;
         c_t = t_end;
         if (c_t == T) {
             c_t = 0;
-            if (++c_rb == RB) {
-                c_rb = 0;
+            if (++c_quad == Q) {
+                c_quad = 0;
                 if (++c_group < a.n_groups) c_expert = expert_of(c_group);
             }
         }
@@ -471,33 +513,41 @@ struct Variant {
     int index;  // into the per-format occupancy cache
 };
 
-// The instantiation for (args, depth = pipeline stages). Stages 4 and 16 exist for tuning the
-// NVFP4 path.
+// The instantiation for (args, depth = pipeline stages of one unit each). Depth 4 exists for
+// tuning the NVFP4 path.
 template <GemvFormat F>
 Variant select_variant(const GemvArgs& a, int depth) {
     const bool two = a.m > 8;
     if constexpr (F == GemvFormat::kNvfp4) {
-        if (depth == 4 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 4>, 8};
-        if (depth == 16 && !a.x_f32 && !two && !a.y_bf16) return {gemv_kernel<F, false, 1, false, 16>, 9};
+        if (depth == 4 && !a.x_f32 && !two && !a.y_bf16)
+            return {gemv_kernel<F, false, 1, false, 4>, 8};
     }
-    DSV4_ASSERT(depth == 8, "gemv: depth ", depth, " is not instantiated for this variant");
+    DSV4_ASSERT(depth == 2, "gemv: depth ", depth, " is not instantiated for this variant");
     const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
     switch (index) {
-        case 0: return {gemv_kernel<F, false, 1, false, 8>, index};
-        case 1: return {gemv_kernel<F, false, 1, true, 8>, index};
-        case 2: return {gemv_kernel<F, false, 2, false, 8>, index};
-        case 3: return {gemv_kernel<F, false, 2, true, 8>, index};
-        case 4: return {gemv_kernel<F, true, 1, false, 8>, index};
-        case 5: return {gemv_kernel<F, true, 1, true, 8>, index};
-        case 6: return {gemv_kernel<F, true, 2, false, 8>, index};
-        default: return {gemv_kernel<F, true, 2, true, 8>, index};
+        case 0:
+            return {gemv_kernel<F, false, 1, false, 2>, index};
+        case 1:
+            return {gemv_kernel<F, false, 1, true, 2>, index};
+        case 2:
+            return {gemv_kernel<F, false, 2, false, 2>, index};
+        case 3:
+            return {gemv_kernel<F, false, 2, true, 2>, index};
+        case 4:
+            return {gemv_kernel<F, true, 1, false, 2>, index};
+        case 5:
+            return {gemv_kernel<F, true, 1, true, 2>, index};
+        case 6:
+            return {gemv_kernel<F, true, 2, false, 2>, index};
+        default:
+            return {gemv_kernel<F, true, 2, true, 2>, index};
     }
 }
 
 template <GemvFormat F>
 int format_ctas_per_sm(const GemvArgs& a, int depth) {
     // Occupancy per instantiation, queried once (host-side only, capture-safe).
-    static std::atomic<int> cache[10] = {};
+    static std::atomic<int> cache[9] = {};
     const Variant v = select_variant<F>(a, depth);
     int n = cache[v.index].load(std::memory_order_relaxed);
     if (n == 0) {

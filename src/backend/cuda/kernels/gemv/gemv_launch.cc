@@ -8,14 +8,15 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kWarpsPerCta = 4;      // gemv_sm90::kWarpsPerCta
-constexpr int kMaxWarpsPerSm = 32;   // gemv_sm90::kMaxWarpsPerSm
-constexpr int kPartialFloats = 8;    // gemv_sm90::kPartialFloats
-constexpr int kDefaultMinTiles = 4;  // below this a warp's loads cannot cover DRAM latency
-constexpr int kDefaultDepth = 8;
+constexpr int kWarpsPerCta = 4;       // gemv_sm90::kWarpsPerCta
+constexpr int kMaxWarpsPerSm = 32;    // gemv_sm90::kMaxWarpsPerSm
+constexpr int kQuadFloats = 16 * 64;  // gemv_sm90::kPartialFloats: [16 tokens][64 rows]
+constexpr int kDefaultMinUnits = 2;   // units (2 KB) per warp
+constexpr int kDefaultDepth = 2;
 
-size_t partials_bytes(int sm_count) {
-    return static_cast<size_t>(sm_count) * kMaxWarpsPerSm * 2 * 32 * kPartialFloats * sizeof(float);
+size_t accum_bytes(int64_t max_row_blocks_total) {
+    const int64_t quads = (max_row_blocks_total + kGemvQuad - 1) / kGemvQuad;
+    return (static_cast<size_t>(quads) * kQuadFloats * sizeof(float) + 255) / 256 * 256;
 }
 
 int ctas_per_sm(const GemvArgs& a, int depth) {
@@ -38,9 +39,10 @@ int64_t grid_ctas(const GemvArgs& a, const GemvLaunchConfig& c) {
     if (c.ctas_per_sm > 0) per_sm = std::min(per_sm, c.ctas_per_sm);
     per_sm = std::max(1, std::min(per_sm, kMaxWarpsPerSm / kWarpsPerCta));
     const int64_t max_warps = static_cast<int64_t>(c.sm_count) * per_sm * kWarpsPerCta;
-    const int64_t tiles = static_cast<int64_t>(a.n_groups) * a.row_blocks * a.k_tiles;
-    const int64_t min_tiles = c.min_tiles_per_warp > 0 ? c.min_tiles_per_warp : kDefaultMinTiles;
-    const int64_t warps = std::max<int64_t>(1, std::min(max_warps, (tiles + min_tiles - 1) / min_tiles));
+    const int64_t units = static_cast<int64_t>(a.n_groups) * (a.row_blocks / kGemvQuad) * a.k_tiles;
+    const int64_t min_units = c.min_tiles_per_warp > 0 ? c.min_tiles_per_warp : kDefaultMinUnits;
+    const int64_t warps =
+        std::max<int64_t>(1, std::min(max_warps, (units + min_units - 1) / min_units));
     return (warps + kWarpsPerCta - 1) / kWarpsPerCta;
 }
 
@@ -52,8 +54,9 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
     DSV4_ASSERT(a.format == GemvFormat::kBf16 || a.w_scales != nullptr, "gemv: scales not set");
     DSV4_ASSERT(a.m >= 1 && a.m <= kGemvMaxM, "gemv: m = ", a.m, " (supported 1..", kGemvMaxM, ")");
     DSV4_ASSERT(a.n_groups >= 1, "gemv: n_groups = ", a.n_groups);
-    DSV4_ASSERT(a.row_blocks >= 1 && a.n >= 1 && a.n <= a.row_blocks * kGemvRowBlock,
-                "gemv: n = ", a.n, " with ", a.row_blocks, " row blocks");
+    DSV4_ASSERT(a.row_blocks >= kGemvQuad && a.row_blocks % kGemvQuad == 0 && a.n >= 1 &&
+                    a.n <= a.row_blocks * kGemvRowBlock,
+                "gemv: n = ", a.n, " with ", a.row_blocks, " row blocks (a multiple of 4)");
     DSV4_ASSERT(a.k_tiles >= 1 && a.k >= 1 && a.k <= static_cast<int64_t>(a.k_tiles) * tile_k &&
                     a.k % lane_k == 0,
                 "gemv: k = ", a.k, " with ", a.k_tiles, " tiles of ", tile_k);
@@ -71,16 +74,16 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
 
 }  // namespace
 
-size_t gemv_workspace_bytes(int64_t max_row_blocks_total, int sm_count) {
-    const size_t p = (partials_bytes(sm_count) + 255) / 256 * 256;
-    return p + static_cast<size_t>(max_row_blocks_total) * sizeof(uint32_t);
+size_t gemv_workspace_bytes(int64_t max_row_blocks_total) {
+    return accum_bytes(max_row_blocks_total) +
+           static_cast<size_t>(max_row_blocks_total) * sizeof(uint32_t);
 }
 
-void gemv_workspace_bind(void* base, int sm_count, GemvArgs* args) {
+void gemv_workspace_bind(void* base, int64_t max_row_blocks_total, GemvArgs* args) {
     DSV4_ASSERT(reinterpret_cast<uintptr_t>(base) % 256 == 0, "gemv workspace alignment");
-    const size_t p = (partials_bytes(sm_count) + 255) / 256 * 256;
     args->partials = static_cast<float*>(base);
-    args->counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + p);
+    args->counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) +
+                                                 accum_bytes(max_row_blocks_total));
 }
 
 int64_t gemv_grid_warps(const GemvArgs& args, const GemvLaunchConfig& config) {

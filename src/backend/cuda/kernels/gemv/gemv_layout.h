@@ -22,12 +22,16 @@
 //                                    word 2j+1: row g+8, same k
 //   BF16      16       4       1     words a0..a3: (g, k0-1), (g+8, k0-1), (g, k2-3), (g+8, k2-3)
 //
-// Tiles are stored [expert][row block][k-tile][lane][16 bytes]. Block scales:
-//   NVFP4: [expert][row block][k-tile][lane][2] codes: (row g, row g+8) of block 4t + c
-//   MXFP4: [expert][row block][k-tile][g][c/2][2] codes: (row g, row g+8) of block 2t + c/2
-//   FP8:   [expert][row block][k-tile] float32: the tile's 128x128 block scale (repeated, 4 bytes
-//          per 512-byte tile, so every format streams a per-tile scale chunk the same way)
-//   BF16:  none
+// Row blocks come in quads (64 rows; n is padded to a multiple of 64): the kernel's unit of work
+// is one quad x one k-tile, four tiles stored back to back (2 KB), so a warp step reads 2 KB of
+// contiguous weights and shares one activation chunk among four tiles. Tile (rb, t) of an expert
+// is number ((rb / 4) * k_tiles + t) * 4 + rb % 4 (gemv_tile_index); tiles are stored
+// [expert][tile number][lane][16 bytes]. Each tile has a scale chunk, stored
+// [expert][tile number][scale bytes]:
+//   NVFP4: 64 B = [lane][2] codes: (row g, row g+8) of block 4t + c
+//   MXFP4: 32 B = [g][c/2][2] codes: (row g, row g+8) of block 2t + c/2
+//   FP8:    4 B = the tile's 128x128 block scale, float32 (repeated per tile)
+//   BF16:   none
 // and every format has out_scale [expert][row block] (float32) applied to the f32 sums.
 //
 // Values: e2m1x8_to_bf16x2 yields bf16 words holding e2m1 * 2^-126 (bf16 subnormals for the
@@ -46,6 +50,7 @@ namespace dsv4::cuda {
 enum class GemvFormat : uint8_t { kNvfp4, kMxfp4, kFp8, kBf16 };
 
 inline constexpr int kGemvRowBlock = 16;
+inline constexpr int kGemvQuad = 4;  // row blocks per unit of work
 inline constexpr int kGemvLanes = 32;
 inline constexpr int kGemvLaneBytes = 16;
 inline constexpr int kGemvTileBytes = kGemvLanes * kGemvLaneBytes;
@@ -53,12 +58,24 @@ inline constexpr int kGemvTileBytes = kGemvLanes * kGemvLaneBytes;
 DSV4_HD constexpr int gemv_tile_k(GemvFormat f) {
     return f == GemvFormat::kFp8 ? 32 : f == GemvFormat::kBf16 ? 16 : 64;
 }
-DSV4_HD constexpr int gemv_lane_k(GemvFormat f) { return gemv_tile_k(f) / 4; }
-DSV4_HD constexpr int gemv_ksteps(GemvFormat f) { return gemv_lane_k(f) / 4; }
+DSV4_HD constexpr int gemv_lane_k(GemvFormat f) {
+    return gemv_tile_k(f) / 4;
+}
+DSV4_HD constexpr int gemv_ksteps(GemvFormat f) {
+    return gemv_lane_k(f) / 4;
+}
 // Scale bytes stored per (row block, k-tile).
 DSV4_HD constexpr int gemv_tile_scale_bytes(GemvFormat f) {
-    return f == GemvFormat::kNvfp4 ? 64 : f == GemvFormat::kMxfp4 ? 32 : f == GemvFormat::kFp8 ? 4 : 0;
+    return f == GemvFormat::kNvfp4   ? 64
+           : f == GemvFormat::kMxfp4 ? 32
+           : f == GemvFormat::kFp8   ? 4
+                                     : 0;
 }
+// Number of tile (rb, t) inside its expert (row-block quads, then k-tiles, then the 4 blocks).
+DSV4_HD constexpr int64_t gemv_tile_index(int64_t rb, int64_t t, int64_t k_tiles) {
+    return ((rb / kGemvQuad) * k_tiles + t) * kGemvQuad + rb % kGemvQuad;
+}
+
 // Byte offset of lane l's scale inside its tile's scale bytes (FP4: two codes, rows g and g+8;
 // FP8: the tile's float32, shared by all lanes).
 DSV4_HD constexpr int gemv_lane_scale_offset(GemvFormat f, int lane) {
@@ -105,7 +122,11 @@ DSV4_HD constexpr int e2m1_source_bit(int o, int h, int bit) {
 inline constexpr int kNvfp4ScaleExp = 118;
 inline constexpr uint32_t kNvfp4CodeBase = 0x7600u;
 
-DSV4_HD constexpr uint32_t nvfp4_code_bits(uint32_t code) { return (code << 4) + kNvfp4CodeBase; }
-DSV4_HD constexpr uint32_t mxfp4_code_bits(uint32_t code) { return code << 7; }
+DSV4_HD constexpr uint32_t nvfp4_code_bits(uint32_t code) {
+    return (code << 4) + kNvfp4CodeBase;
+}
+DSV4_HD constexpr uint32_t mxfp4_code_bits(uint32_t code) {
+    return code << 7;
+}
 
 }  // namespace dsv4::cuda

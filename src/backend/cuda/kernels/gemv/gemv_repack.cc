@@ -32,7 +32,9 @@ uint8_t fp4_code(const QuantWeight& w, int64_t r, int64_t k) {
     return (k & 1) ? (byte >> 4) : (byte & 0xf);
 }
 
-float bf16_bits_value(uint32_t bits) { return bf16_to_f32(static_cast<uint16_t>(bits)); }
+float bf16_bits_value(uint32_t bits) {
+    return bf16_to_f32(static_cast<uint16_t>(bits));
+}
 
 // NVFP4 scale code for |E4M3| byte `v` (v < 0x7f, nonzero value): bf16(s * 2^118) = code<<4 + base.
 uint8_t nvfp4_scale_code(uint8_t v) {
@@ -70,8 +72,8 @@ Status check_parts(const QuantWeight* const* parts, int n_experts, int ppe, Gemv
             if (f != format || w.cols != first.cols || w.rows != parts[p]->rows)
                 return error("gemv_repack: expert ", e, " part ", p, " is ",
                              weight_format_name(w.format), " [", w.rows, ", ", w.cols,
-                             "], expected ", weight_format_name(first.format), " [",
-                             parts[p]->rows, ", ", first.cols, "]");
+                             "], expected ", weight_format_name(first.format), " [", parts[p]->rows,
+                             ", ", first.cols, "]");
         }
     }
     const int lane_k = gemv_lane_k(format);
@@ -89,6 +91,7 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
     const GemvShape& s = out->shape;
     const bool mx = s.format == GemvFormat::kMxfp4;
     const int64_t T = s.k_tiles();
+    const int64_t tile_base = expert * s.row_blocks() * T;
     const int64_t rb_base = expert * s.row_blocks();
     const int tile_scale_bytes = gemv_tile_scale_bytes(s.format);
     const auto& sp = spread().bits;
@@ -112,7 +115,8 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
     }
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
-        const int64_t rb = rb_base + row / kGemvRowBlock;
+        const int64_t lrb = row / kGemvRowBlock;
+        const int64_t rb = rb_base + lrb;
         const int rr = static_cast<int>(row % kGemvRowBlock);
         const int g = rr % 8, hr = rr / 8;
         for (int64_t k16 = 0; k16 < w.cols / 16; ++k16) {
@@ -131,11 +135,12 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
                 zero = (sv & 0x7f) == 0;
                 code = zero ? 0 : nvfp4_scale_code(sv & 0x7f);
             }
-            uint8_t* sdst = out->scales.data() + (rb * T + t) * tile_scale_bytes +
+            const int64_t tile = tile_base + gemv_tile_index(lrb, t, T);
+            uint8_t* sdst = out->scales.data() + tile * tile_scale_bytes +
                             gemv_lane_scale_offset(s.format, lane);
             sdst[hr] = code;
             uint32_t* words = reinterpret_cast<uint32_t*>(
-                out->tiles.data() + (rb * T + t) * kGemvTileBytes + lane * kGemvLaneBytes);
+                out->tiles.data() + tile * kGemvTileBytes + lane * kGemvLaneBytes);
             for (int kw = 0; kw < 16; ++kw) {
                 uint8_t nib = zero ? 0 : fp4_code(w, r, k16 * 16 + kw);
                 if (flip) nib ^= 0x8;
@@ -153,12 +158,13 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
 void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPacked* out) {
     const GemvShape& s = out->shape;
     const int64_t T = s.k_tiles();
+    const int64_t tile_base = expert * s.row_blocks() * T;
     const int64_t rb_base = expert * s.row_blocks();
     float* sdst = reinterpret_cast<float*>(out->scales.data());
     const auto* data = static_cast<const uint8_t*>(w.data);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
-        const int64_t rb = rb_base + row / kGemvRowBlock;
+        const int64_t lrb = row / kGemvRowBlock;
         const int rr = static_cast<int>(row % kGemvRowBlock);
         const int g = rr % 8, hr = rr / 8;
         for (int64_t k = 0; k < w.cols; ++k) {
@@ -166,16 +172,17 @@ void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPack
             const int kk = static_cast<int>(k % 32);
             const int lane = 4 * g + kk / 8;
             const int kw = kk % 8;
-            uint8_t* lane_bytes =
-                out->tiles.data() + (rb * T + t) * kGemvTileBytes + lane * kGemvLaneBytes;
+            uint8_t* lane_bytes = out->tiles.data() +
+                                  (tile_base + gemv_tile_index(lrb, t, T)) * kGemvTileBytes +
+                                  lane * kGemvLaneBytes;
             lane_bytes[(2 * (kw / 4) + hr) * 4 + kw % 4] = data[r * w.cols + k];
         }
-        out->out_scale[rb] = 1.0f;
+        out->out_scale[rb_base + lrb] = 1.0f;
         // A row block (16 rows from a 16-aligned offset) lies inside one 128-row scale block.
         if (rr == 0 || r == 0) {
             for (int64_t t = 0; t < T; ++t)
-                sdst[rb * T + t] = load_as_f32(w.scale, w.scale_dtype,
-                                               (r / 128) * w.scale_cols + (t * 32) / 128);
+                sdst[tile_base + gemv_tile_index(lrb, t, T)] =
+                    load_as_f32(w.scale, w.scale_dtype, (r / 128) * w.scale_cols + (t * 32) / 128);
         }
     }
 }
@@ -183,11 +190,13 @@ void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPack
 void pack_bf16(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPacked* out) {
     const GemvShape& s = out->shape;
     const int64_t T = s.k_tiles();
+    const int64_t tile_base = expert * s.row_blocks() * T;
     const int64_t rb_base = expert * s.row_blocks();
     const auto* data = static_cast<const uint16_t*>(w.data);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
-        const int64_t rb = rb_base + row / kGemvRowBlock;
+        const int64_t lrb = row / kGemvRowBlock;
+        const int64_t rb = rb_base + lrb;
         const int rr = static_cast<int>(row % kGemvRowBlock);
         const int g = rr % 8, hr = rr / 8;
         for (int64_t k = 0; k < w.cols; ++k) {
@@ -195,8 +204,9 @@ void pack_bf16(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPac
             const int kk = static_cast<int>(k % 16);
             const int lane = 4 * g + kk / 4;
             const int kw = kk % 4;
-            uint8_t* lane_bytes =
-                out->tiles.data() + (rb * T + t) * kGemvTileBytes + lane * kGemvLaneBytes;
+            uint8_t* lane_bytes = out->tiles.data() +
+                                  (tile_base + gemv_tile_index(lrb, t, T)) * kGemvTileBytes +
+                                  lane * kGemvLaneBytes;
             const uint16_t v = data[r * w.cols + k];
             std::memcpy(lane_bytes + ((kw >> 1) * 2 + hr) * 4 + (kw & 1) * 2, &v, 2);
         }
@@ -282,7 +292,8 @@ Expected<GemvPacked> gemv_repack(const QuantWeight* const* parts, int n_experts,
 void gemv_unpack_row(const GemvPacked& p, int expert, int64_t row, float* out) {
     const GemvShape& s = p.shape;
     const int64_t T = s.k_tiles();
-    const int64_t rb = expert * s.row_blocks() + row / kGemvRowBlock;
+    const int64_t lrb = row / kGemvRowBlock;
+    const int64_t rb = expert * s.row_blocks() + lrb;
     const int rr = static_cast<int>(row % kGemvRowBlock);
     const int g = rr % 8, hr = rr / 8;
     const float os = p.out_scale[rb];
@@ -293,19 +304,19 @@ void gemv_unpack_row(const GemvPacked& p, int expert, int64_t row, float* out) {
         const int lane_k = gemv_lane_k(s.format);
         const int lane = 4 * g + kk / lane_k;
         const int kw = kk % lane_k;
-        const uint8_t* lane_bytes =
-            p.tiles.data() + (rb * T + t) * kGemvTileBytes + lane * kGemvLaneBytes;
+        const int64_t tile = expert * s.row_blocks() * T + gemv_tile_index(lrb, t, T);
+        const uint8_t* lane_bytes = p.tiles.data() + tile * kGemvTileBytes + lane * kGemvLaneBytes;
         uint32_t words[4];
         std::memcpy(words, lane_bytes, 16);
         float v = 0.0f;
         switch (s.format) {
             case GemvFormat::kNvfp4:
             case GemvFormat::kMxfp4: {
-                const uint8_t* sc = p.scales.data() + (rb * T + t) * gemv_tile_scale_bytes(s.format) +
+                const uint8_t* sc = p.scales.data() + tile * gemv_tile_scale_bytes(s.format) +
                                     gemv_lane_scale_offset(s.format, lane);
                 const uint32_t code = sc[hr];
-                const uint32_t sbits = s.format == GemvFormat::kNvfp4 ? nvfp4_code_bits(code)
-                                                                       : mxfp4_code_bits(code);
+                const uint32_t sbits =
+                    s.format == GemvFormat::kNvfp4 ? nvfp4_code_bits(code) : mxfp4_code_bits(code);
                 uint32_t o[4];
                 e2m1x8_to_bf16x2(words[kw / 4], o);
                 const int pos = kw % 4;
@@ -320,7 +331,7 @@ void gemv_unpack_row(const GemvPacked& p, int expert, int64_t row, float* out) {
                 const uint32_t word = words[2 * j + hr];
                 const uint8_t byte = static_cast<uint8_t>(word >> (8 * (kw % 4)));
                 const float* sc = reinterpret_cast<const float*>(p.scales.data());
-                v = e4m3_to_f32(byte) * sc[rb * T + t] * os;
+                v = e4m3_to_f32(byte) * sc[tile] * os;
                 break;
             }
             case GemvFormat::kBf16: {

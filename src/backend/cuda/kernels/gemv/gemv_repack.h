@@ -18,7 +18,11 @@ struct GemvShape {
     int64_t n = 0, k = 0;
     int n_experts = 1;
 
-    int64_t row_blocks() const { return (n + kGemvRowBlock - 1) / kGemvRowBlock; }
+    // Row blocks, padded to whole quads (n to a multiple of 64).
+    int64_t row_blocks() const {
+        const int64_t rows = kGemvRowBlock * kGemvQuad;
+        return (n + rows - 1) / rows * kGemvQuad;
+    }
     int64_t k_tiles() const { return (k + gemv_tile_k(format) - 1) / gemv_tile_k(format); }
     int64_t tiles_expert_bytes() const { return row_blocks() * k_tiles() * kGemvTileBytes; }
     int64_t scales_expert_bytes() const;
@@ -28,7 +32,7 @@ struct GemvShape {
 
 struct GemvPacked {
     GemvShape shape;
-    std::vector<uint8_t> tiles;    // [n_experts][row_blocks][k_tiles][512]
+    std::vector<uint8_t> tiles;    // [n_experts][row_blocks * k_tiles][512], gemv_tile_index order
     std::vector<uint8_t> scales;   // gemv_layout.h, per format
     std::vector<float> out_scale;  // [n_experts][row_blocks]
 };

@@ -12,10 +12,10 @@
 namespace dsv4::cuda {
 
 struct Nvfp4ActQuantArgs {
-    const void* x = nullptr;        // [rows, cols] rows ldx elements apart, 16-byte aligned
-    bool x_bf16 = false;            // false: f32
+    const void* x = nullptr;  // [rows, cols] rows ldx elements apart, 16-byte aligned
+    bool x_bf16 = false;      // false: f32
     int64_t rows = 0;
-    int64_t cols = 0;               // multiple of 16
+    int64_t cols = 0;  // multiple of 16
     int64_t ldx = 0;
     uint8_t* packed = nullptr;      // [rows, cols / 2], low nibble = even element
     uint8_t* scales = nullptr;      // [rows, cols / 16] E4M3

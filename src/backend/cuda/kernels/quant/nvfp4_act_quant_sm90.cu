@@ -27,8 +27,8 @@ __device__ __forceinline__ void load_block(const Nvfp4ActQuantArgs& a, int64_t b
     const int64_t r = b / per_row;
     const int64_t c0 = (b - r * per_row) * 16;
     if (a.x_bf16) {
-        const uint4* p = reinterpret_cast<const uint4*>(
-            static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx + c0);
+        const uint4* p =
+            reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.x) + r * a.ldx + c0);
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
             const uint4 w = __ldcg(p + q);
@@ -40,8 +40,8 @@ __device__ __forceinline__ void load_block(const Nvfp4ActQuantArgs& a, int64_t b
             }
         }
     } else {
-        const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(a.x) +
-                                                          r * a.ldx + c0);
+        const float4* p =
+            reinterpret_cast<const float4*>(static_cast<const float*>(a.x) + r * a.ldx + c0);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const float4 w = __ldcg(p + q);
@@ -60,8 +60,8 @@ __device__ __forceinline__ float block_amax(const float (&v)[16]) {
     return m;
 }
 
-__global__ void __launch_bounds__(kThreads) nvfp4_act_quant_kernel(
-    const __grid_constant__ Nvfp4ActQuantArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    nvfp4_act_quant_kernel(const __grid_constant__ Nvfp4ActQuantArgs a) {
     __shared__ float warp_max[kThreads / 32];
     const int64_t blocks = a.rows * (a.cols / 16);
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -133,11 +133,13 @@ __global__ void __launch_bounds__(kThreads) nvfp4_act_quant_kernel(
 
 }  // namespace
 
-size_t nvfp4_act_quant_workspace_bytes() { return kSyncWords * sizeof(uint32_t); }
+size_t nvfp4_act_quant_workspace_bytes() {
+    return kSyncWords * sizeof(uint32_t);
+}
 
 void launch_nvfp4_act_quant(const Nvfp4ActQuantArgs& a, int sm_count, cudaStream_t stream) {
-    DSV4_ASSERT(a.rows >= 1 && a.cols >= 16 && a.cols % 16 == 0, "nvfp4_act_quant: shape [",
-                a.rows, ", ", a.cols, "]");
+    DSV4_ASSERT(a.rows >= 1 && a.cols >= 16 && a.cols % 16 == 0, "nvfp4_act_quant: shape [", a.rows,
+                ", ", a.cols, "]");
     const int64_t esize = a.x_bf16 ? 2 : 4;
     DSV4_ASSERT(a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
                     (a.ldx * esize) % 16 == 0 && a.ldx >= a.cols,
@@ -147,8 +149,8 @@ void launch_nvfp4_act_quant(const Nvfp4ActQuantArgs& a, int sm_count, cudaStream
                 "nvfp4_act_quant: outputs / workspace not set");
     DSV4_ASSERT(sm_count > 0, "nvfp4_act_quant: sm_count");
     const int64_t blocks = a.rows * (a.cols / 16);
-    const int64_t ctas = std::max<int64_t>(
-        1, std::min<int64_t>(sm_count, (blocks + kThreads - 1) / kThreads));
+    const int64_t ctas =
+        std::max<int64_t>(1, std::min<int64_t>(sm_count, (blocks + kThreads - 1) / kThreads));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(ctas));
     cfg.blockDim = dim3(kThreads);

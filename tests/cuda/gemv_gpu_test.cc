@@ -1,0 +1,373 @@
+// GPU tests of the weight GEMV against the dequant_row CPU reference on fresh random data:
+// every format, bf16 and f32 activations, f32 and bf16 outputs, M = 1..16, odd shapes
+// (N = 17, K = 48), the V4-Flash shapes, grouped launches with device expert ids, row-block
+// quads split between warps, repeatability and capture into a CUDA graph. Tolerances:
+// docs/numerics-cuda.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/device.h"
+#include "backend/cuda/common/device_arena.h"
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/gemv_op.h"
+#include "base/fp_codes.h"
+#include "cuda_test_util.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using test::OwnedWeight;
+using test::TestFormat;
+
+struct Case {
+    TestFormat format = TestFormat::kNvfp4;
+    int64_t n = 0, k = 0;
+    int m = 1;
+    int n_experts = 1;     // experts stored
+    int parts = 1;         // parts concatenated along n (w1 + w3)
+    std::vector<int> ids;  // groups -> experts (device ids); empty: one group per expert
+    bool shared_x = true;  // one x for every group
+    bool x_f32 = false;
+    bool y_bf16 = false;
+    bool pdl = false;
+    int min_tiles_per_warp = 0;  // 1 forces many warps (split row blocks)
+};
+
+std::string describe(const Case& c) {
+    std::string s = std::string(test::test_format_name(c.format)) + " n=" + std::to_string(c.n) +
+                    " k=" + std::to_string(c.k) + " m=" + std::to_string(c.m) +
+                    " experts=" + std::to_string(c.n_experts) + "x" + std::to_string(c.parts) +
+                    " groups=" + std::to_string(c.ids.empty() ? c.n_experts : c.ids.size()) +
+                    (c.shared_x ? " shared-x" : " per-group-x") + (c.x_f32 ? " x=f32" : " x=bf16") +
+                    (c.y_bf16 ? " y=bf16" : " y=f32") + (c.pdl ? " pdl" : "") +
+                    (c.min_tiles_per_warp ? " split" : "");
+    return s;
+}
+
+// Worst |err| / bound over the outputs; > 1 fails. Printed for docs/numerics-cuda.md.
+struct Outcome {
+    double worst_ratio = 0.0;
+    double max_rel_l2 = 0.0;
+};
+
+double tolerance(const Case& c, double abs_sum, double ref) {
+    // FP32 accumulation (tensor-core adds are not RNE) bounded relative to sum |w x|; the f32
+    // activation split carries ~2^-17 of x; a bf16 output adds its rounding (half an ulp is up
+    // to 2^-8 relative; one ulp leaves room for the FP32 error carried into it).
+    double t = 2e-5 * abs_sum + 1e-30;
+    if (c.x_f32) t += std::ldexp(1.0, -16) * abs_sum;
+    if (c.y_bf16) t += std::ldexp(1.0, -7) * std::fabs(ref);
+    return t;
+}
+
+Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
+    SCOPED_TRACE(describe(c));
+    Outcome out;
+    std::mt19937 rng(seed);
+    const int groups = c.ids.empty() ? c.n_experts : static_cast<int>(c.ids.size());
+    const int64_t part_rows = c.n / c.parts;
+
+    // Weights: n_experts x parts random checkpoint tensors.
+    std::vector<OwnedWeight> owned;
+    owned.reserve(static_cast<size_t>(c.n_experts * c.parts));
+    for (int i = 0; i < c.n_experts * c.parts; ++i)
+        owned.push_back(test::random_weight(c.format, part_rows, c.k, rng));
+    std::vector<const QuantWeight*> parts;
+    for (auto& o : owned) parts.push_back(&o.w);
+    auto packed = gemv_repack(parts.data(), c.n_experts, c.parts);
+    EXPECT_TRUE(packed) << (packed ? "" : packed.status().message());
+    if (!packed) return out;
+
+    // Activations.
+    const int64_t x_count = (c.shared_x ? 1 : groups) * c.m * c.k;
+    std::vector<float> x = test::random_activations(x_count, rng);
+    std::vector<uint16_t> x_bf = test::to_bf16(x);
+    if (!c.x_f32) x = test::from_bf16(x_bf);
+
+    const auto dev = query_device(0);
+    const int64_t y_count = static_cast<int64_t>(groups) * c.m * c.n;
+    ArenaPlan plan;
+    plan.add(static_cast<size_t>(packed->shape.device_bytes()));
+    plan.add(static_cast<size_t>(x_count) * 4);
+    plan.add(static_cast<size_t>(y_count) * 4);
+    plan.add(GemvWorkspace::bytes(groups * packed->shape.row_blocks()));
+    plan.add(static_cast<size_t>(groups) * 4);
+    auto arena = DeviceArena::create(plan.total());
+    EXPECT_TRUE(arena);
+    if (!arena) return out;
+    CudaStream stream = CudaStream::create();
+    const GemvWeight w = upload_gemv_weight(*packed, *arena);
+    void* d_x = arena->alloc(static_cast<size_t>(x_count) * 4);
+    if (c.x_f32) {
+        DSV4_CHECK_CUDA(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    } else {
+        DSV4_CHECK_CUDA(cudaMemcpy(d_x, x_bf.data(), x_bf.size() * 2, cudaMemcpyHostToDevice));
+    }
+    void* d_y = arena->alloc(static_cast<size_t>(y_count) * 4);
+    const GemvWorkspace ws = GemvWorkspace::create(*arena, groups * packed->shape.row_blocks(),
+                                                   dev->sm_count, stream.get());
+    int32_t* d_ids = nullptr;
+    if (!c.ids.empty()) {
+        d_ids = arena->alloc_array<int32_t>(c.ids.size());
+        DSV4_CHECK_CUDA(cudaMemcpy(d_ids, c.ids.data(), c.ids.size() * 4, cudaMemcpyHostToDevice));
+    }
+    arena->freeze();
+
+    const DType xt = c.x_f32 ? DType::kF32 : DType::kBF16;
+    const DType yt = c.y_bf16 ? DType::kBF16 : DType::kF32;
+    const TensorView xv =
+        c.shared_x ? TensorView(d_x, xt, {c.m, c.k}) : TensorView(d_x, xt, {groups, c.m, c.k});
+    const TensorView yv = TensorView(d_y, yt, {groups, c.m, c.n});
+    GemvOptions opt;
+    opt.expert_ids = d_ids;
+    opt.pdl = c.pdl;
+    opt.launch.min_tiles_per_warp = c.min_tiles_per_warp;
+
+    // CPU reference per group.
+    const size_t ysize = static_cast<size_t>(y_count);
+    std::vector<double> ref(ysize), abs_sum(ysize);
+    for (int g = 0; g < groups; ++g) {
+        const int e = c.ids.empty() ? g : c.ids[static_cast<size_t>(g)];
+        const float* xg = x.data() + (c.shared_x ? 0 : g * c.m * c.k);
+        std::vector<double> yr(static_cast<size_t>(c.m * c.n)), ar(yr.size());
+        for (int p = 0; p < c.parts; ++p) {
+            std::vector<double> yp(static_cast<size_t>(c.m * part_rows)), ap(yp.size());
+            test::reference_gemv(owned[static_cast<size_t>(e * c.parts + p)].w, xg, c.m, yp.data(),
+                                 ap.data());
+            for (int t = 0; t < c.m; ++t)
+                for (int64_t r = 0; r < part_rows; ++r) {
+                    yr[static_cast<size_t>(t * c.n + p * part_rows + r)] =
+                        yp[static_cast<size_t>(t * part_rows + r)];
+                    ar[static_cast<size_t>(t * c.n + p * part_rows + r)] =
+                        ap[static_cast<size_t>(t * part_rows + r)];
+                }
+        }
+        std::copy(yr.begin(), yr.end(), ref.begin() + static_cast<int64_t>(g) * c.m * c.n);
+        std::copy(ar.begin(), ar.end(), abs_sum.begin() + static_cast<int64_t>(g) * c.m * c.n);
+    }
+
+    std::vector<uint8_t> first;
+    for (int rep = 0; rep < repeats; ++rep) {
+        // Poison: NaN everywhere, so an unwritten output fails.
+        DSV4_CHECK_CUDA(cudaMemsetAsync(d_y, 0xff, ysize * (c.y_bf16 ? 2 : 4), stream.get()));
+        gemv(w, xv, yv, groups, ws, opt, stream.get());
+        stream.synchronize();
+        std::vector<uint8_t> raw(ysize * (c.y_bf16 ? 2 : 4));
+        DSV4_CHECK_CUDA(cudaMemcpy(raw.data(), d_y, raw.size(), cudaMemcpyDeviceToHost));
+        if (rep == 0) {
+            first = raw;
+        } else if (c.min_tiles_per_warp == 0 &&
+                   groups * packed->shape.row_blocks() / 4 * packed->shape.k_tiles() <= 2) {
+            // At most two units (the default per warp): one warp, no split quad, so the result
+            // is bitwise stable. Split quads add in a varying order (docs/numerics-cuda.md).
+            EXPECT_EQ(raw, first) << "unsplit results differ between launches";
+        }
+        double err2 = 0.0, ref2 = 0.0;
+        int reported = 0;
+        for (size_t i = 0; i < ysize; ++i) {
+            float v;
+            if (c.y_bf16) {
+                uint16_t b;
+                std::memcpy(&b, raw.data() + 2 * i, 2);
+                v = bf16_to_f32(b);
+            } else {
+                std::memcpy(&v, raw.data() + 4 * i, 4);
+            }
+            const double err = std::fabs(static_cast<double>(v) - ref[i]);
+            const double tol = tolerance(c, abs_sum[i], ref[i]);
+            const double ratio = std::isfinite(v) ? err / tol : 1e30;
+            out.worst_ratio = std::max(out.worst_ratio, ratio);
+            err2 += err * err;
+            ref2 += ref[i] * ref[i];
+            if (ratio > 1.0 && reported++ < 5)
+                ADD_FAILURE() << "output " << i << ": got " << v << ", want " << ref[i]
+                              << " (tolerance " << tol << ")";
+        }
+        out.max_rel_l2 = std::max(out.max_rel_l2, std::sqrt(err2 / std::max(ref2, 1e-300)));
+    }
+    std::printf("[ gemv ] %-90s worst err/tol %.3g  rel-L2 %.3g\n", describe(c).c_str(),
+                out.worst_ratio, out.max_rel_l2);
+    return out;
+}
+
+const TestFormat kAllFormats[] = {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0,
+                                  TestFormat::kFp8F32, TestFormat::kBf16};
+
+int64_t small_k(TestFormat f) {
+    return f == TestFormat::kMxfp4 ? 96 : 48;
+}
+
+TEST(GemvGpu, OddShapesEveryVariant) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 1000;
+    for (TestFormat f : kAllFormats) {
+        for (int m : {1, 2, 3, 8, 9, 16}) {
+            for (int variant = 0; variant < 4; ++variant) {
+                Case c;
+                c.format = f;
+                c.n = 17;
+                c.k = small_k(f);
+                c.m = m;
+                c.x_f32 = variant & 1;
+                c.y_bf16 = variant & 2;
+                run_case(c, seed++, 2);
+            }
+        }
+    }
+}
+
+TEST(GemvGpu, SplitQuadsRepeatWithinTolerance) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 2000;
+    for (TestFormat f : kAllFormats) {
+        for (int m : {1, 5, 12}) {
+            Case c;
+            c.format = f;
+            c.n = 100;
+            c.k = 2048;
+            c.m = m;
+            c.min_tiles_per_warp = 1;  // one unit per warp: many warps per quad
+            c.x_f32 = m == 5;
+            run_case(c, seed++, 3);
+        }
+    }
+}
+
+TEST(GemvGpu, GroupedExpertsWithDeviceIds) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 3000;
+    for (TestFormat f : {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0}) {
+        for (int m : {1, 4}) {
+            Case c;  // w1 + w3 of 7 selected experts out of 9, one shared input
+            c.format = f;
+            c.n = 2 * 128;
+            c.k = 512;
+            c.m = m;
+            c.n_experts = 9;
+            c.parts = 2;
+            c.ids = {8, 2, 5, 0, 7, 3, 1};
+            c.pdl = true;
+            run_case(c, seed++, 2);
+            Case d = c;  // w2: per-group inputs
+            d.n = 512;
+            d.k = 128;
+            d.parts = 1;
+            d.shared_x = false;
+            run_case(d, seed++, 2);
+        }
+    }
+}
+
+TEST(GemvGpu, FlashShapes) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 4000;
+    struct Shape {
+        const char* name;
+        int64_t n, k;
+        int experts, parts;
+        bool grouped_x;
+    };
+    const Shape shapes[] = {
+        {"expert w1+w3 (2 of 7)", 4096, 4096, 2, 2, false},
+        {"expert w2 (2 of 7)", 4096, 2048, 2, 1, true},
+        {"wq_a", 1024, 4096, 1, 1, false},
+        {"wkv", 512, 4096, 1, 1, false},
+        {"wq_b", 32768, 1024, 1, 1, false},
+        {"indexer wq_b", 8192, 1024, 1, 1, false},
+        {"wo_b", 4096, 8192, 1, 1, false},
+        {"wo_a (2 of 8 groups)", 1024, 4096, 2, 1, true},
+    };
+    for (const Shape& s : shapes) {
+        for (TestFormat f : {TestFormat::kNvfp4, TestFormat::kFp8E8m0}) {
+            for (int m : {1, 8}) {
+                Case c;
+                c.format = f;
+                c.n = s.n;
+                c.k = s.k;
+                c.m = m;
+                c.n_experts = s.experts;
+                c.parts = s.parts;
+                c.shared_x = !s.grouped_x;
+                c.y_bf16 = m == 8;
+                std::printf("[ gemv ] %s\n", s.name);
+                run_case(c, seed++);
+            }
+        }
+    }
+}
+
+TEST(GemvGpu, MxfpAndBf16FlashShapes) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 5000;
+    Case c;  // routed experts are MXFP4 in the release checkpoint
+    c.format = TestFormat::kMxfp4;
+    c.n = 4096;
+    c.k = 4096;
+    c.n_experts = 2;
+    c.parts = 2;
+    c.m = 1;
+    run_case(c, seed++);
+    Case b;  // bf16 compressor-sized matrix, f32 activations
+    b.format = TestFormat::kBf16;
+    b.n = 1024;
+    b.k = 4096;
+    b.m = 3;
+    b.x_f32 = true;
+    run_case(b, seed++);
+}
+
+TEST(GemvGpu, CapturedInAGraph) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937 rng(6000);
+    OwnedWeight o = test::random_weight(TestFormat::kNvfp4, 256, 1024, rng);
+    const QuantWeight* parts[] = {&o.w};
+    auto packed = gemv_repack(parts, 1, 1);
+    ASSERT_TRUE(packed);
+    const auto dev = query_device(0);
+    ArenaPlan plan;
+    plan.add(static_cast<size_t>(packed->shape.device_bytes()));
+    plan.add(1024 * 2);
+    plan.add(256 * 4 * 2);
+    plan.add(GemvWorkspace::bytes(packed->shape.row_blocks()));
+    auto arena = DeviceArena::create(plan.total());
+    ASSERT_TRUE(arena);
+    CudaStream stream = CudaStream::create();
+    const GemvWeight w = upload_gemv_weight(*packed, *arena);
+    auto* d_x = arena->alloc_array<uint16_t>(1024);
+    auto* d_y1 = arena->alloc_array<float>(256);
+    auto* d_y2 = arena->alloc_array<float>(256);
+    const GemvWorkspace ws =
+        GemvWorkspace::create(*arena, packed->shape.row_blocks(), dev->sm_count, stream.get());
+    const std::vector<uint16_t> x = test::to_bf16(test::random_activations(1024, rng));
+    DSV4_CHECK_CUDA(cudaMemcpy(d_x, x.data(), 2048, cudaMemcpyHostToDevice));
+    GemvOptions opt;
+    opt.pdl = true;
+    opt.launch.min_tiles_per_warp = 1;
+    gemv(w, TensorView(d_x, DType::kBF16, {1, 1024}), TensorView(d_y1, DType::kF32, {1, 256}), 1,
+         ws, opt, stream.get());
+    stream.synchronize();
+    DSV4_CHECK_CUDA(cudaMemset(d_y2, 0xff, 1024));
+    CudaGraph::begin_capture(stream.get());
+    for (int i = 0; i < 3; ++i)
+        gemv(w, TensorView(d_x, DType::kBF16, {1, 1024}), TensorView(d_y2, DType::kF32, {1, 256}),
+             1, ws, opt, stream.get());
+    CudaGraph graph;
+    ASSERT_EQ(CudaGraph::end_capture(stream.get(), &graph), cudaSuccess);
+    graph.launch(stream.get());
+    graph.launch(stream.get());
+    stream.synchronize();
+    std::vector<float> y1(256), y2(256);
+    DSV4_CHECK_CUDA(cudaMemcpy(y1.data(), d_y1, 1024, cudaMemcpyDeviceToHost));
+    DSV4_CHECK_CUDA(cudaMemcpy(y2.data(), d_y2, 1024, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; ++i)  // split quads: same sums up to the order of the FP32 adds
+        EXPECT_NEAR(y1[i], y2[i], 1e-5f * (std::fabs(y1[i]) + 1e-3f)) << "output " << i;
+}
+
+}  // namespace
+}  // namespace dsv4::cuda

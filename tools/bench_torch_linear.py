@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""bf16 torch F.linear (cuBLAS) on the V4-Flash decode shapes: the baseline of bench/gemv_bench.
+
+Each unit of work (one matrix, or the 7 selected experts, or wo_a's 8 groups) is captured R
+times in one CUDA graph, with weights rotated through >= 600 MB of copies so L2 does not serve
+them; time per unit = median graph replay / R. Grouped shapes are timed as a loop of F.linear
+calls and as one batched torch.bmm; the faster is the baseline. Prints rows
+'csv,torch,<shape>,<m>,<variant>,<us>' that tools/bench_gemv.sh merges with the GEMV numbers.
+"""
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+POOL_BYTES = 600 << 20
+REPLAYS = 15
+
+# name, n, k, groups, grouped input (one x per group)
+SHAPES = [
+    ("experts_w13", 4096, 4096, 7, False),  # 7 x fused (w1 | w3)
+    ("experts_w2", 4096, 2048, 7, True),
+    ("wq_b", 32768, 1024, 1, False),
+    ("wo_b", 4096, 8192, 1, False),
+    ("head", 129280, 4096, 1, False),
+    ("wq_a", 1024, 4096, 1, False),
+    ("wkv", 512, 4096, 1, False),
+    ("idx_wq_b", 8192, 1024, 1, False),
+    ("wo_a", 1024, 4096, 8, True),
+]
+
+
+def graph_us(fn, launches):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for r in range(min(launches, 3)):  # warm-up: cuBLAS handles and workspaces
+            fn(r)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for r in range(launches):
+            fn(r)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPLAYS):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times) * 1000.0 / launches
+
+
+def bench_shape(name, n, k, groups, grouped_x, ms):
+    dev = "cuda"
+    entry = n * k * 2 * groups
+    entries = max(2, POOL_BYTES // entry + 1)
+    w = torch.randn(entries * groups, n, k, device=dev, dtype=torch.bfloat16) * 0.02
+    launches = min(entries, 256)
+    rows = []
+    for m in ms:
+        xs = torch.randn(groups if grouped_x else 1, m, k, device=dev, dtype=torch.bfloat16)
+        if groups == 1:
+            rows.append((name, m, "linear", graph_us(lambda r: F.linear(xs[0], w[r % entries]),
+                                                     launches)))
+            continue
+
+        def loop(r):
+            base = (r % entries) * groups
+            for j in range(groups):
+                F.linear(xs[j if grouped_x else 0], w[base + j])
+
+        xb = xs if grouped_x else xs.expand(groups, m, k)
+
+        def bmm(r):
+            base = (r % entries) * groups
+            torch.bmm(xb, w[base:base + groups].transpose(1, 2))
+
+        rows.append((name, m, "loop", graph_us(loop, launches)))
+        rows.append((name, m, "bmm", graph_us(bmm, launches)))
+    del w
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    quick = "--quick" in sys.argv
+    ms = [1] if quick else [1, 2, 4, 8]
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    for name, n, k, groups, grouped_x in SHAPES:
+        for (shape, m, variant, us) in bench_shape(name, n, k, groups, grouped_x, ms):
+            print(f"csv,torch,{shape},{m},{variant},{us:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
