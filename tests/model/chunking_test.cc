@@ -79,7 +79,7 @@ TEST_P(Chunking, RandomSplitsMatchOnePass) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, Chunking,
                          ::testing::Values("tiny-mix", "tiny-yarn", "tiny-eps", "small-rates",
-                                           "x-window16", "x-hash2", "x-fmt-mx"));
+                                           "x-window16", "x-hash2", "x-hc1", "x-rates", "x-fmt-mx"));
 
 }  // namespace
 }  // namespace dsv4
