@@ -16,7 +16,7 @@ Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std
     if (tok->token_to_id("<think>") != 128821) {
         const auto table = deepseek_v4_added_tokens();
         DSV4_RETURN_IF_ERROR(tok->set_added_tokens(table, AddedTokensMode::kReplace));
-        std::fprintf(stderr, "note: %s has the DeepSeek-V3 special tokens; using V4's table\n",
+        std::fprintf(stderr, "note: %s lacks DeepSeek-V4's special tokens; installing V4's table\n",
                      file.c_str());
     }
     return tok;
