@@ -4,7 +4,10 @@
 // are those of a captured decode step. Weights rotate through a pool of copies (or of experts)
 // of >= 600 MB, ten times the L2, so no launch finds its weights in L2. Weight bytes are random
 // (valid codes); the kernels' speed does not depend on the values. The same run measures the
-// pure-read bandwidth (a sum over 4 GiB) and the floor of an empty kernel launched the same way.
+// pure-read bandwidth (a sum over 4 GiB) and the floor of an empty kernel launched the same way,
+// and probes of what a launch of the GEMV's sizes can reach (pure reads with three address
+// mappings, the GEMV's cp.async ring without and with the NVFP4 math: "pattern" rows;
+// docs/perf.md, "Follow-up").
 //
 // Output: a human table on stdout and CSV rows (prefix "csv,") for the merge script.
 #include <cuda_runtime.h>
@@ -21,6 +24,7 @@
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
 
 namespace dsv4::cuda {
@@ -75,6 +79,171 @@ __global__ void read_sum(const uint4* p, size_t n, uint32_t* sink) {
         acc ^= a.x ^ a.y ^ a.z ^ a.w;
     }
     if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive; practically never stores
+}
+
+// Access-pattern probe: the same pure read (8 independent 16-byte loads in flight per thread,
+// 528 CTAs x 128 threads like the GEMV grid) with three mappings of threads to addresses:
+//   0 interleaved: load j of iteration i of thread t reads element (8i + j) * T + t (T threads),
+//     so at any moment the whole grid reads one contiguous window (read_sum's pattern);
+//   1 warp-blocked: warp w streams its own contiguous 1/W of the buffer, 2 KB per 4 loads (the
+//     GEMV's stream-K mapping: ~2100 streams ~30 KB apart for a 66 MB launch);
+//   2 CTA-blocked: CTA b streams its own contiguous 1/B, its 128 threads interleaved within it.
+__global__ void __launch_bounds__(128)
+    pattern_read(const uint4* p, int64_t n, int mode, uint32_t* sink) {
+    const int64_t T = int64_t{gridDim.x} * blockDim.x;
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int64_t warps = T / 32;
+    const int64_t warp = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+    int64_t base, stride, end;
+    if (mode == 0) {
+        base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+        stride = T;
+        end = n;
+    } else if (mode == 1) {
+        const int64_t chunk = (n / warps + 127) / 128 * 128;
+        base = warp * chunk + lane;
+        stride = 32;
+        end = min(n, (warp + 1) * chunk);
+    } else {
+        const int64_t chunk = (n / gridDim.x + 1023) / 1024 * 1024;
+        base = int64_t{blockIdx.x} * chunk + threadIdx.x;
+        stride = blockDim.x;
+        end = min(n, int64_t{blockIdx.x + 1} * chunk);
+    }
+    uint32_t acc = 0;
+    for (int64_t i = base; i < end; i += 8 * stride) {
+        uint4 v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            v[j] = make_uint4(0, 0, 0, 0);
+            ptx::ldg_v4_if(i + j * stride < end, p + i + j * stride, v[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+// Pipeline probe: the GEMV's streaming skeleton without the decode and the MMAs. Each warp
+// streams a contiguous range of 2304-byte units (2 KB of tiles + 256 B of scales, NVFP4's unit)
+// through a ring of kDepth shared-memory stages filled by cp.async, exactly as gemv_kernel
+// does (wait, __syncwarp, issue the next unit, read the stage), and XORs what it reads.
+template <int kDepth>
+__global__ void __launch_bounds__(128) pipe_read(const uint8_t* p, int64_t units, uint32_t* sink) {
+    constexpr int kUnit = 2048, kScale = 256, kStage = kUnit + kScale;
+    __shared__ __align__(128) uint8_t st[4][kDepth][kStage];
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int wic = static_cast<int>(threadIdx.x) >> 5;
+    const int64_t W = int64_t{gridDim.x} * 4;
+    const int64_t w = int64_t{blockIdx.x} * 4 + wic;
+    const int64_t u0 = w * units / W, u1 = (w + 1) * units / W;
+    const int n = static_cast<int>(u1 - u0);
+    const uint8_t* tiles = p + u0 * kUnit;
+    const uint8_t* scales = p + units * kUnit + u0 * kScale;
+    const uint32_t ring = ptx::smem_addr(&st[wic][0][0]);
+    int li = 0;
+    auto issue = [&]() {
+        if (li < n) {
+            const uint32_t dst = ring + static_cast<uint32_t>(li % kDepth) * kStage;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                ptx::cp_async_16(dst + r * 512 + lane * 16,
+                                 tiles + li * kUnit + r * 512 + lane * 16);
+            ptx::cp_async_16_if(lane < 16, dst + kUnit + lane * 16,
+                                scales + li * kScale + lane * 16);
+            ++li;
+        }
+        ptx::cp_async_commit();
+    };
+    for (int i = 0; i < kDepth - 1; ++i) issue();
+    uint32_t acc = 0;
+    for (int i = 0; i < n; ++i) {
+        ptx::cp_async_wait<kDepth - 2>();
+        __syncwarp();
+        issue();
+        const uint32_t src = ring + static_cast<uint32_t>(i % kDepth) * kStage;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            uint32_t x0, x1, x2, x3;
+            unsigned short sc;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                         : "r"(src + r * 512 + lane * 16));
+            asm volatile("ld.shared.u16 %0, [%1];"
+                         : "=h"(sc)
+                         : "r"(src + kUnit + r * 64 + lane * 2));
+            acc ^= x0 ^ x1 ^ x2 ^ x3 ^ sc;
+        }
+        __syncwarp();
+    }
+    ptx::cp_async_wait<0>();
+    if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
+// The same skeleton plus the GEMV's math on what it reads: the NVFP4 decode of every tile
+// (gemv_sm90::Decode) and its 4 MMAs against fixed activations. What the GEMV adds on top of
+// this is the activation loads, the output scales and the split-K finish.
+__global__ void __launch_bounds__(128, 4)
+    pipe_math(const uint8_t* p, int64_t units, uint32_t* sink) {
+    constexpr int kDepth = 2, kUnit = 2048, kScale = 256, kStage = kUnit + kScale;
+    __shared__ __align__(128) uint8_t st[4][kDepth][kStage];
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int wic = static_cast<int>(threadIdx.x) >> 5;
+    const int64_t W = int64_t{gridDim.x} * 4;
+    const int64_t w = int64_t{blockIdx.x} * 4 + wic;
+    const int64_t u0 = w * units / W, u1 = (w + 1) * units / W;
+    const int n = static_cast<int>(u1 - u0);
+    const uint8_t* tiles = p + u0 * kUnit;
+    const uint8_t* scales = p + units * kUnit + u0 * kScale;
+    const uint32_t ring = ptx::smem_addr(&st[wic][0][0]);
+    int li = 0;
+    auto issue = [&]() {
+        if (li < n) {
+            const uint32_t dst = ring + static_cast<uint32_t>(li % kDepth) * kStage;
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                ptx::cp_async_16(dst + r * 512 + lane * 16,
+                                 tiles + li * kUnit + r * 512 + lane * 16);
+            ptx::cp_async_16_if(lane < 16, dst + kUnit + lane * 16,
+                                scales + li * kScale + lane * 16);
+            ++li;
+        }
+        ptx::cp_async_commit();
+    };
+    issue();
+    uint32_t xb[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xb[j] = 0x3f803f80u ^ (static_cast<uint32_t>(lane + j) << 3);
+    float acc[4][4] = {};
+    for (int i = 0; i < n; ++i) {
+        ptx::cp_async_wait<0>();
+        __syncwarp();
+        issue();
+        const uint32_t src = ring + static_cast<uint32_t>(i % kDepth) * kStage;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            gemv_sm90::Slot cur;
+            unsigned short sc;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(cur.w.x), "=r"(cur.w.y), "=r"(cur.w.z), "=r"(cur.w.w)
+                         : "r"(src + r * 512 + lane * 16));
+            asm volatile("ld.shared.u16 %0, [%1];"
+                         : "=h"(sc)
+                         : "r"(src + kUnit + r * 64 + lane * 2));
+            cur.s = sc;
+            uint32_t wa[4][4];
+            gemv_sm90::Decode<GemvFormat::kNvfp4>::run(cur, wa);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                ptx::mma_bf16_16816(acc[r], wa[j], xb[2 * j], xb[2 * j + 1]);
+        }
+        __syncwarp();
+    }
+    ptx::cp_async_wait<0>();
+    float t = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) t += acc[r][0] + acc[r][1] + acc[r][2] + acc[r][3];
+    if (t == 1.2345f) sink[0] = __float_as_uint(t);
 }
 
 __global__ void empty_kernel() {
@@ -288,6 +457,60 @@ class Bench {
         if (ids) cudaFree(ids);
     }
 
+    // Probes on buffers of `bytes`, rotated through >= 600 MB like the weights, launched in a
+    // graph like the GEMV (without PDL): the pure read with its three address mappings
+    // (pattern_read), then the GEMV's cp.async ring without (pipe_read) and with (pipe_math)
+    // the NVFP4 math. Prints "pattern" and csv,pattern rows.
+    void patterns(int64_t bytes, float read_gbs) {
+        const int64_t entries = static_cast<int64_t>(kPoolBytes) / bytes + 1;
+        uint8_t* pool = nullptr;
+        uint32_t* sink = nullptr;
+        DSV4_CHECK_CUDA(cudaMalloc(&pool, static_cast<size_t>(bytes * entries)));
+        DSV4_CHECK_CUDA(cudaMalloc(&sink, 4));
+        fill(pool, static_cast<size_t>(bytes * entries), 21);
+        DSV4_CHECK_CUDA(cudaDeviceSynchronize());
+        const int launches = static_cast<int>(std::max<int64_t>(entries, 32));
+        for (int mode = 0; mode < 3; ++mode) {
+            const float us = graph_us_per_launch(s_, launches, [&](int r) {
+                const uint4* p = reinterpret_cast<const uint4*>(pool + (r % entries) * bytes);
+                pattern_read<<<sms_ * 4, 128, 0, s_>>>(p, bytes / 16, mode, sink);
+                DSV4_CHECK_LAUNCH(s_);
+            });
+            const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+            static const char* names[] = {"interleaved", "warp-blocked", "cta-blocked"};
+            std::printf("pattern %-13s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", names[mode],
+                        bytes / 1e6, us, gbs, 100.0 * gbs / read_gbs);
+            std::printf("csv,pattern,%s,%lld,%.3f\n", names[mode], static_cast<long long>(bytes),
+                        us);
+        }
+        // The GEMV's pipeline without the math, on the same unit count (bytes / 2304).
+        const int64_t units = bytes / 2304;
+        struct Pipe {
+            const char* name;
+            void (*kernel)(const uint8_t*, int64_t, uint32_t*);
+            int ctas_per_sm;
+        };
+        const Pipe pipes[] = {{"ring2-16w", pipe_read<2>, 4},
+                              {"ring4-16w", pipe_read<4>, 4},
+                              {"ring2-32w", pipe_read<2>, 8},
+                              {"ring3-24w", pipe_read<3>, 6},
+                              {"ring2-math", pipe_math, 4}};
+        for (const Pipe& pp : pipes) {
+            const float us = graph_us_per_launch(s_, launches, [&](int r) {
+                const uint8_t* p = pool + (r % entries) * bytes;
+                pp.kernel<<<sms_ * pp.ctas_per_sm, 128, 0, s_>>>(p, units, sink);
+                DSV4_CHECK_LAUNCH(s_);
+            });
+            const double gbs = static_cast<double>(units * 2304) / (us * 1e-6) / 1e9;
+            std::printf("pattern %-13s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", pp.name,
+                        units * 2304 / 1e6, us, gbs, 100.0 * gbs / read_gbs);
+            std::printf("csv,pattern,%s,%lld,%.3f\n", pp.name, static_cast<long long>(units * 2304),
+                        us);
+        }
+        cudaFree(pool);
+        cudaFree(sink);
+    }
+
     float empty_floor_us(bool pdl) {
         return graph_us_per_launch(s_, 64, [&](int) {
             cudaLaunchConfig_t cfg{};
@@ -342,6 +565,10 @@ int bench_main(int argc, char** argv) {
         {"wkv", 512, 4096, 1, false, false},         {"idx_wq_b", 8192, 1024, 1, false, false},
         {"wo_a", 1024, 4096, 8, false, true},  // 8 groups [1024 x 4096], one input each
     };
+    // What a launch of these sizes can reach (docs/perf.md, "Follow-up"): the NVFP4 bytes of
+    // experts_w13 (66 MB), experts_w2 (33 MB), wq_b / wo_b (18.9 MB) and the head (298 MB).
+    for (int64_t bytes : {66060288ll, 33030144ll, 18874368ll, 297861120ll})
+        bench.patterns(bytes / 4096 * 4096, read_gbs);
     std::vector<Result> results;
     const std::vector<int> all_m = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
     for (const Shape& sh : shapes) {

@@ -365,8 +365,18 @@ TEST(GemvGpu, CapturedInAGraph) {
     std::vector<float> y1(256), y2(256);
     DSV4_CHECK_CUDA(cudaMemcpy(y1.data(), d_y1, 1024, cudaMemcpyDeviceToHost));
     DSV4_CHECK_CUDA(cudaMemcpy(y2.data(), d_y2, 1024, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < 256; ++i)  // split quads: same sums up to the order of the FP32 adds
-        EXPECT_NEAR(y1[i], y2[i], 1e-5f * (std::fabs(y1[i]) + 1e-3f)) << "output " << i;
+    // Split quads: the same sums up to the order of the FP32 adds, so both results are held to
+    // the documented bound relative to A = sum |w x| (docs/numerics-cuda.md), not to |y|: a bound
+    // relative to |y| fails on outputs that cancel to near zero when the arrival order changes.
+    const std::vector<float> xf = test::from_bf16(x);
+    std::vector<double> ref(256), abs_sum(256);
+    test::reference_gemv(o.w, xf.data(), 1, ref.data(), abs_sum.data());
+    for (int i = 0; i < 256; ++i) {
+        EXPECT_NEAR(y1[i], ref[static_cast<size_t>(i)], 2e-5 * abs_sum[static_cast<size_t>(i)])
+            << "output " << i;
+        EXPECT_NEAR(y2[i], ref[static_cast<size_t>(i)], 2e-5 * abs_sum[static_cast<size_t>(i)])
+            << "output " << i;
+    }
 }
 
 }  // namespace

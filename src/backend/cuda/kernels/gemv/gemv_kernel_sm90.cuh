@@ -1,5 +1,6 @@
 // The weight GEMV kernel for sm_90 (one template for all four weight formats) and its typed
-// launcher. Included only by the per-format instantiation files gemv_<format>_sm90.cu.
+// launcher. Included by the per-format instantiation files gemv_<format>_sm90.cu (and by the
+// probes of bench/gemv_bench.cu, which use Decode only).
 //
 // Each warp streams a contiguous range of units (a row-block quad x a k-tile: four 512-byte tiles,
 // gemv_layout.h) through its own ring of `kStages` shared-memory stages filled by cp.async,
