@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (void)sink;
         }
     }
-    auto cfg = dsv4::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+    auto cfg =
+        dsv4::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
     if (cfg) (void)cfg->summary();
     return 0;
 }

@@ -18,12 +18,12 @@ std::string str_cat(const Args&... args) {
 
 }  // namespace dsv4
 
-#define DSV4_ASSERT(cond, ...)                                                         \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            ::dsv4::fatal_abort(__FILE__, __LINE__,                                    \
+#define DSV4_ASSERT(cond, ...)                                                               \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            ::dsv4::fatal_abort(__FILE__, __LINE__,                                          \
                                 ::dsv4::str_cat("check failed: " #cond " ", ##__VA_ARGS__)); \
-        }                                                                              \
+        }                                                                                    \
     } while (0)
 
 #ifdef NDEBUG

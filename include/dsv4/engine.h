@@ -27,11 +27,11 @@ struct ModelInfo {
     int num_layers = 0;
     int hidden_size = 0;
     int hc_mult = 0;
-    std::string summary;        // one line: sizes and layer kinds
-    size_t weight_bytes = 0;    // checkpoint bytes bound
-    size_t cache_bytes = 0;     // per sequence, at max_context
-    double cache_bytes_per_token = 0;  // compressed entries + indexer keys, amortised
-    size_t cache_fixed_bytes = 0;      // rings + compressor states per sequence
+    std::string summary;                      // one line: sizes and layer kinds
+    size_t weight_bytes = 0;                  // checkpoint bytes bound
+    size_t cache_bytes = 0;                   // per sequence, at max_context
+    double cache_bytes_per_token = 0;         // compressed entries + indexer keys, amortised
+    size_t cache_fixed_bytes = 0;             // rings + compressor states per sequence
     std::vector<std::string> weight_formats;  // "group: format" lines
 };
 
@@ -46,7 +46,7 @@ class Engine;
 
 // One sequence: its own caches. Not thread-safe; one engine thread drives all sessions.
 class Session {
-public:
+  public:
     ~Session();
     // Feeds tokens at the current position. `all_logits` receives [n, V] when not null,
     // `last_logits` the final position's [V].
@@ -59,7 +59,7 @@ public:
     int64_t position() const;
     void reset();
 
-private:
+  private:
     friend class Engine;
     struct Impl;
     explicit Session(std::unique_ptr<Impl> impl);
@@ -67,7 +67,7 @@ private:
 };
 
 class Engine {
-public:
+  public:
     static Expected<std::unique_ptr<Engine>> create(const EngineOptions& options);
     ~Engine();
     const ModelInfo& info() const;
@@ -80,7 +80,7 @@ public:
                                             bool stop_at_eos,
                                             const std::function<bool(int32_t)>& on_token);
 
-private:
+  private:
     struct Impl;
     explicit Engine(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

@@ -12,7 +12,7 @@
 namespace dsv4 {
 
 class [[nodiscard]] Status {
-public:
+  public:
     Status() = default;
     static Status ok() { return Status(); }
     static Status error(std::string message) {
@@ -32,7 +32,7 @@ public:
         return error(context + ": " + *message_);
     }
 
-private:
+  private:
     std::optional<std::string> message_;
 };
 
@@ -43,7 +43,7 @@ Status error(const Args&... args) {
 
 template <typename T>
 class [[nodiscard]] Expected {
-public:
+  public:
     Expected(T value) : v_(std::move(value)) {}
     Expected(Status status) : v_(std::move(status)) {
         DSV4_ASSERT(!std::get<Status>(v_).is_ok(), "Expected built from an ok Status");
@@ -70,24 +70,23 @@ public:
         return std::get<Status>(v_);
     }
 
-private:
+  private:
     std::variant<T, Status> v_;
 };
 
 }  // namespace dsv4
 
 // Propagates an error Status from an expression returning Status.
-#define DSV4_RETURN_IF_ERROR(expr)          \
-    do {                                    \
-        ::dsv4::Status _st = (expr);        \
-        if (!_st.is_ok()) return _st;       \
+#define DSV4_RETURN_IF_ERROR(expr)    \
+    do {                              \
+        ::dsv4::Status _st = (expr);  \
+        if (!_st.is_ok()) return _st; \
     } while (0)
 
 #define DSV4_CONCAT_INNER(a, b) a##b
 #define DSV4_CONCAT(a, b) DSV4_CONCAT_INNER(a, b)
 // DSV4_ASSIGN_OR_RETURN(auto x, expr): x = value of expr, or return its Status.
-#define DSV4_ASSIGN_OR_RETURN(lhs, expr)                                     \
-    auto DSV4_CONCAT(_exp_, __LINE__) = (expr);                              \
-    if (!DSV4_CONCAT(_exp_, __LINE__).has_value())                           \
-        return DSV4_CONCAT(_exp_, __LINE__).status();                        \
+#define DSV4_ASSIGN_OR_RETURN(lhs, expr)                                                         \
+    auto DSV4_CONCAT(_exp_, __LINE__) = (expr);                                                  \
+    if (!DSV4_CONCAT(_exp_, __LINE__).has_value()) return DSV4_CONCAT(_exp_, __LINE__).status(); \
     lhs = std::move(DSV4_CONCAT(_exp_, __LINE__)).value()

@@ -35,7 +35,9 @@ DSV4_HD uint32_t f32_to_bits(float f) {
 }
 
 // ---- BF16: the top 16 bits of an IEEE float32.
-DSV4_HD float bf16_to_f32(uint16_t h) { return bits_to_f32(static_cast<uint32_t>(h) << 16); }
+DSV4_HD float bf16_to_f32(uint16_t h) {
+    return bits_to_f32(static_cast<uint32_t>(h) << 16);
+}
 
 // Round to nearest, ties to even; NaN stays a (quiet) NaN.
 DSV4_HD uint16_t f32_to_bf16(float f) {
@@ -132,8 +134,8 @@ DSV4_HD float e8m0_to_f32(uint8_t v) {
 DSV4_HD float e2m1_to_f32(uint8_t code) {
     const uint32_t c = code & 0x7u;
     // 2 * magnitude = {0,1,2,3,4,6,8,12}
-    const float twice = c < 4 ? static_cast<float>(c) : static_cast<float>(4u << ((c - 4) >> 1)) *
-                                                             ((c & 1u) ? 1.5f : 1.0f);
+    const float twice = c < 4 ? static_cast<float>(c)
+                              : static_cast<float>(4u << ((c - 4) >> 1)) * ((c & 1u) ? 1.5f : 1.0f);
     const float mag = 0.5f * twice;
     return (code & 0x8u) ? -mag : mag;
 }
@@ -143,14 +145,22 @@ DSV4_HD float e2m1_to_f32(uint8_t code) {
 DSV4_HD uint8_t f32_to_e2m1(float x) {
     float a = x < 0.0f ? -x : x;
     uint8_t c;
-    if (a <= 0.25f) c = 0;
-    else if (a < 0.75f) c = 1;
-    else if (a <= 1.25f) c = 2;
-    else if (a < 1.75f) c = 3;
-    else if (a <= 2.5f) c = 4;
-    else if (a < 3.5f) c = 5;
-    else if (a <= 5.0f) c = 6;
-    else c = 7;
+    if (a <= 0.25f)
+        c = 0;
+    else if (a < 0.75f)
+        c = 1;
+    else if (a <= 1.25f)
+        c = 2;
+    else if (a < 1.75f)
+        c = 3;
+    else if (a <= 2.5f)
+        c = 4;
+    else if (a < 3.5f)
+        c = 5;
+    else if (a <= 5.0f)
+        c = 6;
+    else
+        c = 7;
     // NaN compares false everywhere and lands in code 7; callers never pass NaN.
     const bool negative = x < 0.0f && c != 0;
     return static_cast<uint8_t>(c | (negative ? 0x8u : 0u));

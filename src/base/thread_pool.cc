@@ -16,7 +16,7 @@ namespace {
 thread_local bool t_inside_pool = false;
 
 class Pool {
-public:
+  public:
     explicit Pool(int n) { resize(n); }
     ~Pool() { stop(); }
 
@@ -29,7 +29,8 @@ public:
     }
 
     void run(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
-        const int64_t parts = std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
+        const int64_t parts =
+            std::min<int64_t>(size(), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
         if (parts <= 1 || t_inside_pool) {
             fn(0, n);
             return;
@@ -53,7 +54,7 @@ public:
         fn_ = nullptr;
     }
 
-private:
+  private:
     void work() {
         for (;;) {
             int64_t p = next_.fetch_add(1);
@@ -115,8 +116,12 @@ Pool& pool() {
 
 }  // namespace
 
-int num_threads() { return pool().size(); }
-void set_num_threads(int n) { pool().resize(std::max(1, n)); }
+int num_threads() {
+    return pool().size();
+}
+void set_num_threads(int n) {
+    pool().resize(std::max(1, n));
+}
 
 void parallel_for(int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
     if (n <= 0) return;

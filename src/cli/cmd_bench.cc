@@ -22,7 +22,8 @@ struct BenchArgs {
 };
 
 int run_bench(BenchArgs a) {
-    a.engine.max_context = std::max<int64_t>(a.engine.max_context, a.prompt_len + a.decode_tokens + 1);
+    a.engine.max_context =
+        std::max<int64_t>(a.engine.max_context, a.prompt_len + a.decode_tokens + 1);
     auto engine = Engine::create(a.engine);
     if (!engine) {
         std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
@@ -55,8 +56,9 @@ int run_bench(BenchArgs a) {
     std::printf("prefill %d tokens: %.3f s, %.1f tokens/s\n", a.prompt_len, best_prefill,
                 a.prompt_len / best_prefill);
     if (a.decode_tokens > 0)
-        std::printf("decode %d tokens: %.2f ms/token, %.1f tokens/s (best of %d)\n", a.decode_tokens,
-                    1e3 * best_decode / a.decode_tokens, a.decode_tokens / best_decode, a.repeats);
+        std::printf("decode %d tokens: %.2f ms/token, %.1f tokens/s (best of %d)\n",
+                    a.decode_tokens, 1e3 * best_decode / a.decode_tokens,
+                    a.decode_tokens / best_decode, a.repeats);
     return 0;
 }
 
@@ -67,9 +69,15 @@ void add_bench_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
     cmd->footer("Example: dsv4 bench --model tests/data/golden/small-rates --prompt-len 256");
     add_engine_options(cmd, args->engine);
-    cmd->add_option("--prompt-len", args->prompt_len, "Prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
-    cmd->add_option("--decode", args->decode_tokens, "Decode steps")->capture_default_str()->check(CLI::NonNegativeNumber);
-    cmd->add_option("--repeats", args->repeats, "Runs; the best is reported")->capture_default_str()->check(CLI::PositiveNumber);
+    cmd->add_option("--prompt-len", args->prompt_len, "Prompt tokens")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    cmd->add_option("--decode", args->decode_tokens, "Decode steps")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--repeats", args->repeats, "Runs; the best is reported")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     cmd->callback([args] { set_exit_code(run_bench(*args)); });
 }
 

@@ -71,7 +71,8 @@ int run_chat(const ChatArgs& a) {
         }
         const std::vector<int32_t> ids = tok->encode(*prompt, /*parse_special=*/true);
         size_t common = 0;
-        while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
+        while (common < cached.size() && common < ids.size() && cached[common] == ids[common])
+            ++common;
         if (common < cached.size() || common == ids.size()) {
             session->reset();
             cached.clear();
@@ -80,12 +81,13 @@ int run_chat(const ChatArgs& a) {
         std::vector<int32_t> fresh(ids.begin() + common, ids.end());
         TokenStreamDecoder stream(*tok);
         std::vector<int32_t> reply;
-        auto out = (*engine)->generate(*session, fresh, a.max_tokens, a.sampling, true, [&](int32_t t) {
-            reply.push_back(t);
-            if (t != eos) std::fputs(stream.push(t).c_str(), stdout);
-            std::fflush(stdout);
-            return true;
-        });
+        auto out =
+            (*engine)->generate(*session, fresh, a.max_tokens, a.sampling, true, [&](int32_t t) {
+                reply.push_back(t);
+                if (t != eos) std::fputs(stream.push(t).c_str(), stdout);
+                std::fflush(stdout);
+                return true;
+            });
         std::fputs(stream.flush().c_str(), stdout);
         std::fputs("\n", stdout);
         if (!out) {
@@ -119,7 +121,8 @@ void add_chat_command(CLI::App& app) {
     cmd->add_option("--effort", args->effort, "Reasoning effort in thinking mode: high or max")
         ->check(CLI::IsMember({"", "high", "max"}));
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")->capture_default_str();
-    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")
+        ->capture_default_str();
     cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
     cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
     cmd->callback([args] { set_exit_code(run_chat(*args)); });

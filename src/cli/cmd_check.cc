@@ -39,7 +39,8 @@ int run_check(CheckArgs a) {
 
 void add_check_command(CLI::App& app) {
     auto args = std::make_shared<CheckArgs>();
-    CLI::App* cmd = app.add_subcommand("check", "Compare against a golden fixture from transformers");
+    CLI::App* cmd =
+        app.add_subcommand("check", "Compare against a golden fixture from transformers");
     cmd->footer("Example: dsv4 check --model tests/data/golden/tiny-mix");
     add_engine_options(cmd, args->engine);
     cmd->add_option("--expected", args->expected,

@@ -101,21 +101,28 @@ int run_generate(const GenerateArgs& a) {
     }
     const auto t2 = std::chrono::steady_clock::now();
     auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
-    std::fprintf(stderr, "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
-                 secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
-                 n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
+    std::fprintf(
+        stderr,
+        "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
+        secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
+        n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
     return 0;
 }
 
 }  // namespace
 
-int exit_code() { return g_exit_code; }
-void set_exit_code(int code) { g_exit_code = code; }
+int exit_code() {
+    return g_exit_code;
+}
+void set_exit_code(int code) {
+    g_exit_code = code;
+}
 
 void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
     cmd->add_option("--device", e.device, "cpu (cuda: later)")->capture_default_str();
-    cmd->add_option("--max-context", e.max_context, "Tokens the cache holds")->capture_default_str();
+    cmd->add_option("--max-context", e.max_context, "Tokens the cache holds")
+        ->capture_default_str();
     cmd->add_option("--max-chunk", e.max_chunk, "Tokens per forward step")->capture_default_str();
     cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")->capture_default_str();
 }
@@ -123,14 +130,19 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
 void add_generate_command(CLI::App& app) {
     auto args = std::make_shared<GenerateArgs>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
-    cmd->footer("Examples:\n  dsv4 generate --model DIR --prompt \"Pipeline parallelism in ai is \" --max-tokens 32\n  dsv4 generate --model tests/data/golden/small-rates --prompt-ids 0,17,42 --max-tokens 16");
+    cmd->footer(
+        "Examples:\n  dsv4 generate --model DIR --prompt \"Pipeline parallelism in ai is \" "
+        "--max-tokens 32\n  dsv4 generate --model tests/data/golden/small-rates --prompt-ids "
+        "0,17,42 --max-tokens 16");
     add_engine_options(cmd, args->engine);
-    cmd->add_option("--prompt", args->prompt, "Prompt text (tokenized with the model's tokenizer.json)");
+    cmd->add_option("--prompt", args->prompt,
+                    "Prompt text (tokenized with the model's tokenizer.json)");
     cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids");
     cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's)");
     cmd->add_flag("--no-bos", args->no_bos, "Do not start the text prompt with BOS");
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
-    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
+    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")
+        ->capture_default_str();
     cmd->add_option("--top-k", args->sampling.top_k, "0 = off")->capture_default_str();
     cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
     cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();

@@ -29,8 +29,9 @@ Expected<std::vector<int32_t>> read_ids(const SafetensorsFile& f, const std::str
         return error(f.path(), ": '", name, "' must be I64 or I32");
     std::vector<int32_t> v(t->shape.numel());
     for (int64_t i = 0; i < t->shape.numel(); ++i)
-        v[i] = t->dtype == DType::kI64 ? static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i])
-                                       : reinterpret_cast<const int32_t*>(t->data)[i];
+        v[i] = t->dtype == DType::kI64
+                   ? static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i])
+                   : reinterpret_cast<const int32_t*>(t->data)[i];
     return v;
 }
 
@@ -70,7 +71,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
         chunk_sum += c;
     }
     if (chunk_sum != static_cast<int64_t>(ids.size()))
-        return error(expected_path, ": chunks sum to ", chunk_sum, " but input_ids has ", ids.size());
+        return error(expected_path, ": chunks sum to ", chunk_sum, " but input_ids has ",
+                     ids.size());
     options.max_context = std::max<int64_t>(options.max_context,
                                             std::max(ids.size(), prompt.size() + gen.size()) + 1);
     DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(options));
@@ -82,10 +84,11 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
     std::vector<float> logits;
     const int64_t D = engine->info().hidden_size, n = engine->info().hc_mult;
     std::vector<std::vector<float>> hidden(L + 1);
-    DSV4_RETURN_IF_ERROR(session->feed_with_taps(ids, &logits, [&](int l, const float* x, int64_t T) {
-        const int64_t width = l < L ? n * D : D;
-        hidden[l].insert(hidden[l].end(), x, x + T * width);
-    }));
+    DSV4_RETURN_IF_ERROR(
+        session->feed_with_taps(ids, &logits, [&](int l, const float* x, int64_t T) {
+            const int64_t width = l < L ? n * D : D;
+            hidden[l].insert(hidden[l].end(), x, x + T * width);
+        }));
     report.items.push_back(compare("logits_full", logits, logits_full, tol));
     // Hidden states: residual streams after each layer but the last; the fixture's last entry
     // is the final normed hidden state. Streams grow with depth, so the bound scales with them.
@@ -128,7 +131,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
     g.pass = g.max_abs_error == 0;
     if (g.pass) g.detail = std::to_string(gen.size()) + " tokens identical";
     report.items.push_back(g);
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return report;
 }
 

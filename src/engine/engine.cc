@@ -43,8 +43,12 @@ Status Session::feed_with_taps(const std::vector<int32_t>& ids, std::vector<floa
                                  all_logits ? all_logits->data() : nullptr, nullptr, tap);
 }
 
-int64_t Session::position() const { return impl_->cache->position(); }
-void Session::reset() { impl_->cache->reset(); }
+int64_t Session::position() const {
+    return impl_->cache->position();
+}
+void Session::reset() {
+    impl_->cache->reset();
+}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -57,8 +61,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (options.device == "cpu") {
         impl->backend = make_cpu_backend();
     } else if (options.device == "cuda") {
-        return error("device 'cuda': the full model forward on CUDA is not implemented yet "
-                     "(the CUDA backend has the GEMV kernels only); use --device cpu");
+        return error(
+            "device 'cuda': the full model forward on CUDA is not implemented yet "
+            "(the CUDA backend has the GEMV kernels only); use --device cpu");
     } else {
         return error("unknown device '", options.device, "' (cpu or cuda)");
     }
@@ -77,12 +82,15 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     const CacheFootprint fp = cache_footprint(c);
     impl->info.cache_bytes_per_token = fp.bytes_per_token;
     impl->info.cache_fixed_bytes = fp.fixed_bytes;
-    impl->info.cache_bytes = fp.fixed_bytes + static_cast<size_t>(fp.bytes_per_token * options.max_context);
+    impl->info.cache_bytes =
+        fp.fixed_bytes + static_cast<size_t>(fp.bytes_per_token * options.max_context);
     impl->info.weight_formats = describe_weight_formats(impl->model->weights());
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-const ModelInfo& Engine::info() const { return impl_->info; }
+const ModelInfo& Engine::info() const {
+    return impl_->info;
+}
 
 std::unique_ptr<Session> Engine::new_session() {
     auto s = std::make_unique<Session::Impl>();
@@ -92,9 +100,9 @@ std::unique_ptr<Session> Engine::new_session() {
     return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 
-Expected<std::vector<int32_t>> Engine::generate(Session& session, const std::vector<int32_t>& prompt,
-                                                int max_tokens, const SamplingOptions& sampling,
-                                                bool stop_at_eos,
+Expected<std::vector<int32_t>> Engine::generate(Session& session,
+                                                const std::vector<int32_t>& prompt, int max_tokens,
+                                                const SamplingOptions& sampling, bool stop_at_eos,
                                                 const std::function<bool(int32_t)>& on_token) {
     std::vector<int32_t> out;
     std::vector<float> logits;

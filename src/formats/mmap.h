@@ -11,7 +11,7 @@
 namespace dsv4 {
 
 class MappedFile {
-public:
+  public:
     static Expected<std::unique_ptr<MappedFile>> open(const std::string& path);
     ~MappedFile();
     MappedFile(const MappedFile&) = delete;
@@ -21,7 +21,7 @@ public:
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
-private:
+  private:
     MappedFile() = default;
     std::string path_;
     const uint8_t* data_ = nullptr;

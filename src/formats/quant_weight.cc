@@ -94,8 +94,9 @@ Expected<float> scalar_f32(const TensorInfo& t) {
 }  // namespace
 
 const char* const* quant_weight_suffixes() {
-    static const char* const kSuffixes[] = {".weight", ".scale", ".weight_scale", ".weight_scale_2",
-                                            ".input_scale", ".weight_scale_inv", nullptr};
+    static const char* const kSuffixes[] = {
+        ".weight",           ".scale", ".weight_scale", ".weight_scale_2", ".input_scale",
+        ".weight_scale_inv", nullptr};
     return kSuffixes;
 }
 
@@ -141,7 +142,8 @@ Expected<QuantWeight> bind_quant_weight(const TensorStore& store, const std::str
         }
         case DType::kI8:
         case DType::kU8: {
-            if (cols % 2 != 0) return error("tensor '", w->name, "': packed FP4 needs an even width");
+            if (cols % 2 != 0)
+                return error("tensor '", w->name, "': packed FP4 needs an even width");
             DSV4_RETURN_IF_ERROR(expect_shape(*w, {rows, cols / 2}));
             if (nv_scale != nullptr || nv_global != nullptr) {
                 if (nv_scale == nullptr)

@@ -27,14 +27,14 @@ inline constexpr int kNvfp4Block = 16;
 
 struct QuantWeight {
     WeightFormat format = WeightFormat::kDense;
-    int64_t rows = 0, cols = 0;        // logical shape [out, in]
-    DType dtype = DType::kF32;         // of data: dense value type, F8_E4M3, or I8/U8 packed FP4
-    const void* data = nullptr;        // see WeightFormat for the layout
+    int64_t rows = 0, cols = 0;  // logical shape [out, in]
+    DType dtype = DType::kF32;   // of data: dense value type, F8_E4M3, or I8/U8 packed FP4
+    const void* data = nullptr;  // see WeightFormat for the layout
     DType scale_dtype = DType::kF8E8M0;
-    const void* scale = nullptr;       // block scales; nullptr for kDense
-    int64_t scale_cols = 0;            // row stride of the scale matrix (elements)
-    float global_scale = 1.0f;         // NVFP4 weight_scale_2
-    float input_scale = 0.0f;          // NVFP4 input_scale if present (calibration), else 0
+    const void* scale = nullptr;  // block scales; nullptr for kDense
+    int64_t scale_cols = 0;       // row stride of the scale matrix (elements)
+    float global_scale = 1.0f;    // NVFP4 weight_scale_2
+    float input_scale = 0.0f;     // NVFP4 input_scale if present (calibration), else 0
 
     bool valid() const { return data != nullptr; }
     // Bytes the weight occupies in memory (values + scales).

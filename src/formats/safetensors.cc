@@ -67,7 +67,8 @@ Expected<TensorInfo> parse_entry(const std::string& name, const json& e, const u
 Expected<std::vector<TensorInfo>> SafetensorsFile::parse(
     const uint8_t* data, size_t size, const std::string& label,
     std::map<std::string, std::string>* metadata) {
-    if (size < 8) return error(label, ": file too short for a safetensors header (", size, " bytes)");
+    if (size < 8)
+        return error(label, ": file too short for a safetensors header (", size, " bytes)");
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | data[i];
     if (header_len > kMaxHeaderBytes)
@@ -176,7 +177,8 @@ Expected<TensorStore> TensorStore::open(const std::string& path) {
                                  shard, " but that file does not contain it");
             }
         } else if (fs::exists(dir / "model.safetensors")) {
-            DSV4_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open((dir / "model.safetensors").string()));
+            DSV4_ASSIGN_OR_RETURN(auto f,
+                                  SafetensorsFile::open((dir / "model.safetensors").string()));
             store.files_.push_back(std::move(f));
         } else {
             return error(path, ": no model.safetensors.index.json or model.safetensors found");
@@ -188,7 +190,8 @@ Expected<TensorStore> TensorStore::open(const std::string& path) {
         for (const auto& t : f->tensors()) {
             auto [it, inserted] = store.index_.emplace(t.name, &t);
             if (!inserted)
-                return error("tensor '", t.name, "' is in both ", it->second->file, " and ", t.file);
+                return error("tensor '", t.name, "' is in both ", it->second->file, " and ",
+                             t.file);
         }
     }
     return store;
@@ -199,7 +202,8 @@ Status TensorStore::rename(const std::function<std::string(const std::string&)>&
     for (const auto& [name, info] : index_) {
         auto [it, inserted] = renamed.emplace(fn(name), info);
         if (!inserted)
-            return error("tensors '", it->second->name, "' and '", name, "' both mean '", it->first, "'");
+            return error("tensors '", it->second->name, "' and '", name, "' both mean '", it->first,
+                         "'");
     }
     index_ = std::move(renamed);
     return Status::ok();

@@ -26,7 +26,7 @@ struct TensorInfo {
 };
 
 class SafetensorsFile {
-public:
+  public:
     // Maps and validates: header length, JSON, known dtypes, shape vs byte range, ranges inside
     // the file, no overlaps. Errors name the file and the tensor.
     static Expected<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
@@ -41,7 +41,7 @@ public:
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
     const std::string& path() const { return file_->path(); }
 
-private:
+  private:
     std::unique_ptr<MappedFile> file_;
     // Copies of tensors whose bytes are not aligned to their element size in the file (the
     // format pads the header to 8 bytes, but not every writer does); readers may then load
@@ -55,7 +55,7 @@ private:
 // All tensors of a model folder: `model.safetensors.index.json` + its shards, or a single
 // `model.safetensors`, or one explicit .safetensors file.
 class TensorStore {
-public:
+  public:
     static Expected<TensorStore> open(const std::string& path);
     // Renames every tensor through `fn` (checkpoint layouts → one canonical naming); two
     // tensors landing on one name is an error.
@@ -66,7 +66,7 @@ public:
     size_t size() const { return index_.size(); }
     size_t total_bytes() const;
 
-private:
+  private:
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, const TensorInfo*> index_;
 };

@@ -8,8 +8,8 @@ namespace dsv4 {
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
                             const void* data, size_t nbytes) {
-    DSV4_ASSERT(nbytes == static_cast<size_t>(shape.numel()) * dtype_size(dtype), "tensor ",
-                name, ": ", nbytes, " bytes for shape ", shape.str());
+    DSV4_ASSERT(nbytes == static_cast<size_t>(shape.numel()) * dtype_size(dtype), "tensor ", name,
+                ": ", nbytes, " bytes for shape ", shape.str());
     Entry e{name, dtype, shape, data_.size(), data_.size() + nbytes};
     const auto* p = static_cast<const uint8_t*>(data);
     data_.insert(data_.end(), p, p + nbytes);

@@ -12,7 +12,7 @@
 namespace dsv4 {
 
 class SafetensorsWriter {
-public:
+  public:
     // Copies the bytes (nbytes must equal numel * dtype size).
     void add(const std::string& name, DType dtype, const Shape& shape, const void* data,
              size_t nbytes);
@@ -23,7 +23,7 @@ public:
     size_t data_bytes() const { return data_.size(); }
     std::vector<std::string> names() const;
 
-private:
+  private:
     struct Entry {
         std::string name;
         DType dtype;

@@ -5,7 +5,9 @@
 namespace dsv4 {
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool starts_with(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
 
 // The part after "layers.N." (N all digits); false when `name` is not under a layer.
 bool layer_rest(std::string_view name, std::string_view* rest) {

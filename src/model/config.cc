@@ -12,7 +12,7 @@ using json = nlohmann::json;
 
 // Collects every problem so one run of `dsv4 check` reports them all.
 class Reader {
-public:
+  public:
     Reader(const json& j, std::vector<std::string>& errors) : j_(j), errors_(errors) {}
 
     bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
@@ -77,7 +77,7 @@ public:
         return j_[key].get<std::string>();
     }
 
-private:
+  private:
     const json& j_;
     std::vector<std::string>& errors_;
 };
@@ -98,15 +98,19 @@ RopeParams parse_rope(const json& j, const char* where, double default_theta, bo
         r.beta_fast = rd.get_double("beta_fast", false, 32.0);
         r.beta_slow = rd.get_double("beta_slow", false, 1.0);
         if (r.factor <= 0 || r.original_max_position <= 0)
-            errors.push_back(std::string(where) + ": yarn needs factor > 0 and "
-                                                  "original_max_position_embeddings > 0");
-        auto mscale_of = [&](double m) { return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1.0; };
+            errors.push_back(std::string(where) +
+                             ": yarn needs factor > 0 and "
+                             "original_max_position_embeddings > 0");
+        auto mscale_of = [&](double m) {
+            return r.factor <= 1 ? 1.0 : 0.1 * m * std::log(r.factor) + 1.0;
+        };
         if (rd.has("attention_factor")) {
             r.attention_factor = rd.get_double("attention_factor", true);
         } else if (nested) {
             const double m = rd.get_double("mscale", false, 0.0);
             const double m_all = rd.get_double("mscale_all_dim", false, 0.0);
-            r.attention_factor = (m != 0 && m_all != 0) ? mscale_of(m) / mscale_of(m_all) : mscale_of(1.0);
+            r.attention_factor =
+                (m != 0 && m_all != 0) ? mscale_of(m) / mscale_of(m_all) : mscale_of(1.0);
         }
     } else if (type != "default") {
         errors.push_back(std::string(where) + ": unsupported rope type \"" + type +
@@ -177,10 +181,13 @@ void parse_layers(const json& j, ModelConfig& c, std::vector<std::string>& error
             int m = cr[l].get<int>();
             c.layers[l].compress_rate = m;
             // Release convention: 0 = sliding only, 4 = CSA (overlap + indexer), else HCA.
-            c.layers[l].kind = m == 0 ? LayerKind::kSliding : m == 4 ? LayerKind::kCsa : LayerKind::kHca;
+            c.layers[l].kind = m == 0   ? LayerKind::kSliding
+                               : m == 4 ? LayerKind::kCsa
+                                        : LayerKind::kHca;
         }
     } else {
-        errors.push_back("config needs \"layer_types\" (+ \"compress_rates\") or \"compress_ratios\"");
+        errors.push_back(
+            "config needs \"layer_types\" (+ \"compress_rates\") or \"compress_ratios\"");
         return;
     }
     for (int l = 0; l < L; ++l) {
@@ -204,7 +211,8 @@ void parse_layers(const json& j, ModelConfig& c, std::vector<std::string>& error
         }
     } else if (j.contains("num_hash_layers") && j["num_hash_layers"].is_number_integer()) {
         int n = j["num_hash_layers"].get<int>();
-        if (n < 0 || n > L) errors.push_back("\"num_hash_layers\" must be in [0, num_hidden_layers]");
+        if (n < 0 || n > L)
+            errors.push_back("\"num_hash_layers\" must be in [0, num_hidden_layers]");
         for (int l = 0; l < L && l < n; ++l) c.layers[l].hash_routed = true;
     } else {
         errors.push_back("config needs \"mlp_layer_types\" or \"num_hash_layers\"");
@@ -221,13 +229,14 @@ void parse_ropes(const json& j, ModelConfig& c, std::vector<std::string>& errors
         c.rope_main = rp.contains("main")
                           ? parse_rope(rp["main"], "rope_parameters.main", main_theta, true, errors)
                           : RopeParams{main_theta};
-        c.rope_compress =
-            rp.contains("compress")
-                ? parse_rope(rp["compress"], "rope_parameters.compress", compress_theta, true, errors)
-                : RopeParams{compress_theta};
+        c.rope_compress = rp.contains("compress")
+                              ? parse_rope(rp["compress"], "rope_parameters.compress",
+                                           compress_theta, true, errors)
+                              : RopeParams{compress_theta};
         if (c.rope_main.yarn)
-            errors.push_back("rope_parameters.main: YaRN on sliding-window layers is not part of "
-                             "DeepSeek-V4");
+            errors.push_back(
+                "rope_parameters.main: YaRN on sliding-window layers is not part of "
+                "DeepSeek-V4");
         return;
     }
     c.rope_main = RopeParams{main_theta};
@@ -326,7 +335,8 @@ Expected<ModelConfig> parse_model_config(const std::string& text, const std::str
                          ") disagrees with head_dim * partial_rotary_factor (" +
                          std::to_string(rd_prf) + ")");
     c.rope_dim = rd_field > 0 ? rd_field : rd_prf;
-    if (c.rope_dim <= 0) errors.push_back("missing \"qk_rope_head_dim\" or \"partial_rotary_factor\"");
+    if (c.rope_dim <= 0)
+        errors.push_back("missing \"qk_rope_head_dim\" or \"partial_rotary_factor\"");
 
     // Fields that change the math and that dsv4 implements one way only.
     if (r.get_int("num_key_value_heads", false, 1) != 1)
@@ -343,7 +353,8 @@ Expected<ModelConfig> parse_model_config(const std::string& text, const std::str
         errors.push_back("group-limited routing (n_group/topk_group > 1) is not supported");
     const std::string act = r.get_string("hidden_act", "silu");
     if (act != "silu") errors.push_back("hidden_act \"" + act + "\" is not supported (silu)");
-    if (r.get_bool("attention_bias", false)) errors.push_back("attention_bias=true is not supported");
+    if (r.get_bool("attention_bias", false))
+        errors.push_back("attention_bias=true is not supported");
     if (r.get_bool("mlp_bias", false)) errors.push_back("mlp_bias=true is not supported");
     if (c.n_shared_experts < 0 || c.n_shared_experts > 1)
         errors.push_back("n_shared_experts must be 0 or 1");
@@ -369,7 +380,8 @@ Expected<ModelConfig> parse_model_config(const std::string& text, const std::str
     positive(c.hc_mult, "hc_mult");
     positive(c.hc_sinkhorn_iters, "hc_sinkhorn_iters");
     if (c.rope_dim > 0 && (c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim))
-        errors.push_back("rope dim " + std::to_string(c.rope_dim) + " must be even and <= head_dim");
+        errors.push_back("rope dim " + std::to_string(c.rope_dim) +
+                         " must be even and <= head_dim");
     if (c.o_groups > 0 && c.num_heads % c.o_groups != 0)
         errors.push_back("num_attention_heads must be a multiple of o_groups");
     if (c.num_experts_per_tok > c.n_routed_experts)

@@ -20,7 +20,7 @@ struct CompressorState {
 };
 
 struct LayerCache {
-    float* ring = nullptr;  // [W, hd], slot = pos % W
+    float* ring = nullptr;    // [W, hd], slot = pos % W
     CompressorState main;     // CSA / HCA
     CompressorState indexer;  // CSA: entries are the indexer keys [capacity / m, hi]
 };
@@ -33,7 +33,7 @@ struct CacheFootprint {
 CacheFootprint cache_footprint(const ModelConfig& cfg);
 
 class KvCache {
-public:
+  public:
     // Allocates room for `capacity` tokens.
     KvCache(const ModelConfig& cfg, Backend& backend, int64_t capacity);
 
@@ -47,7 +47,7 @@ public:
     LayerCache& layer(int l) { return layers_[l]; }
     size_t bytes() const { return bytes_; }
 
-private:
+  private:
     Backend& backend_;
     std::vector<LayerCache> layers_;
     int64_t capacity_ = 0, pos_ = 0;

@@ -90,8 +90,8 @@ void Model::ffn_block(const LayerWeights& w, int64_t T, const float* x, float* o
     b.linear({x, &w.gate, ws_.router_logits, T, E});
     b.route({ws_.router_logits, w.gate_bias, w.tid2eid, ws_.ids, ws_.sel, ws_.route_w, T, E, k,
              static_cast<float>(c.routed_scaling_factor)});
-    b.moe({x, ws_.sel, ws_.route_w, w.w1.data(), w.w3.data(), w.w2.data(), out, T,
-           c.hidden_size, I, E, k, limit});
+    b.moe({x, ws_.sel, ws_.route_w, w.w1.data(), w.w3.data(), w.w2.data(), out, T, c.hidden_size, I,
+           E, k, limit});
     if (c.n_shared_experts == 0) return;
     // The shared expert clips like the routed ones.
     b.linear({x, &w.shared_w1, ws_.sh_g, T, I});

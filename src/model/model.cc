@@ -16,7 +16,8 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& ba
                                              int max_chunk) {
     namespace fs = std::filesystem;
     if (max_chunk <= 0) return error("max_chunk must be > 0");
-    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config((fs::path(dir) / "config.json").string()));
+    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg,
+                          load_model_config((fs::path(dir) / "config.json").string()));
     DSV4_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open(dir));
     std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend, max_chunk));
     DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend));
@@ -81,7 +82,8 @@ Status Model::forward(KvCache& cache, const int32_t* ids, int64_t T, float* logi
         const int64_t c = std::min<int64_t>(max_chunk_, T - done);
         backend_.upload(ws_.ids, ids + done, c * sizeof(int32_t));
         step(cache, c, tap);
-        if (logits != nullptr) backend_.download(logits + done * V, ws_.logits, c * V * sizeof(float));
+        if (logits != nullptr)
+            backend_.download(logits + done * V, ws_.logits, c * V * sizeof(float));
         if (last_logits != nullptr && done + c == T)
             backend_.download(last_logits, ws_.logits + (c - 1) * V, V * sizeof(float));
         done += c;

@@ -21,7 +21,7 @@ namespace dsv4 {
 using LayerTap = std::function<void(int layer, const float* streams, int64_t T)>;
 
 class Model {
-public:
+  public:
     // Loads config.json and the safetensors of `dir`; `max_chunk` bounds the tokens per
     // internal forward step (longer feeds are split; results do not depend on the split).
     static Expected<std::unique_ptr<Model>> load(const std::string& dir, Backend& backend,
@@ -36,7 +36,7 @@ public:
     Status forward(KvCache& cache, const int32_t* ids, int64_t T, float* logits,
                    float* last_logits = nullptr, const LayerTap& tap = nullptr);
 
-private:
+  private:
     Model(ModelConfig cfg, TensorStore store, Backend& backend, int max_chunk);
     Status validate_ids(const int32_t* ids, int64_t T) const;
     void step(KvCache& cache, int64_t T, const LayerTap& tap);

@@ -24,8 +24,7 @@ std::vector<float> rope_inv_freq(const RopeParams& p, int rope_dim) {
     double high = std::min(static_cast<double>(rope_dim - 1), std::ceil(corr(p.beta_slow)));
     if (high == low) high += 0.001;
     for (int i = 0; i < half; ++i) {
-        const float ramp =
-            std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
+        const float ramp = std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
         const float extrapolation = 1.0f - ramp;
         const float interpolated = inv[i] / static_cast<float>(p.factor);
         inv[i] = interpolated * (1.0f - extrapolation) + inv[i] * extrapolation;

@@ -14,7 +14,9 @@ uint64_t splitmix64(uint64_t& x) {
     return z ^ (z >> 31);
 }
 
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace
 
@@ -54,7 +56,8 @@ int32_t Sampler::sample(const float* logits, int64_t V) {
     probs_.resize(keep);
     const double mx = logits[order_[0]];
     double sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += (probs_[i] = std::exp((logits[order_[i]] - mx) / p_.temperature));
+    for (int64_t i = 0; i < keep; ++i)
+        sum += (probs_[i] = std::exp((logits[order_[i]] - mx) / p_.temperature));
     if (p_.top_p < 1.0f) {
         // Smallest prefix whose mass reaches top_p (at least one token).
         double mass = 0;

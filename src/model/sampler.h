@@ -14,12 +14,12 @@ struct SamplingParams {
 };
 
 class Sampler {
-public:
+  public:
     explicit Sampler(const SamplingParams& p);
     // Picks a token from logits[0, V). Greedy ties go to the lower id.
     int32_t sample(const float* logits, int64_t V);
 
-private:
+  private:
     double uniform();  // [0, 1) from xoshiro256**, identical on every platform
     SamplingParams p_;
     uint64_t s_[4];

@@ -1,15 +1,15 @@
 #include "model/weights.h"
 
-#include "formats/tensor_names.h"
-
 #include <set>
+
+#include "formats/tensor_names.h"
 
 namespace dsv4 {
 
 std::vector<std::string> describe_weight_formats(const ModelWeights& w) {
     std::vector<std::pair<std::string, std::set<std::string>>> groups = {
-        {"embed", {}}, {"head", {}}, {"attention", {}}, {"compressor", {}}, {"indexer", {}},
-        {"router", {}}, {"shared experts", {}}, {"routed experts", {}}};
+        {"embed", {}},   {"head", {}},   {"attention", {}},      {"compressor", {}},
+        {"indexer", {}}, {"router", {}}, {"shared experts", {}}, {"routed experts", {}}};
     auto add = [&](int g, const QuantWeight& q) {
         if (!q.valid()) return;
         std::string f = weight_format_name(q.format);
@@ -46,7 +46,7 @@ std::vector<std::string> describe_weight_formats(const ModelWeights& w) {
 namespace {
 
 class Binder {
-public:
+  public:
     Binder(const TensorStore& store, Backend& backend) : store_(store), backend_(backend) {}
 
     Expected<QuantWeight> matrix(const std::string& prefix, int64_t rows, int64_t cols) {
@@ -63,7 +63,8 @@ public:
         const TensorInfo* t = store_.find(name);
         if (t == nullptr) return error("missing tensor '", name, "'");
         if (!(t->shape == shape))
-            return error("tensor '", name, "' has shape ", t->shape.str(), ", expected ", shape.str());
+            return error("tensor '", name, "' has shape ", t->shape.str(), ", expected ",
+                         shape.str());
         if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16)
             return error("tensor '", name, "' has dtype ", dtype_name(t->dtype),
                          ", expected a float type");
@@ -83,13 +84,15 @@ public:
             return error("tensor '", name, "' has shape ", t->shape.str(), ", expected ",
                          Shape{V, k}.str());
         if (t->dtype != DType::kI64 && t->dtype != DType::kI32)
-            return error("tensor '", name, "' has dtype ", dtype_name(t->dtype), ", expected I64 or I32");
+            return error("tensor '", name, "' has dtype ", dtype_name(t->dtype),
+                         ", expected I64 or I32");
         used_.insert(name);
         bytes_ += t->nbytes;
         std::vector<int32_t> host(V * k);
         for (int64_t i = 0; i < V * k; ++i) {
-            const int64_t e = t->dtype == DType::kI64 ? reinterpret_cast<const int64_t*>(t->data)[i]
-                                                      : reinterpret_cast<const int32_t*>(t->data)[i];
+            const int64_t e = t->dtype == DType::kI64
+                                  ? reinterpret_cast<const int64_t*>(t->data)[i]
+                                  : reinterpret_cast<const int32_t*>(t->data)[i];
             if (e < 0 || e >= E)
                 return error("tensor '", name, "' routes token ", i / k, " to expert ", e,
                              " (only ", E, " experts)");
@@ -111,13 +114,15 @@ public:
             if (!used_.count(n) && n.rfind("mtp.", 0) != 0) unexpected.push_back(n);
         if (unexpected.empty()) return Status::ok();
         std::string list;
-        for (size_t i = 0; i < unexpected.size() && i < 8; ++i) list += (i ? ", " : "") + unexpected[i];
-        if (unexpected.size() > 8) list += ", ... (" + std::to_string(unexpected.size()) + " in all)";
+        for (size_t i = 0; i < unexpected.size() && i < 8; ++i)
+            list += (i ? ", " : "") + unexpected[i];
+        if (unexpected.size() > 8)
+            list += ", ... (" + std::to_string(unexpected.size()) + " in all)";
         return error("unexpected tensors not used by this config: ", list);
     }
     size_t bytes() const { return bytes_; }
 
-private:
+  private:
     const TensorStore& store_;
     Backend& backend_;
     std::set<std::string> used_;
@@ -135,7 +140,8 @@ Status bind_compressor(Binder& b, const std::string& p, int coff, int width, int
     return Status::ok();
 }
 
-Status bind_hc(Binder& b, const std::string& p, int rows, int64_t width, int nscale, HcWeights& hc) {
+Status bind_hc(Binder& b, const std::string& p, int rows, int64_t width, int nscale,
+               HcWeights& hc) {
     DSV4_BIND(hc.fn, b.vec(p + "fn", {rows, width}));
     DSV4_BIND(hc.base, b.vec(p + "base", {rows}));
     DSV4_BIND(hc.scale, b.vec(p + "scale", {nscale}));
@@ -178,7 +184,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
     const int E = c.n_routed_experts, I = c.moe_intermediate_size;
     DSV4_BIND(w.gate, b.matrix(f + "gate", E, D));
     if (spec.hash_routed) {
-        DSV4_BIND(w.tid2eid, b.hash_table(f + "gate.tid2eid", c.vocab_size, c.num_experts_per_tok, E));
+        DSV4_BIND(w.tid2eid,
+                  b.hash_table(f + "gate.tid2eid", c.vocab_size, c.num_experts_per_tok, E));
         b.mark_used(f + "gate.bias");  // present in some exports; hash routing ignores it
     } else {
         DSV4_BIND(w.gate_bias, b.vec(f + "gate.bias", {E}));

@@ -23,42 +23,42 @@ struct HcWeights {
 };
 
 struct CompressorWeights {
-    QuantWeight wkv;                // [coff*width, D]
-    QuantWeight wgate;              // [coff*width, D]
-    const float* ape = nullptr;     // [m, coff*width]
-    const float* norm = nullptr;    // [width]
+    QuantWeight wkv;              // [coff*width, D]
+    QuantWeight wgate;            // [coff*width, D]
+    const float* ape = nullptr;   // [m, coff*width]
+    const float* norm = nullptr;  // [width]
 };
 
 struct LayerWeights {
     const float* attn_norm = nullptr;  // [D]
     const float* ffn_norm = nullptr;   // [D]
     HcWeights hc_attn, hc_ffn;
-    QuantWeight wq_a;                  // [Rq, D]
-    const float* q_norm = nullptr;     // [Rq]
-    QuantWeight wq_b;                  // [H*hd, Rq]
-    QuantWeight wkv;                   // [hd, D]
-    const float* kv_norm = nullptr;    // [hd]
-    QuantWeight wo_a;                  // [g*Ro, H*hd/g]
-    QuantWeight wo_b;                  // [D, g*Ro]
-    const float* attn_sink = nullptr;  // [H]
-    CompressorWeights compressor;      // CSA / HCA layers
-    CompressorWeights indexer_compressor;  // CSA layers
-    QuantWeight indexer_wq_b;          // [Hi*hi, Rq]
-    QuantWeight indexer_weights_proj;  // [Hi, D]
-    QuantWeight gate;                  // [E, D]
-    const float* gate_bias = nullptr;  // [E] score-routed layers
-    const int32_t* tid2eid = nullptr;  // [V, k] hash-routed layers
+    QuantWeight wq_a;                             // [Rq, D]
+    const float* q_norm = nullptr;                // [Rq]
+    QuantWeight wq_b;                             // [H*hd, Rq]
+    QuantWeight wkv;                              // [hd, D]
+    const float* kv_norm = nullptr;               // [hd]
+    QuantWeight wo_a;                             // [g*Ro, H*hd/g]
+    QuantWeight wo_b;                             // [D, g*Ro]
+    const float* attn_sink = nullptr;             // [H]
+    CompressorWeights compressor;                 // CSA / HCA layers
+    CompressorWeights indexer_compressor;         // CSA layers
+    QuantWeight indexer_wq_b;                     // [Hi*hi, Rq]
+    QuantWeight indexer_weights_proj;             // [Hi, D]
+    QuantWeight gate;                             // [E, D]
+    const float* gate_bias = nullptr;             // [E] score-routed layers
+    const int32_t* tid2eid = nullptr;             // [V, k] hash-routed layers
     QuantWeight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]
     std::vector<QuantWeight> w1, w2, w3;          // [E] experts
 };
 
 struct ModelWeights {
-    QuantWeight embed;             // [V, D]
-    QuantWeight head;              // [V, D]
-    const float* norm = nullptr;   // [D]
+    QuantWeight embed;            // [V, D]
+    QuantWeight head;             // [V, D]
+    const float* norm = nullptr;  // [D]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
-    size_t bytes = 0;              // checkpoint bytes bound
+    size_t bytes = 0;  // checkpoint bytes bound
 };
 
 // "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,

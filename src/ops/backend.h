@@ -21,7 +21,7 @@
 namespace dsv4 {
 
 class Backend {
-public:
+  public:
     virtual ~Backend() = default;
     virtual const char* name() const = 0;
 

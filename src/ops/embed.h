@@ -8,9 +8,9 @@
 namespace dsv4::ops {
 
 struct EmbedArgs {
-    const int32_t* ids = nullptr;       // [T]
+    const int32_t* ids = nullptr;        // [T]
     const QuantWeight* table = nullptr;  // [V, D]
-    float* out = nullptr;               // [T, n, D]
+    float* out = nullptr;                // [T, n, D]
     int64_t T = 0;
     int n = 1;
 };

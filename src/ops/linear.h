@@ -8,11 +8,11 @@
 namespace dsv4::ops {
 
 struct LinearArgs {
-    const float* x = nullptr;         // [M, K] rows ldx apart (K = w->cols)
-    const QuantWeight* w = nullptr;   // [N_total, K]; rows [row0, row0 + N) are used
-    float* y = nullptr;               // [M, N] rows ldy apart; overwritten
+    const float* x = nullptr;        // [M, K] rows ldx apart (K = w->cols)
+    const QuantWeight* w = nullptr;  // [N_total, K]; rows [row0, row0 + N) are used
+    float* y = nullptr;              // [M, N] rows ldy apart; overwritten
     int64_t M = 0, N = 0, row0 = 0;
-    int64_t ldx = 0, ldy = 0;         // 0 = dense (K and N)
+    int64_t ldx = 0, ldy = 0;  // 0 = dense (K and N)
 };
 
 // SwiGLU with DeepSeek-V4's clipping: h = silu(min(g, L)) * clamp(u, -L, L); L = 0: no clip.

@@ -48,7 +48,6 @@ LinearGroup classify_in_block(std::string_view rest) {
 
 }  // namespace
 
-
 LinearClass classify_linear(const std::string& prefix) {
     std::string_view rest;
     LinearClass c;

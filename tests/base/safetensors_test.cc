@@ -1,11 +1,12 @@
 // safetensors: writer → reader round trip, sharded folders, validation errors by name.
+#include "formats/safetensors.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "formats/safetensors.h"
 #include "formats/safetensors_writer.h"
 
 namespace dsv4 {
@@ -69,20 +70,35 @@ TEST(Safetensors, ValidationNamesTheProblem) {
         std::string buf(8, '\0');
         for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
         buf += header + std::string(data_bytes, '\0');
-        return SafetensorsFile::parse(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), "f", nullptr);
+        return SafetensorsFile::parse(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), "f",
+                                      nullptr);
     };
-    EXPECT_TRUE(parse(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8).has_value());
+    EXPECT_TRUE(
+        parse(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8).has_value());
     auto msg = [&](const std::string& h, size_t n) {
         auto r = parse(h, n);
         return r.has_value() ? std::string("accepted") : r.status().message();
     };
-    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4).find("past the end"), std::string::npos);
-    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8).find("needs 12"), std::string::npos);
-    EXPECT_NE(msg(R"({"t": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}})", 8).find("unsupported dtype Q4"), std::string::npos);
-    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8).find("non-negative"), std::string::npos);
-    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8).find("begin > end"), std::string::npos);
+    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4)
+                  .find("past the end"),
+              std::string::npos);
+    EXPECT_NE(
+        msg(R"({"t": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8).find("needs 12"),
+        std::string::npos);
+    EXPECT_NE(msg(R"({"t": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}})", 8)
+                  .find("unsupported dtype Q4"),
+              std::string::npos);
+    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8)
+                  .find("non-negative"),
+              std::string::npos);
+    EXPECT_NE(msg(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", 8)
+                  .find("begin > end"),
+              std::string::npos);
     EXPECT_NE(msg(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                      "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8).find("overlap"), std::string::npos);
+                      "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                  8)
+                  .find("overlap"),
+              std::string::npos);
     EXPECT_NE(msg(R"([1, 2])", 0).find("not a JSON object"), std::string::npos);
     EXPECT_NE(msg(R"({"t": 5})", 0).find("'t'"), std::string::npos);
 }

@@ -19,7 +19,8 @@ std::vector<int32_t> fixture_ids(const std::string& dir) {
     EXPECT_TRUE(f.has_value());
     const TensorInfo* t = (*f)->find("input_ids");
     std::vector<int32_t> ids(t->shape.numel());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i]);
+    for (size_t i = 0; i < ids.size(); ++i)
+        ids[i] = static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i]);
     return ids;
 }
 
@@ -47,7 +48,8 @@ std::vector<float> run_chunked(const std::string& dir, const std::vector<int32_t
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());
     double m = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+        m = std::max(m, std::fabs(double(a[i]) - b[i]));
     return m;
 }
 
@@ -79,7 +81,8 @@ TEST_P(Chunking, RandomSplitsMatchOnePass) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, Chunking,
                          ::testing::Values("tiny-mix", "tiny-yarn", "tiny-eps", "small-rates",
-                                           "x-window16", "x-hash2", "x-hc1", "x-rates", "x-fmt-mx"));
+                                           "x-window16", "x-hash2", "x-hc1", "x-rates",
+                                           "x-fmt-mx"));
 
 }  // namespace
 }  // namespace dsv4

@@ -30,7 +30,7 @@ void write_file(const fs::path& p, const std::string& s) {
 }
 
 class CorruptInput : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         dir_ = fs::temp_directory_path() /
                ("dsv4_corrupt_" + std::to_string(::getpid()) + "_" +
@@ -124,7 +124,8 @@ TEST_F(CorruptInput, ByteRangeDisagreesWithShape) {
 
 TEST_F(CorruptInput, OverlappingTensors) {
     edit_header([](json& h) {
-        h["model.layers.0.attn.attn_sink"]["data_offsets"] = h["model.layers.1.attn.attn_sink"]["data_offsets"];
+        h["model.layers.0.attn.attn_sink"]["data_offsets"] =
+            h["model.layers.1.attn.attn_sink"]["data_offsets"];
     });
     expect_error("overlap");
 }

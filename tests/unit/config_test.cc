@@ -1,4 +1,6 @@
 // Config parsing: transformers-style and release-style golden configs, and named errors.
+#include "model/config.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-
 namespace dsv4 {
 namespace {
 
 using json = nlohmann::json;
 
-std::string golden(const std::string& name) { return std::string(DSV4_GOLDEN_MODELS_DIR) + "/" + name + "/config.json"; }
+std::string golden(const std::string& name) {
+    return std::string(DSV4_GOLDEN_MODELS_DIR) + "/" + name + "/config.json";
+}
 
 ModelConfig load_ok(const std::string& name) {
     auto c = load_model_config(golden(name));
@@ -133,7 +135,9 @@ std::string error_of(const json& j) {
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
 
-TEST(ConfigErrors, BaseParses) { EXPECT_EQ(error_of(base_json()), ""); }
+TEST(ConfigErrors, BaseParses) {
+    EXPECT_EQ(error_of(base_json()), "");
+}
 
 TEST(ConfigErrors, MissingField) {
     json j = base_json();

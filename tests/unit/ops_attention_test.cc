@@ -14,8 +14,16 @@ constexpr float kNoSink = -1e4f;  // exp(sink - max) == 0: the softmax is a plai
 TEST(OpsAttention, OneKeyIsScaledBySinkRatio) {
     // q = [1, 0], k = [2, 3], scale 0.5 -> z = 1; out = k e^z / (e^z + e^sink).
     std::vector<float> q = {1, 0}, kv = {2, 3}, ring(2 * 4, 0.0f), sink = {0.5f}, out(2);
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .sink = sink.data(),
-                        .out = out.data(), .pos0 = 0, .T = 1, .H = 1, .hd = 2, .W = 4,
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 0,
+                        .T = 1,
+                        .H = 1,
+                        .hd = 2,
+                        .W = 4,
                         .softmax_scale = 0.5f});
     const double f = std::exp(1.0) / (std::exp(1.0) + std::exp(0.5));
     EXPECT_NEAR(out[0], 2 * f, 1e-6);
@@ -29,8 +37,16 @@ TEST(OpsAttention, SinkOnlyInDenominatorPerHead) {
                             1, 0, 0, 2};   // t = 1
     std::vector<float> kv = {1, 0, 0, 1};  // positions 0 and 1
     std::vector<float> ring(4 * hd, 0.0f), sink = {kNoSink, 1.0f}, out(2 * H * hd);
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .sink = sink.data(),
-                        .out = out.data(), .pos0 = 0, .T = 2, .H = H, .hd = hd, .W = 4,
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 0,
+                        .T = 2,
+                        .H = H,
+                        .hd = hd,
+                        .W = 4,
                         .softmax_scale = 1.0f});
     // t = 0 sees only key 0. Head 0 (no sink): out = k0. Head 1: z = 0 -> 1 / (1 + e).
     EXPECT_NEAR(out[0], 1.0, 1e-6);
@@ -57,8 +73,16 @@ TEST(OpsAttention, WindowRingBeforeChunkPlusChunk) {
     ring[3 % 3] = 3;
     ring[4 % 3] = 4;
     std::vector<float> kv = {5, 6}, q = {0, 0}, sink = {kNoSink}, out(2);
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .sink = sink.data(),
-                        .out = out.data(), .pos0 = 5, .T = 2, .H = 1, .hd = 1, .W = 3,
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 5,
+                        .T = 2,
+                        .H = 1,
+                        .hd = 1,
+                        .W = 3,
                         .softmax_scale = 1.0f});
     EXPECT_NEAR(out[0], (3 + 4 + 5) / 3.0, 1e-5);  // positions 3, 4, 5
     EXPECT_NEAR(out[1], (4 + 5 + 6) / 3.0, 1e-5);  // positions 4, 5, 6
@@ -66,9 +90,18 @@ TEST(OpsAttention, WindowRingBeforeChunkPlusChunk) {
 
 TEST(OpsAttention, WindowWithinChunkIsCausal) {
     // pos0 = 0, T = 4, W = 2: query p sees positions max(0, p - 1) .. p of the chunk.
-    std::vector<float> ring(2, 777.0f), kv = {1, 10, 100, 1000}, q(4, 0.0f), sink = {kNoSink}, out(4);
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .sink = sink.data(),
-                        .out = out.data(), .pos0 = 0, .T = 4, .H = 1, .hd = 1, .W = 2,
+    std::vector<float> ring(2, 777.0f), kv = {1, 10, 100, 1000}, q(4, 0.0f), sink = {kNoSink},
+                                        out(4);
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 0,
+                        .T = 4,
+                        .H = 1,
+                        .hd = 1,
+                        .W = 2,
                         .softmax_scale = 1.0f});
     EXPECT_NEAR(out[0], 1.0, 1e-5);
     EXPECT_NEAR(out[1], 5.5, 1e-5);
@@ -80,13 +113,23 @@ TEST(OpsAttention, HcaSeesEntriesBelowFloorPPlusOneOverM) {
     // m = 2, W = 1 (only the token itself). Entries e0 = 100, e1 = 1000, e2 = 1e5 (never valid).
     std::vector<float> kv = {1, 2, 3, 4}, q(4, 0.0f), ring(1), sink = {kNoSink}, out(4);
     std::vector<float> entries = {100, 1000, 1e5f};
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .entries = entries.data(),
-                        .sink = sink.data(), .out = out.data(), .pos0 = 0, .T = 4, .H = 1, .hd = 1,
-                        .W = 1, .compress_rate = 2, .softmax_scale = 1.0f});
-    EXPECT_NEAR(out[0], 1.0, 1e-4);                      // p = 0: no entry yet
-    EXPECT_NEAR(out[1], (2 + 100) / 2.0, 1e-4);          // p = 1: e0
-    EXPECT_NEAR(out[2], (3 + 100) / 2.0, 1e-4);          // p = 2: e0
-    EXPECT_NEAR(out[3], (4 + 100 + 1000) / 3.0, 1e-3);   // p = 3: e0, e1
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .entries = entries.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 0,
+                        .T = 4,
+                        .H = 1,
+                        .hd = 1,
+                        .W = 1,
+                        .compress_rate = 2,
+                        .softmax_scale = 1.0f});
+    EXPECT_NEAR(out[0], 1.0, 1e-4);                     // p = 0: no entry yet
+    EXPECT_NEAR(out[1], (2 + 100) / 2.0, 1e-4);         // p = 1: e0
+    EXPECT_NEAR(out[2], (3 + 100) / 2.0, 1e-4);         // p = 2: e0
+    EXPECT_NEAR(out[3], (4 + 100 + 1000) / 3.0, 1e-3);  // p = 3: e0, e1
 }
 
 TEST(OpsAttention, CsaTopkSkipsMinusOneSlots) {
@@ -94,9 +137,20 @@ TEST(OpsAttention, CsaTopkSkipsMinusOneSlots) {
     std::vector<float> entries = {10, 20, 30};
     std::vector<int32_t> topk = {0, -1, 2, -1, -1, -1};
     std::vector<float> ring(1, 0.0f), kv = {1}, q = {0}, sink = {kNoSink}, out(1);
-    ops::AttentionArgs a{.q = q.data(), .kv = kv.data(), .ring = ring.data(), .entries = entries.data(),
-                         .topk = topk.data(), .sink = sink.data(), .out = out.data(), .pos0 = 5,
-                         .T = 1, .H = 1, .hd = 1, .W = 1, .K = 3, .compress_rate = 2,
+    ops::AttentionArgs a{.q = q.data(),
+                         .kv = kv.data(),
+                         .ring = ring.data(),
+                         .entries = entries.data(),
+                         .topk = topk.data(),
+                         .sink = sink.data(),
+                         .out = out.data(),
+                         .pos0 = 5,
+                         .T = 1,
+                         .H = 1,
+                         .hd = 1,
+                         .W = 1,
+                         .K = 3,
+                         .compress_rate = 2,
                          .softmax_scale = 1.0f};
     cpu_ref::attention(a);
     EXPECT_NEAR(out[0], (1 + 10 + 30) / 3.0, 1e-5);  // entry 1 not selected
@@ -109,9 +163,19 @@ TEST(OpsAttention, WindowAndEntriesShareOneSoftmax) {
     // One window key and one entry with different scores, plus a sink: one denominator.
     std::vector<float> q = {1, 1}, kv = {1, 0}, entries = {0, 2}, ring(2 * 2, 0.0f), sink = {0.0f};
     std::vector<float> out(2);
-    cpu_ref::attention({.q = q.data(), .kv = kv.data(), .ring = ring.data(), .entries = entries.data(),
-                        .sink = sink.data(), .out = out.data(), .pos0 = 1, .T = 1, .H = 1, .hd = 2,
-                        .W = 1, .compress_rate = 2, .softmax_scale = 1.0f});
+    cpu_ref::attention({.q = q.data(),
+                        .kv = kv.data(),
+                        .ring = ring.data(),
+                        .entries = entries.data(),
+                        .sink = sink.data(),
+                        .out = out.data(),
+                        .pos0 = 1,
+                        .T = 1,
+                        .H = 1,
+                        .hd = 2,
+                        .W = 1,
+                        .compress_rate = 2,
+                        .softmax_scale = 1.0f});
     // z_window = 1, z_entry = 2, sink 0.
     const double d = std::exp(1.0) + std::exp(2.0) + 1.0;
     EXPECT_NEAR(out[0], std::exp(1.0) / d, 1e-6);
@@ -136,8 +200,16 @@ TEST(OpsRingWrite, ChunkedDecodeMatchesOneChunk) {
     for (int i = 0; i < S * H * hd; ++i) q[i] = std::sin(0.7 * i);
     for (int i = 0; i < S * hd; ++i) kv[i] = std::cos(1.3 * i);
     std::vector<float> ring(W * hd, 0.0f), full(S * H * hd), part(S * H * hd);
-    ops::AttentionArgs a{.q = q.data(), .kv = kv.data(), .ring = ring.data(), .sink = sink.data(),
-                         .out = full.data(), .pos0 = 0, .T = S, .H = H, .hd = hd, .W = W,
+    ops::AttentionArgs a{.q = q.data(),
+                         .kv = kv.data(),
+                         .ring = ring.data(),
+                         .sink = sink.data(),
+                         .out = full.data(),
+                         .pos0 = 0,
+                         .T = S,
+                         .H = H,
+                         .hd = hd,
+                         .W = W,
                          .softmax_scale = 0.8f};
     cpu_ref::attention(a);
     int p = 0;

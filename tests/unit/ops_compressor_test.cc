@@ -19,16 +19,20 @@ struct Comp {
     int m, hd, coff;
     std::vector<float> ape, state_kv, state_gate, entries;
     Comp(int m_, int hd_, int coff_, int capacity, std::vector<float> ape_ = {})
-        : m(m_), hd(hd_), coff(coff_), ape(std::move(ape_)),
-          state_kv(coff_ * m_ * coff_ * hd_, 0.0f), state_gate(coff_ * m_ * coff_ * hd_, kNegInf),
+        : m(m_),
+          hd(hd_),
+          coff(coff_),
+          ape(std::move(ape_)),
+          state_kv(coff_ * m_ * coff_ * hd_, 0.0f),
+          state_gate(coff_ * m_ * coff_ * hd_, kNegInf),
           entries(capacity * hd_, kSentinel) {
         if (ape.empty()) ape.assign(m * coff * hd, 0.0f);
     }
     // Feeds tokens [p0, p0 + T) whose rows start at kv/gate row p0.
     void feed(const std::vector<float>& kv, const std::vector<float>& gate, int p0, int T) {
         const int width = coff * hd;
-        cpu_ref::compress({kv.data() + p0 * width, gate.data() + p0 * width, ape.data(), state_kv.data(),
-                           state_gate.data(), entries.data(), p0, T, m, hd, coff});
+        cpu_ref::compress({kv.data() + p0 * width, gate.data() + p0 * width, ape.data(),
+                           state_kv.data(), state_gate.data(), entries.data(), p0, T, m, hd, coff});
     }
 };
 
@@ -40,12 +44,12 @@ TEST(OpsCompress, HcaEqualGatesGiveMeanAndEmitAtBlockEnd) {
     Comp c(m, hd, 1, 3);
     c.feed(kv, gate, 0, 2);  // tokens 0, 1: block 0 still open
     EXPECT_EQ(c.entries[0], kSentinel);
-    c.feed(kv, gate, 2, 1);  // token 2 = (p + 1) % m == 0 -> entry 0
-    EXPECT_FLOAT_EQ(c.entries[0], 1.0f);   // mean(0, 1, 2)
+    c.feed(kv, gate, 2, 1);               // token 2 = (p + 1) % m == 0 -> entry 0
+    EXPECT_FLOAT_EQ(c.entries[0], 1.0f);  // mean(0, 1, 2)
     EXPECT_FLOAT_EQ(c.entries[1], 10.0f);
     EXPECT_EQ(c.entries[2], kSentinel);
-    c.feed(kv, gate, 3, 4);  // tokens 3..6: entry 1 at token 5, token 6 stays open
-    EXPECT_FLOAT_EQ(c.entries[2], 4.0f);   // mean(3, 4, 5)
+    c.feed(kv, gate, 3, 4);               // tokens 3..6: entry 1 at token 5, token 6 stays open
+    EXPECT_FLOAT_EQ(c.entries[2], 4.0f);  // mean(3, 4, 5)
     EXPECT_FLOAT_EQ(c.entries[3], 40.0f);
     EXPECT_EQ(c.entries[4], kSentinel);
     EXPECT_EQ(c.entries[5], kSentinel);
@@ -81,9 +85,9 @@ TEST(OpsCompress, CsaOverlapPreviousFirstHalfPlusCurrentSecondHalf) {
 TEST(OpsCompress, CsaApeHalvesGoToTheirSlots) {
     // Ca of block b-1 uses ape[:, :hd], Cb of block b uses ape[:, hd:]. hd = 1, m = 2.
     const int m = 2;
-    std::vector<float> kv = {1, 2, 3, 4, 5, 6, 7, 8};              // tokens 0..3: [Ca, Cb]
-    std::vector<float> gate = {0.5f, 0, 0, 0.25f, 0, 0, -1, 0};    // [Za, Zb]
-    std::vector<float> ape = {0.1f, 0.2f, 0.3f, 0.4f};             // [pos][Ca-ape, Cb-ape]
+    std::vector<float> kv = {1, 2, 3, 4, 5, 6, 7, 8};            // tokens 0..3: [Ca, Cb]
+    std::vector<float> gate = {0.5f, 0, 0, 0.25f, 0, 0, -1, 0};  // [Za, Zb]
+    std::vector<float> ape = {0.1f, 0.2f, 0.3f, 0.4f};           // [pos][Ca-ape, Cb-ape]
     Comp c(m, 1, 2, 2, ape);
     c.feed(kv, gate, 0, 4);
     // Entry 0: slots (Cb_0 = 2, Zb_0 + 0.2), (Cb_1 = 4, Zb_1 + 0.4).
@@ -91,7 +95,8 @@ TEST(OpsCompress, CsaApeHalvesGoToTheirSlots) {
         const double w0 = std::exp(0.0 + 0.2), w1 = std::exp(0.25 + 0.4);
         EXPECT_NEAR(c.entries[0], (2 * w0 + 4 * w1) / (w0 + w1), 1e-5);
     }
-    // Entry 1: (Ca_0 = 1, 0.5 + 0.1), (Ca_1 = 3, 0 + 0.3), (Cb_2 = 6, 0 + 0.2), (Cb_3 = 8, 0 + 0.4).
+    // Entry 1: (Ca_0 = 1, 0.5 + 0.1), (Ca_1 = 3, 0 + 0.3), (Cb_2 = 6, 0 + 0.2), (Cb_3 = 8, 0 +
+    // 0.4).
     {
         const double w[4] = {std::exp(0.6), std::exp(0.3), std::exp(0.2), std::exp(0.4)};
         const double v[4] = {1, 3, 6, 8};
@@ -140,11 +145,14 @@ void check_chunking(int m, int hd, int coff) {
 
     Comp whole(m, hd, coff, nb + 1, ape);
     whole.feed(kv, gate, 0, S);
-    for (int i = 0; i < nb * hd; ++i) EXPECT_NEAR(whole.entries[i], want[i], 1e-5) << "entry value " << i;
+    for (int i = 0; i < nb * hd; ++i)
+        EXPECT_NEAR(whole.entries[i], want[i], 1e-5) << "entry value " << i;
     for (int i = nb * hd; i < (nb + 1) * hd; ++i) EXPECT_EQ(whole.entries[i], kSentinel);
 
-    const std::vector<std::vector<int>> splits = {
-        {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 5, 5}, {m, 1, 12 - m}, {2 * m - 1, 13 - 2 * m + 1}};
+    const std::vector<std::vector<int>> splits = {{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+                                                  {3, 5, 5},
+                                                  {m, 1, 12 - m},
+                                                  {2 * m - 1, 13 - 2 * m + 1}};
     for (const auto& split : splits) {
         Comp c(m, hd, coff, nb + 1, ape);
         int p = 0;
@@ -157,9 +165,15 @@ void check_chunking(int m, int hd, int coff) {
     }
 }
 
-TEST(OpsCompress, HcaChunkedFeedingGivesIdenticalEntries) { check_chunking(3, 3, 1); }
-TEST(OpsCompress, CsaChunkedFeedingGivesIdenticalEntries) { check_chunking(4, 3, 2); }
-TEST(OpsCompress, CsaRate2ChunkedFeedingGivesIdenticalEntries) { check_chunking(2, 2, 2); }
+TEST(OpsCompress, HcaChunkedFeedingGivesIdenticalEntries) {
+    check_chunking(3, 3, 1);
+}
+TEST(OpsCompress, CsaChunkedFeedingGivesIdenticalEntries) {
+    check_chunking(4, 3, 2);
+}
+TEST(OpsCompress, CsaRate2ChunkedFeedingGivesIdenticalEntries) {
+    check_chunking(2, 2, 2);
+}
 
 }  // namespace
 }  // namespace dsv4

@@ -17,9 +17,9 @@ struct PreOut {
 };
 
 // hc_pre with fn = 0 (mix = 0): every gate is a function of `base` alone.
-PreOut run_pre(const std::vector<float>& x, const std::vector<float>& fn, const std::vector<float>& base,
-               const std::vector<float>& scale, int T, int n, int D, int iters, float norm_eps,
-               float hc_eps) {
+PreOut run_pre(const std::vector<float>& x, const std::vector<float>& fn,
+               const std::vector<float>& base, const std::vector<float>& scale, int T, int n, int D,
+               int iters, float norm_eps, float hc_eps) {
     PreOut o{std::vector<float>(T * D), std::vector<float>(T * n), std::vector<float>(T * n * n)};
     cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), o.y.data(), o.post.data(),
                      o.comb.data(), T, n, D, iters, norm_eps, hc_eps});
@@ -31,12 +31,17 @@ TEST(OpsHcPre, GatesAndCollapseFromBase) {
     const int n = 2, D = 2, T = 2;
     const float eps = 0.01f;
     std::vector<float> fn((2 + n) * n * n * D, 0.0f);
-    std::vector<float> base = {0.0f, std::log(3.0f),           // pre: 0.5, 0.75
-                               std::log(3.0f), -std::log(3.0f),  // post: 1.5, 0.5
-                               0, 0, 0, 0};
+    std::vector<float> base = {0.0f,
+                               std::log(3.0f),  // pre: 0.5, 0.75
+                               std::log(3.0f),
+                               -std::log(3.0f),  // post: 1.5, 0.5
+                               0,
+                               0,
+                               0,
+                               0};
     std::vector<float> scale = {1, 1, 1};
-    std::vector<float> x = {1, 2, 10, 20,    // token 0: streams [1,2], [10,20]
-                            -1, 0, 0, 4};    // token 1
+    std::vector<float> x = {1,  2, 10, 20,  // token 0: streams [1,2], [10,20]
+                            -1, 0, 0,  4};  // token 1
     PreOut o = run_pre(x, fn, base, scale, T, n, D, 1, 1e-6f, eps);
     const double p0 = 0.5 + eps, p1 = 0.75 + eps;
     EXPECT_NEAR(o.y[0], p0 * 1 + p1 * 10, 1e-5);
@@ -47,14 +52,15 @@ TEST(OpsHcPre, GatesAndCollapseFromBase) {
         EXPECT_NEAR(o.post[t * n + 0], 1.5, 1e-6);
         EXPECT_NEAR(o.post[t * n + 1], 0.5, 1e-6);
         // Equal logits: softmax 1/2 + eps, column sum 1 + 2 eps, divided by (sum + eps).
-        for (int i = 0; i < n * n; ++i) EXPECT_NEAR(o.comb[t * n * n + i], (0.5 + eps) / (1 + 3 * eps), 1e-6);
+        for (int i = 0; i < n * n; ++i)
+            EXPECT_NEAR(o.comb[t * n * n + i], (0.5 + eps) / (1 + 3 * eps), 1e-6);
     }
 }
 
 TEST(OpsHcPre, MixIsFnTimesUnweightedRmsOfAllStreamsTimesScale) {
     // n = 1, D = 2: mix rows 3. x = [3, 4] -> rms sqrt(12.5) with norm_eps 0.
     const int n = 1, D = 2;
-    std::vector<float> fn = {1, 0,  0, 1,  1, 1};
+    std::vector<float> fn = {1, 0, 0, 1, 1, 1};
     std::vector<float> base = {0.25f, -0.5f, 0.0f};
     std::vector<float> scale = {2.0f, 0.5f, 3.0f};
     std::vector<float> x = {3, 4};
@@ -153,14 +159,15 @@ TEST(OpsHcPost, TwoTokensWideD) {
     std::vector<float> f = {1, 2, 3, -1, 0, 1};
     std::vector<float> x = unit::lcg_values(T * n * D, 21);
     std::vector<float> post = {0.5f, 1.5f, 2.0f, 0.0f};
-    std::vector<float> comb = {0.9f, 0.1f, 0.3f, 0.7f,   0.2f, 0.8f, 0.6f, 0.4f};
+    std::vector<float> comb = {0.9f, 0.1f, 0.3f, 0.7f, 0.2f, 0.8f, 0.6f, 0.4f};
     std::vector<float> out(T * n * D);
     cpu_ref::hc_post({f.data(), x.data(), post.data(), comb.data(), out.data(), T, n, D});
     for (int t = 0; t < T; ++t)
         for (int k = 0; k < n; ++k)
             for (int d = 0; d < D; ++d) {
                 double want = post[t * n + k] * f[t * D + d];
-                for (int j = 0; j < n; ++j) want += comb[t * 4 + j * n + k] * x[(t * n + j) * D + d];
+                for (int j = 0; j < n; ++j)
+                    want += comb[t * 4 + j * n + k] * x[(t * n + j) * D + d];
                 EXPECT_NEAR(out[(t * n + k) * D + d], want, 1e-6) << t << k << d;
             }
 }
@@ -170,11 +177,12 @@ TEST(OpsHcHead, SigmoidGatesNoSinkhorn) {
     // mix = [sqrt2, sqrt2]; scale 1/sqrt2 -> args 1 + base. base = [0, -2].
     const float hc_eps = 0.01f;
     std::vector<float> x = {2, 0, 0, 2};
-    std::vector<float> fn = {1, 0, 0, 0,  0, 0, 0, 1};
+    std::vector<float> fn = {1, 0, 0, 0, 0, 0, 0, 1};
     std::vector<float> base = {0.0f, -2.0f};
     std::vector<float> scale = {static_cast<float>(1.0 / std::sqrt(2.0))};
     std::vector<float> out(2);
-    cpu_ref::hc_head({x.data(), fn.data(), base.data(), scale.data(), out.data(), 1, 2, 2, 0.0f, hc_eps});
+    cpu_ref::hc_head(
+        {x.data(), fn.data(), base.data(), scale.data(), out.data(), 1, 2, 2, 0.0f, hc_eps});
     EXPECT_NEAR(out[0], 2 * (sigmoid(1.0) + hc_eps), 1e-5);
     EXPECT_NEAR(out[1], 2 * (sigmoid(-1.0) + hc_eps), 1e-5);
 }

@@ -9,8 +9,8 @@ namespace dsv4 {
 namespace {
 
 std::vector<int32_t> topk(const std::vector<float>& q, const std::vector<float>& w,
-                          const std::vector<float>& keys, int64_t pos0, int T, int Hi, int hi, int K,
-                          int m) {
+                          const std::vector<float>& keys, int64_t pos0, int T, int Hi, int hi,
+                          int K, int m) {
     std::vector<int32_t> out(T * K, 12345);
     cpu_ref::indexer_topk({q.data(), w.data(), keys.data(), out.data(), pos0, T, Hi, hi, K, m});
     return out;

@@ -21,10 +21,10 @@ TEST(OpsLinear, DenseByHand) {
     std::vector<float> x = {1, 1, 1, 2, -1, 0.5f};
     std::vector<float> y(4, -99.0f);
     cpu_ref::linear({x.data(), &w, y.data(), 2, 2, 0, 0, 0});
-    EXPECT_FLOAT_EQ(y[0], 6.0f);    // 1 + 2 + 3
-    EXPECT_FLOAT_EQ(y[1], 3.0f);    // -1 + 0 + 4
-    EXPECT_FLOAT_EQ(y[2], 1.5f);    // 2 - 2 + 1.5
-    EXPECT_FLOAT_EQ(y[3], 0.0f);    // -2 + 0 + 2
+    EXPECT_FLOAT_EQ(y[0], 6.0f);  // 1 + 2 + 3
+    EXPECT_FLOAT_EQ(y[1], 3.0f);  // -1 + 0 + 4
+    EXPECT_FLOAT_EQ(y[2], 1.5f);  // 2 - 2 + 1.5
+    EXPECT_FLOAT_EQ(y[3], 0.0f);  // -2 + 0 + 2
 }
 
 TEST(OpsLinear, RowRangeAndStridesMatchNaiveLoop) {
@@ -38,7 +38,8 @@ TEST(OpsLinear, RowRangeAndStridesMatchNaiveLoop) {
     for (int64_t m = 0; m < M; ++m) {
         for (int64_t c = 0; c < ldy; ++c) {
             if (c >= N) {
-                EXPECT_EQ(y[m * ldy + c], kSentinel) << "wrote outside [0, N) at m=" << m << " c=" << c;
+                EXPECT_EQ(y[m * ldy + c], kSentinel)
+                    << "wrote outside [0, N) at m=" << m << " c=" << c;
                 continue;
             }
             double s = 0;
@@ -67,10 +68,10 @@ TEST(OpsDequant, Fp8BlockScalesPerRowAndColumnBlock) {
     // 129 x 129 weight of E4M3 1.0 (0x38): scale grid [2, 2] of powers of two 2^0..2^3.
     const int64_t R = 129, C = 129;
     std::vector<uint8_t> wv(R * C, 0x38);
-    wv[0] = 0x3C;      // 1.5
-    wv[1] = 0xB8;      // -1.0
-    wv[2] = 0x01;      // smallest subnormal 2^-9
-    wv[3] = 0x40;      // 2.0
+    wv[0] = 0x3C;                                    // 1.5
+    wv[1] = 0xB8;                                    // -1.0
+    wv[2] = 0x01;                                    // smallest subnormal 2^-9
+    wv[3] = 0x40;                                    // 2.0
     std::vector<uint8_t> sc = {127, 128, 129, 130};  // E8M0: 1, 2, 4, 8
     QuantWeight w;
     w.format = WeightFormat::kFp8Block;
@@ -90,7 +91,7 @@ TEST(OpsDequant, Fp8BlockScalesPerRowAndColumnBlock) {
     EXPECT_EQ(row[127], 1.0f);
     EXPECT_EQ(row[128], 2.0f);  // column block 1
     dequant_row(w, 128, row.data());
-    EXPECT_EQ(row[0], 4.0f);    // row block 1
+    EXPECT_EQ(row[0], 4.0f);  // row block 1
     EXPECT_EQ(row[128], 8.0f);
 
     // The same with F32 scales, and a linear through it.
@@ -111,9 +112,9 @@ TEST(OpsDequant, Fp8BlockScalesPerRowAndColumnBlock) {
 TEST(OpsDequant, Mxfp4LowNibbleFirstE8m0BlockOf32) {
     const int64_t C = 64;
     std::vector<uint8_t> wv(C / 2, 0x00);
-    wv[0] = 0x72;   // low nibble 0x2 = 1.0 first, then 0x7 = 6.0
-    wv[1] = 0x9B;   // 0xB = -1.5, 0x9 = -0.5
-    wv[16] = 0x41;  // element 32: 0x1 = 0.5, element 33: 0x4 = 2.0
+    wv[0] = 0x72;                          // low nibble 0x2 = 1.0 first, then 0x7 = 6.0
+    wv[1] = 0x9B;                          // 0xB = -1.5, 0x9 = -0.5
+    wv[16] = 0x41;                         // element 32: 0x1 = 0.5, element 33: 0x4 = 2.0
     std::vector<uint8_t> sc = {127, 129};  // block scales 1 and 4
     QuantWeight w;
     w.format = WeightFormat::kMxfp4;
@@ -138,10 +139,10 @@ TEST(OpsDequant, Mxfp4LowNibbleFirstE8m0BlockOf32) {
 
 TEST(OpsDequant, Nvfp4E4m3BlockOf16TimesGlobal) {
     const int64_t C = 32;
-    std::vector<uint8_t> wv(2 * C / 2, 0x00);  // two rows
-    wv[0] = 0x53;           // 0x3 = 1.5, 0x5 = 3.0
-    wv[8] = 0x0E;           // element 16: 0xE = -4.0, element 17: 0
-    wv[16] = 0x22;          // row 1, elements 0,1: 1.0, 1.0
+    std::vector<uint8_t> wv(2 * C / 2, 0x00);            // two rows
+    wv[0] = 0x53;                                        // 0x3 = 1.5, 0x5 = 3.0
+    wv[8] = 0x0E;                                        // element 16: 0xE = -4.0, element 17: 0
+    wv[16] = 0x22;                                       // row 1, elements 0,1: 1.0, 1.0
     std::vector<uint8_t> sc = {0x38, 0x48, 0x30, 0x38};  // E4M3: 1, 4 | 0.5, 1
     QuantWeight w;
     w.format = WeightFormat::kNvfp4;
@@ -160,7 +161,7 @@ TEST(OpsDequant, Nvfp4E4m3BlockOf16TimesGlobal) {
     EXPECT_EQ(row[16], -8.0f);  // -4 * 4 * 0.5
     EXPECT_EQ(row[17], 0.0f);
     dequant_row(w, 1, row.data());
-    EXPECT_EQ(row[0], 0.25f);   // 1.0 * 0.5 * 0.5
+    EXPECT_EQ(row[0], 0.25f);  // 1.0 * 0.5 * 0.5
     EXPECT_EQ(row[1], 0.25f);
 }
 
@@ -170,11 +171,11 @@ TEST(OpsSwiglu, ClipGateAboveOnlyUpBothSides) {
     std::vector<float> u = {1.0f, 1.0f, 12.0f, -12.0f, 0.5f};
     std::vector<float> out(5);
     cpu_ref::swiglu({g.data(), u.data(), out.data(), 5, L});
-    EXPECT_NEAR(out[0], unit::silu(10.0), 1e-5);           // gate clipped to 10
-    EXPECT_NEAR(out[1], unit::silu(-20.0), 1e-9);          // gate has no lower bound
+    EXPECT_NEAR(out[0], unit::silu(10.0), 1e-5);   // gate clipped to 10
+    EXPECT_NEAR(out[1], unit::silu(-20.0), 1e-9);  // gate has no lower bound
     EXPECT_NE(out[1], static_cast<float>(unit::silu(-10.0)));
-    EXPECT_NEAR(out[2], unit::silu(1.0) * 10.0, 1e-5);     // up clipped to +10
-    EXPECT_NEAR(out[3], unit::silu(3.0) * -10.0, 1e-5);    // up clipped to -10
+    EXPECT_NEAR(out[2], unit::silu(1.0) * 10.0, 1e-5);   // up clipped to +10
+    EXPECT_NEAR(out[3], unit::silu(3.0) * -10.0, 1e-5);  // up clipped to -10
     EXPECT_NEAR(out[4], unit::silu(-2.0) * 0.5, 1e-6);
 }
 

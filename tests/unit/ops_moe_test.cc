@@ -13,7 +13,9 @@
 namespace dsv4 {
 namespace {
 
-double sqsp(double l) { return std::sqrt(std::log1p(std::exp(l))); }
+double sqsp(double l) {
+    return std::sqrt(std::log1p(std::exp(l)));
+}
 
 struct Routed {
     std::vector<int32_t> sel;
@@ -29,7 +31,8 @@ struct Routed {
 Routed route(const std::vector<float>& logits, const float* bias, int T, int E, int k, float scale,
              const int32_t* tid2eid = nullptr, const int32_t* ids = nullptr) {
     Routed r{std::vector<int32_t>(T * k, -5), std::vector<float>(T * k, -5.0f)};
-    cpu_ref::route({logits.data(), bias, tid2eid, ids, r.sel.data(), r.weight.data(), T, E, k, scale});
+    cpu_ref::route(
+        {logits.data(), bias, tid2eid, ids, r.sel.data(), r.weight.data(), T, E, k, scale});
     return r;
 }
 
@@ -95,7 +98,7 @@ TEST(OpsRoute, HashRoutingCopiesTid2eidRow) {
     // tid2eid [V = 3, k = 2]; tokens 2 and 1. Order is kept; weights are the normalised scores.
     std::vector<int32_t> tid2eid = {0, 1, 2, 3, 3, 0};
     std::vector<int32_t> ids = {2, 1};
-    std::vector<float> logits = {1, 2, 3, 4,   -1, 0, 1, 2};
+    std::vector<float> logits = {1, 2, 3, 4, -1, 0, 1, 2};
     const Routed r = route(logits, nullptr, 2, 4, 2, 1.5f, tid2eid.data(), ids.data());
     EXPECT_EQ(r.sel, (std::vector<int32_t>{3, 0, 2, 3}));
     const double a = sqsp(4), b = sqsp(1);
@@ -108,12 +111,13 @@ TEST(OpsRoute, HashRoutingCopiesTid2eidRow) {
 
 // expert(x) = W2 · (silu(min(W1 x, L)) * clamp(W3 x, -L, L)), straight from the spec.
 std::vector<double> naive_expert(const std::vector<float>& x, const std::vector<float>& w1,
-                                 const std::vector<float>& w3, const std::vector<float>& w2, int D, int I,
-                                 double L) {
+                                 const std::vector<float>& w3, const std::vector<float>& w2, int D,
+                                 int I, double L) {
     std::vector<double> h(I), y(D, 0.0);
     for (int i = 0; i < I; ++i) {
         double g = 0, u = 0;
-        for (int d = 0; d < D; ++d) g += double(w1[i * D + d]) * x[d], u += double(w3[i * D + d]) * x[d];
+        for (int d = 0; d < D; ++d)
+            g += double(w1[i * D + d]) * x[d], u += double(w3[i * D + d]) * x[d];
         if (L > 0) g = std::min(g, L), u = std::clamp(u, -L, L);
         h[i] = unit::silu(g) * u;
     }
@@ -130,13 +134,15 @@ TEST(OpsMoe, OneDenseExpertByHand) {
                       w2 = unit::dense_f32(w2v, 2, 2);
     std::vector<float> x = {1, -1}, weight = {0.5f}, out(2, 99.0f);
     std::vector<int32_t> sel = {0};
-    cpu_ref::moe({x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 0.0f});
+    cpu_ref::moe(
+        {x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 0.0f});
     const double h0 = 2 * unit::silu(1.0), h1 = -unit::silu(-1.0);
     EXPECT_NEAR(out[0], 0.5 * (h0 + h1), 1e-6);
     EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
 
     // swiglu_limit 1.5 clamps u0 = 2 to 1.5; the gate -1 is not raised.
-    cpu_ref::moe({x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 1.5f});
+    cpu_ref::moe(
+        {x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 1.5f});
     const double c0 = 1.5 * unit::silu(1.0);
     EXPECT_NEAR(out[0], 0.5 * (c0 + h1), 1e-6);
     EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
@@ -167,8 +173,8 @@ TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
     std::vector<int32_t> sel = {0, 1, 1, 0, 1, 0};
     std::vector<float> weight = {0.25f, 1.25f, 0.5f, 1.0f, 2.0f, -0.5f};
     std::vector<float> out(T * D);
-    cpu_ref::moe({x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(), T, D,
-                  I, E, k, L});
+    cpu_ref::moe({x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(),
+                  T, D, I, E, k, L});
     for (int t = 0; t < T; ++t) {
         std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
         std::vector<double> want(D, 0.0);
@@ -177,7 +183,8 @@ TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
             const auto y = naive_expert(xt, v1[e], v3[e], v2[e], D, I, L);
             for (int d = 0; d < D; ++d) want[d] += weight[t * k + j] * y[d];
         }
-        for (int d = 0; d < D; ++d) EXPECT_NEAR(out[t * D + d], want[d], 1e-5) << "t=" << t << " d=" << d;
+        for (int d = 0; d < D; ++d)
+            EXPECT_NEAR(out[t * D + d], want[d], 1e-5) << "t=" << t << " d=" << d;
     }
 }
 

@@ -43,7 +43,7 @@ TEST(OpsRope, UnitVectorsByKnownAngles) {
     // Position 3, inv_freq {pi/6, pi/12}: angles pi/2 and pi/4.
     std::vector<float> inv = {static_cast<float>(kPi / 6), static_cast<float>(kPi / 12)};
     std::vector<float> x = {7, -8, 1, 0, 0, 1,   // head 0
-                            5, 6, 0, 2, 1, 0};   // head 1
+                            5, 6,  0, 2, 1, 0};  // head 1
     cpu_ref::rope({x.data(), inv.data(), 1, 2, 6, 4, 3, 1, false});
     const double r = std::sqrt(0.5);
     // Head 0: (1,0) by 90 deg -> (0,1); (0,1) by 45 deg -> (-sin, cos).

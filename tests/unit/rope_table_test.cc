@@ -1,4 +1,6 @@
 // rope_inv_freq: plain frequencies over the rope dim, YaRN ramp (floor/ceil, clamps, guard).
+#include "model/rope_table.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,16 +8,19 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/rope_table.h"
 
 namespace dsv4 {
 namespace {
 
 // Plain base^(-2i/rd) in double.
-double plain(double base, int i, int rd) { return std::pow(base, -2.0 * i / rd); }
+double plain(double base, int i, int rd) {
+    return std::pow(base, -2.0 * i / rd);
+}
 
 // YaRN value for a given ramp: ω/factor · ramp + ω · (1 − ramp).
-double blend(double w, double factor, double ramp) { return w / factor * ramp + w * (1 - ramp); }
+double blend(double w, double factor, double ramp) {
+    return w / factor * ramp + w * (1 - ramp);
+}
 
 void expect_rel(float got, double want, const std::string& what) {
     EXPECT_NEAR(got, want, 2e-6 * std::fabs(want)) << what;
@@ -51,8 +56,10 @@ TEST(RopeTable, YarnFlashRampLow15High25) {
     // corr(1) = 24.71 -> ceil 25 (spec §4.3). ramp_i = (i - 15) / 10.
     const auto inv = rope_inv_freq(yarn(160000, 16, 65536), 64);
     ASSERT_EQ(inv.size(), 32u);
-    for (int i = 0; i <= 15; ++i) expect_rel(inv[i], plain(160000, i, 64), "unchanged pair " + std::to_string(i));
-    for (int i = 25; i < 32; ++i) expect_rel(inv[i], plain(160000, i, 64) / 16, "divided pair " + std::to_string(i));
+    for (int i = 0; i <= 15; ++i)
+        expect_rel(inv[i], plain(160000, i, 64), "unchanged pair " + std::to_string(i));
+    for (int i = 25; i < 32; ++i)
+        expect_rel(inv[i], plain(160000, i, 64) / 16, "divided pair " + std::to_string(i));
     // The floor and the ceil are visible inside the ramp: exactly 0.1, 0.5, 0.9.
     expect_rel(inv[16], blend(plain(160000, 16, 64), 16, 0.1), "pair 16 (floor)");
     expect_rel(inv[20], blend(plain(160000, 20, 64), 16, 0.5), "pair 20");
@@ -62,7 +69,8 @@ TEST(RopeTable, YarnFlashRampLow15High25) {
 TEST(RopeTable, YarnSmallRatesLow3High7) {
     // rd 16, base 160000, orig 65536: corr(32) = 3.86 -> 3, corr(1) = 6.18 -> 7.
     const auto inv = rope_inv_freq(yarn(160000, 16, 65536), 16);
-    for (int i = 0; i <= 3; ++i) expect_rel(inv[i], plain(160000, i, 16), "pair " + std::to_string(i));
+    for (int i = 0; i <= 3; ++i)
+        expect_rel(inv[i], plain(160000, i, 16), "pair " + std::to_string(i));
     expect_rel(inv[4], blend(plain(160000, 4, 16), 16, 0.25), "pair 4");
     expect_rel(inv[5], blend(plain(160000, 5, 16), 16, 0.50), "pair 5");
     expect_rel(inv[6], blend(plain(160000, 6, 16), 16, 0.75), "pair 6");
@@ -74,7 +82,8 @@ TEST(RopeTable, YarnLowClampedToZero) {
     // Without the clamp pair 0 would get ramp 2/3.
     const auto inv = rope_inv_freq(yarn(10000, 4, 16), 8);
     expect_rel(inv[0], 1.0, "pair 0");
-    for (int i = 1; i < 4; ++i) expect_rel(inv[i], plain(10000, i, 8) / 4, "pair " + std::to_string(i));
+    for (int i = 1; i < 4; ++i)
+        expect_rel(inv[i], plain(10000, i, 8) / 4, "pair " + std::to_string(i));
 }
 
 TEST(RopeTable, YarnEqualLowHighGuard) {
@@ -82,7 +91,8 @@ TEST(RopeTable, YarnEqualLowHighGuard) {
     const auto inv = rope_inv_freq(yarn(10000, 4, 4), 8);
     ASSERT_TRUE(std::isfinite(inv[0]));
     expect_rel(inv[0], 1.0, "pair 0");
-    for (int i = 1; i < 4; ++i) expect_rel(inv[i], plain(10000, i, 8) / 4, "pair " + std::to_string(i));
+    for (int i = 1; i < 4; ++i)
+        expect_rel(inv[i], plain(10000, i, 8) / 4, "pair " + std::to_string(i));
 }
 
 TEST(RopeTable, TinyYarnGoldenConfigCompressRope) {
@@ -99,7 +109,8 @@ TEST(RopeTable, TinyYarnGoldenConfigCompressRope) {
     expect_rel(inv[3], plain(160000, 3, 8) / 16, "pair 3");
     // The main (sliding) rope is plain, base 10000.
     const auto main_inv = rope_inv_freq(c->rope_main, c->rope_dim);
-    for (int i = 0; i < 4; ++i) expect_rel(main_inv[i], plain(10000, i, 8), "main pair " + std::to_string(i));
+    for (int i = 0; i < 4; ++i)
+        expect_rel(main_inv[i], plain(10000, i, 8), "main pair " + std::to_string(i));
 }
 
 }  // namespace

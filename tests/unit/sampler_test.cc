@@ -1,10 +1,10 @@
 // Sampler: greedy (ties to the lower id), seeded temperature sampling, top-k, top-p.
+#include "model/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "model/sampler.h"
 
 namespace dsv4 {
 namespace {
@@ -86,7 +86,8 @@ TEST(Sampler, DistributionMatchesSoftmax) {
     Sampler s(p);
     const int N = 40000;
     const auto c = counts(s, logits, N);
-    for (int i = 0; i < 4; ++i) EXPECT_NEAR(c[i] / double(N), 0.1 * (i + 1), 0.015) << "token " << i;
+    for (int i = 0; i < 4; ++i)
+        EXPECT_NEAR(c[i] / double(N), 0.1 * (i + 1), 0.015) << "token " << i;
 
     // Temperature 2: probabilities ∝ sqrt(1..4).
     p.temperature = 2.0f;
@@ -94,7 +95,8 @@ TEST(Sampler, DistributionMatchesSoftmax) {
     const auto c2 = counts(s2, logits, N);
     double z = 0;
     for (int i = 1; i <= 4; ++i) z += std::sqrt(double(i));
-    for (int i = 0; i < 4; ++i) EXPECT_NEAR(c2[i] / double(N), std::sqrt(i + 1.0) / z, 0.015) << "token " << i;
+    for (int i = 0; i < 4; ++i)
+        EXPECT_NEAR(c2[i] / double(N), std::sqrt(i + 1.0) / z, 0.015) << "token " << i;
 }
 
 TEST(Sampler, TopKAndTopPRestrictTheSupport) {

@@ -33,7 +33,11 @@ inline std::vector<float> lcg_values(int64_t n, uint64_t seed) {
     return v;
 }
 
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double silu(double x) {
+    return x / (1.0 + std::exp(-x));
+}
+inline double sigmoid(double x) {
+    return 1.0 / (1.0 + std::exp(-x));
+}
 
 }  // namespace dsv4::unit

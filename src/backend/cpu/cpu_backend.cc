@@ -10,7 +10,7 @@ namespace dsv4 {
 namespace {
 
 class CpuBackend final : public Backend {
-public:
+  public:
     const char* name() const override { return "cpu"; }
 
     void* alloc(size_t bytes) override {
@@ -22,7 +22,9 @@ public:
         return p;
     }
     void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-    void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void download(void* dst, const void* src, size_t bytes) override {
+        std::memcpy(dst, src, bytes);
+    }
     void fill(float* dst, float value, int64_t n) override { std::fill(dst, dst + n, value); }
     QuantWeight upload_weight(const QuantWeight& w) override { return w; }
     void synchronize() override {}
@@ -48,7 +50,7 @@ public:
         for (int64_t i = 0; i < n; ++i) x[i] *= s;
     }
 
-private:
+  private:
     struct Free {
         void operator()(void* p) const { std::free(p); }
     };
@@ -57,6 +59,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+    return std::make_unique<CpuBackend>();
+}
 
 }  // namespace dsv4

@@ -15,7 +15,8 @@ void gather_keys(const ops::AttentionArgs& a, int t, std::vector<const float*>& 
     const int64_t p = a.pos0 + t;
     const int64_t first = std::max<int64_t>(0, p - a.W + 1);
     for (int64_t q = first; q < a.pos0; ++q) keys.push_back(a.ring + (q % a.W) * a.hd);
-    for (int64_t q = std::max(first, a.pos0); q <= p; ++q) keys.push_back(a.kv + (q - a.pos0) * a.hd);
+    for (int64_t q = std::max(first, a.pos0); q <= p; ++q)
+        keys.push_back(a.kv + (q - a.pos0) * a.hd);
     if (a.entries == nullptr) return;
     const int64_t valid = (p + 1) / a.compress_rate;
     if (a.topk == nullptr) {

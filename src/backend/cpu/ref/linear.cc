@@ -34,7 +34,8 @@ void linear(const ops::LinearArgs& a) {
                      for (int64_t n = begin; n < end; ++n) {
                          dequant_row(w, a.row0 + n, row.data());
                          for (int64_t m = 0; m < a.M; ++m)
-                             a.y[m * ldy + n] = static_cast<float>(dot(a.x + m * ldx, row.data(), K));
+                             a.y[m * ldy + n] =
+                                 static_cast<float>(dot(a.x + m * ldx, row.data(), K));
                      }
                  });
 }

@@ -11,7 +11,9 @@
 namespace dsv4::cpu_ref {
 namespace {
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softplus(float x) {
+    return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 }  // namespace
 
@@ -60,17 +62,20 @@ void moe(const ops::MoeArgs& a) {
             for (int i = 0; i < a.I; ++i) {
                 dequant_row(a.w1[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
-                    g[r * a.I + i] = static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+                    g[r * a.I + i] =
+                        static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
                 dequant_row(a.w3[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
-                    u[r * a.I + i] = static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+                    u[r * a.I + i] =
+                        static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
             }
             swiglu({g.data(), u.data(), g.data(), n * a.I, a.swiglu_limit});
             for (int d = 0; d < a.D; ++d) {
                 dequant_row(a.w2[e], d, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     contrib[users[r] * a.D + d] =
-                        static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)) * a.weight[users[r]];
+                        static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)) *
+                        a.weight[users[r]];
             }
         }
     });

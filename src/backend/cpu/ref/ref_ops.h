@@ -33,6 +33,8 @@ void moe(const ops::MoeArgs& a);
 
 // Shared scalar helpers.
 double dot(const float* a, const float* b, int64_t n);
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
 
 }  // namespace dsv4::cpu_ref
