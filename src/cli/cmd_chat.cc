@@ -24,6 +24,7 @@ struct ChatArgs {
     std::string system;
     bool think = false;
     std::string effort;
+    std::string encoding = "v4";
     int max_tokens = 512;
     SamplingOptions sampling;
 };
@@ -43,6 +44,13 @@ int run_chat(const ChatArgs& a) {
     opts.thinking_mode = a.think ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
     if (a.effort == "high") opts.reasoning_effort = chat::ReasoningEffort::kHigh;
     if (a.effort == "max") opts.reasoning_effort = chat::ReasoningEffort::kMax;
+    const auto version = chat::parse_encoding_version(a.encoding);
+    if (!version) {
+        std::fprintf(stderr, "error: unknown --encoding '%s' (v4 or v4-flash-0731)\n",
+                     a.encoding.c_str());
+        return 2;
+    }
+    opts.version = *version;
     const int32_t eos = (*engine)->info().eos_token_id;
 
     auto session = (*engine)->new_session();
@@ -120,6 +128,9 @@ void add_chat_command(CLI::App& app) {
     cmd->add_flag("--think,!--no-think", args->think, "Thinking mode (default: chat mode)");
     cmd->add_option("--effort", args->effort, "Reasoning effort in thinking mode: high or max")
         ->check(CLI::IsMember({"", "high", "max"}));
+    cmd->add_option("--encoding", args->encoding,
+                    "Chat encoding version: v4 or v4-flash-0731 (reasoning-effort texts differ)")
+        ->capture_default_str();
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")->capture_default_str();
     cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")
         ->capture_default_str();

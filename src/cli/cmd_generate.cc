@@ -95,6 +95,7 @@ int run_generate(const GenerateArgs& a) {
                                    });
     if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
+    std::fflush(stdout);
     if (!out) {
         std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
         return 1;
