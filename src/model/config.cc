@@ -90,6 +90,7 @@ RopeParams parse_rope(const json& j, const char* where, double default_theta, bo
     RopeParams r;
     Reader rd(j, errors);
     r.theta = rd.get_double("rope_theta", false, default_theta);
+    r.partial_rotary_factor = rd.get_double("partial_rotary_factor", false, 0.0);
     std::string type = rd.get_string("rope_type", rd.get_string("type", "default"));
     if (type == "yarn") {
         r.yarn = true;
@@ -233,10 +234,6 @@ void parse_ropes(const json& j, ModelConfig& c, std::vector<std::string>& errors
                               ? parse_rope(rp["compress"], "rope_parameters.compress",
                                            compress_theta, true, errors)
                               : RopeParams{compress_theta};
-        if (c.rope_main.yarn)
-            errors.push_back(
-                "rope_parameters.main: YaRN on sliding-window layers is not part of "
-                "DeepSeek-V4");
         return;
     }
     c.rope_main = RopeParams{main_theta};
@@ -335,6 +332,18 @@ Expected<ModelConfig> parse_model_config(const std::string& text, const std::str
                          ") disagrees with head_dim * partial_rotary_factor (" +
                          std::to_string(rd_prf) + ")");
     c.rope_dim = rd_field > 0 ? rd_field : rd_prf;
+    parse_ropes(j, c, errors);
+    // transformers sizes each rope set by its own partial_rotary_factor; dsv4 has one rope dim.
+    for (const auto& [set, name] :
+         {std::pair{&c.rope_main, "main"}, std::pair{&c.rope_compress, "compress"}}) {
+        if (set->partial_rotary_factor <= 0) continue;
+        const int rd_set = static_cast<int>(std::lround(set->partial_rotary_factor * c.head_dim));
+        if (c.rope_dim <= 0) c.rope_dim = rd_set;
+        if (rd_set != c.rope_dim)
+            errors.push_back(std::string("rope_parameters.") + name + " gives rope dim " +
+                             std::to_string(rd_set) + " but the model's is " +
+                             std::to_string(c.rope_dim) + " (one rope dim for all layers)");
+    }
     if (c.rope_dim <= 0)
         errors.push_back("missing \"qk_rope_head_dim\" or \"partial_rotary_factor\"");
 
@@ -359,7 +368,6 @@ Expected<ModelConfig> parse_model_config(const std::string& text, const std::str
     if (c.n_shared_experts < 0 || c.n_shared_experts > 1)
         errors.push_back("n_shared_experts must be 0 or 1");
 
-    parse_ropes(j, c, errors);
     parse_layers(j, c, errors);
 
     auto positive = [&](int v, const char* name) {

@@ -24,6 +24,7 @@ struct RopeParams {
     // cos/sin multiplier. DeepSeek-V4 uses none (1.0); transformers applies one when a YaRN
     // parameter set says so, or derives YaRN's default when a nested set omits it.
     double attention_factor = 1.0;
+    double partial_rotary_factor = 0.0;  // as given in this set; 0 = not given
 };
 
 struct LayerSpec {

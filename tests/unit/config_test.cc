@@ -208,7 +208,16 @@ TEST(ConfigErrors, RopeAndLayerProblems) {
     j["rope_parameters"]["main"]["rope_type"] = "yarn";
     j["rope_parameters"]["main"]["factor"] = 4.0;
     j["rope_parameters"]["main"]["original_max_position_embeddings"] = 256;
-    EXPECT_HAS(error_of(j), "YaRN on sliding-window layers");
+    {
+        // YaRN on the main set is unusual but transformers applies it; so does dsv4.
+        auto c = parse_model_config(j.dump(), "cfg.json");
+        ASSERT_TRUE(c.has_value()) << c.status().message();
+        EXPECT_TRUE(c->rope_main.yarn);
+        EXPECT_DOUBLE_EQ(c->rope_main.factor, 4.0);
+    }
+    j = base_json();
+    j["rope_parameters"]["main"]["partial_rotary_factor"] = 0.5;
+    EXPECT_HAS(error_of(j), "rope_parameters.main gives rope dim 16");
     j = base_json();
     j["compress_rates"].erase("heavily_compressed_attention");
     EXPECT_HAS(error_of(j), "heavily_compressed_attention");
