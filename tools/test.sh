@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, then (1) ASan+UBSan build of the host code and its tests,
-# (2) each libFuzzer target for FUZZ_SECONDS (default 60), (3) the release build, which also
-# compiles the CUDA targets when nvcc exists (GPU tests skip without a GPU), and all tests.
+# (2) TSan on the thread pool and the forward passes that run on it, (3) each libFuzzer target
+# for FUZZ_SECONDS (default 60), (4) the release build, which also compiles the CUDA targets
+# when nvcc exists (GPU tests skip without a GPU), and all tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -13,6 +14,11 @@ cmake --preset asan >/dev/null
 cmake --build --preset asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --preset asan -j"$jobs" --timeout 600
+
+echo "== thread sanitizer (thread pool, chunked and golden forward passes)"
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan -j"$jobs"
+ctest --preset tsan -j"$jobs" --timeout 600
 
 echo "== fuzzers (${fuzz_seconds} s each)"
 cmake --preset fuzz >/dev/null

@@ -35,34 +35,42 @@ class Pool {
             fn(0, n);
             return;
         }
-        std::unique_lock<std::mutex> run_lock(run_mutex_);
+        std::lock_guard<std::mutex> run_lock(run_mutex_);
+        // The job lives on this stack frame; a worker only touches it between taking it (users
+        // + 1, under m_) and giving it back, and this call returns only when every part is done
+        // and no worker holds it, so no worker can see a later job's state through it.
+        Job job{&fn, n, parts};
+        job.pending = parts;
         {
             std::lock_guard<std::mutex> lk(m_);
-            fn_ = &fn;
-            n_ = n;
-            parts_ = parts;
-            next_.store(0);
-            pending_ = parts;
+            job_ = &job;
             ++generation_;
         }
         cv_.notify_all();
         t_inside_pool = true;
-        work();
+        run_parts(job);
         t_inside_pool = false;
         std::unique_lock<std::mutex> lk(m_);
-        done_cv_.wait(lk, [this] { return pending_ == 0; });
-        fn_ = nullptr;
+        job_ = nullptr;
+        done_cv_.wait(lk, [&] { return job.pending == 0 && job.users == 0; });
     }
 
   private:
-    void work() {
+    struct Job {
+        const std::function<void(int64_t, int64_t)>* fn;
+        int64_t n, parts;
+        std::atomic<int64_t> next{0};
+        int64_t pending = 0;  // parts not finished (guarded by m_)
+        int users = 0;        // workers holding this job (guarded by m_)
+    };
+
+    void run_parts(Job& j) {
         for (;;) {
-            int64_t p = next_.fetch_add(1);
-            if (p >= parts_) break;
-            int64_t begin = n_ * p / parts_, end = n_ * (p + 1) / parts_;
-            (*fn_)(begin, end);
+            const int64_t p = j.next.fetch_add(1);
+            if (p >= j.parts) break;
+            (*j.fn)(j.n * p / j.parts, j.n * (p + 1) / j.parts);
             std::lock_guard<std::mutex> lk(m_);
-            if (--pending_ == 0) done_cv_.notify_all();
+            if (--j.pending == 0) done_cv_.notify_all();
         }
     }
 
@@ -70,13 +78,18 @@ class Pool {
         t_inside_pool = true;
         uint64_t seen = 0;
         for (;;) {
+            Job* job = nullptr;
             {
                 std::unique_lock<std::mutex> lk(m_);
-                cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
+                cv_.wait(lk, [&] { return stopping_ || (job_ != nullptr && generation_ != seen); });
                 if (stopping_) return;
                 seen = generation_;
+                job = job_;
+                ++job->users;
             }
-            work();
+            run_parts(*job);
+            std::lock_guard<std::mutex> lk(m_);
+            if (--job->users == 0) done_cv_.notify_all();
         }
     }
 
@@ -93,10 +106,7 @@ class Pool {
     std::vector<std::thread> workers_;
     std::mutex run_mutex_, m_;
     std::condition_variable cv_, done_cv_;
-    const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-    int64_t n_ = 0, parts_ = 0;
-    std::atomic<int64_t> next_{0};
-    int64_t pending_ = 0;
+    Job* job_ = nullptr;  // the running job, if any (guarded by m_)
     uint64_t generation_ = 0;
     bool stopping_ = false;
 };
