@@ -36,6 +36,28 @@ std::optional<DType> dtype_from_name(std::string_view name) {
     return std::nullopt;
 }
 
+int64_t load_as_i64(const void* data, DType t, size_t i) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    switch (t) {
+        case DType::kI8:
+            return static_cast<int8_t>(p[i]);
+        case DType::kU8:
+            return p[i];
+        case DType::kI32: {
+            int32_t v;
+            std::memcpy(&v, p + 4 * i, 4);
+            return v;
+        }
+        case DType::kI64: {
+            int64_t v;
+            std::memcpy(&v, p + 8 * i, 8);
+            return v;
+        }
+        default:
+            DSV4_UNREACHABLE("load_as_i64 on ", dtype_name(t));
+    }
+}
+
 float load_as_f32(const void* data, DType t, size_t i) {
     const auto* p = static_cast<const uint8_t*>(data);
     switch (t) {

@@ -40,6 +40,9 @@ std::string_view dtype_name(DType t);
 // Parses a safetensors dtype string; nullopt for types dsv4 does not handle.
 std::optional<DType> dtype_from_name(std::string_view name);
 
+// Element i of an integer buffer (I8, U8, I32, I64) as int64; aborts on a float type.
+int64_t load_as_i64(const void* data, DType t, size_t i);
+
 // Element i of a buffer of type t as float32 (exact for every type whose values float32 holds;
 // I64 values beyond 2^24 are rounded).
 float load_as_f32(const void* data, DType t, size_t i);

@@ -26,7 +26,7 @@ int run_bench(BenchArgs a) {
         std::max<int64_t>(a.engine.max_context, a.prompt_len + a.decode_tokens + 1);
     auto engine = Engine::create(a.engine);
     if (!engine) {
-        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        print_error(engine.status());
         return 1;
     }
     const ModelInfo& info = (*engine)->info();
@@ -45,7 +45,7 @@ int run_bench(BenchArgs a) {
             st = session->feed({(i * 31 + 7) % info.vocab_size}, nullptr, &logits);
         const auto t2 = clock::now();
         if (!st.is_ok()) {
-            std::fprintf(stderr, "error: %s\n", st.message().c_str());
+            print_error(st);
             return 1;
         }
         best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());

@@ -32,12 +32,12 @@ struct ChatArgs {
 int run_chat(const ChatArgs& a) {
     auto engine = Engine::create(a.engine);
     if (!engine) {
-        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        print_error(engine.status());
         return 1;
     }
     auto tok = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
     if (!tok) {
-        std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
+        print_error(tok.status());
         return 1;
     }
     chat::EncodeOptions opts;
@@ -73,7 +73,7 @@ int run_chat(const ChatArgs& a) {
         messages.push_back({{"role", "user"}, {"content", line}});
         auto prompt = chat::encode_messages(messages, opts);
         if (!prompt) {
-            std::fprintf(stderr, "error: %s\n", prompt.status().message().c_str());
+            print_error(prompt.status());
             messages.erase(messages.size() - 1);
             continue;
         }
@@ -99,7 +99,7 @@ int run_chat(const ChatArgs& a) {
         std::fputs(stream.flush().c_str(), stdout);
         std::fputs("\n", stdout);
         if (!out) {
-            std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
+            print_error(out.status());
             session->reset();
             cached.clear();
             messages.erase(messages.size() - 1);

@@ -23,7 +23,7 @@ int run_check(CheckArgs a) {
         a.expected = (std::filesystem::path(a.engine.model_dir) / "expected.safetensors").string();
     auto report = run_conformance_check(a.engine, a.expected, a.tolerance);
     if (!report) {
-        std::fprintf(stderr, "error: %s\n", report.status().message().c_str());
+        print_error(report.status());
         return 2;
     }
     for (const auto& item : report->items) {

@@ -55,21 +55,21 @@ int run_generate(const GenerateArgs& a) {
     if (!a.prompt.empty()) {
         auto loaded = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
         if (!loaded) {
-            std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
+            print_error(loaded.status());
             return 1;
         }
         tok.emplace(std::move(*loaded));
     } else {
         ids = parse_ids(a.prompt_ids);
         if (!ids) {
-            std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+            print_error(ids.status());
             return 2;
         }
     }
     const auto t0 = std::chrono::steady_clock::now();
     auto engine = Engine::create(a.engine);
     if (!engine) {
-        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        print_error(engine.status());
         return 1;
     }
     if (tok) {
@@ -97,7 +97,7 @@ int run_generate(const GenerateArgs& a) {
     std::printf("\n");
     std::fflush(stdout);
     if (!out) {
-        std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
+        print_error(out.status());
         return 1;
     }
     const auto t2 = std::chrono::steady_clock::now();
@@ -111,6 +111,10 @@ int run_generate(const GenerateArgs& a) {
 }
 
 }  // namespace
+
+void print_error(const Status& status) {
+    std::fprintf(stderr, "error: %s\n", status.message().c_str());
+}
 
 int exit_code() {
     return g_exit_code;

@@ -14,7 +14,7 @@ namespace {
 int run_info(const EngineOptions& o) {
     auto engine = Engine::create(o);
     if (!engine) {
-        std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+        print_error(engine.status());
         return 1;
     }
     const ModelInfo& i = (*engine)->info();

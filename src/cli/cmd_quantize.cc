@@ -27,7 +27,7 @@ int run_quantize(QuantizeArgs a) {
     a.options.progress = !a.no_progress;
     auto summary = quantize_model(a.options);
     if (!summary) {
-        std::fprintf(stderr, "error: %s\n", summary.status().message().c_str());
+        print_error(summary.status());
         return 1;
     }
     for (const std::string& w : summary->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -97,7 +97,7 @@ Expected<std::vector<int32_t>> read_ids(const Tokenizer& tokenizer, const Json& 
 int run_tokenize(const TokenizeArgs& a) {
     auto tokenizer = load_tokenizer(a);
     if (!tokenizer) {
-        std::fprintf(stderr, "error: %s\n", tokenizer.status().message().c_str());
+        print_error(tokenizer.status());
         return 2;
     }
     const bool parse_special = !a.no_special;
@@ -136,7 +136,7 @@ Expected<chat::EncodingVersion> encoding_version(const ChatArgs& a) {
 int run_chat_encode(const ChatArgs& a) {
     auto version = encoding_version(a);
     if (!version) {
-        std::fprintf(stderr, "error: %s\n", version.status().message().c_str());
+        print_error(version.status());
         return 2;
     }
     return for_each_request([&](const Json& request) {

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "dsv4/status.h"
+
 namespace dsv4::cli {
 
 // Registers `generate` and `check` (cmd_generate.cc, cmd_check.cc).
@@ -18,6 +20,9 @@ void add_chat_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 // `quantize` (cmd_quantize.cc).
 void add_quantize_command(CLI::App& app);
+
+// Prints a user error as the one line `error: <message>` on stderr.
+void print_error(const Status& status);
 
 // The exit status the subcommand's callback chose (0 = success).
 int exit_code();

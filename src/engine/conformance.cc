@@ -29,9 +29,7 @@ Expected<std::vector<int32_t>> read_ids(const SafetensorsFile& f, const std::str
         return error(f.path(), ": '", name, "' must be I64 or I32");
     std::vector<int32_t> v(t->shape.numel());
     for (int64_t i = 0; i < t->shape.numel(); ++i)
-        v[i] = t->dtype == DType::kI64
-                   ? static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i])
-                   : reinterpret_cast<const int32_t*>(t->data)[i];
+        v[i] = static_cast<int32_t>(load_as_i64(t->data, t->dtype, i));
     return v;
 }
 

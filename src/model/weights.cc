@@ -90,9 +90,7 @@ class Binder {
         bytes_ += t->nbytes;
         std::vector<int32_t> host(V * k);
         for (int64_t i = 0; i < V * k; ++i) {
-            const int64_t e = t->dtype == DType::kI64
-                                  ? reinterpret_cast<const int64_t*>(t->data)[i]
-                                  : reinterpret_cast<const int32_t*>(t->data)[i];
+            const int64_t e = load_as_i64(t->data, t->dtype, i);
             if (e < 0 || e >= E)
                 return error("tensor '", name, "' routes token ", i / k, " to expert ", e,
                              " (only ", E, " experts)");

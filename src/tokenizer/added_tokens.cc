@@ -1,7 +1,7 @@
 #include "tokenizer/added_tokens.h"
 
+#include "base/utf8.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/utf8.h"
 
 namespace dsv4::tok {
 

@@ -1,6 +1,6 @@
 #include "tokenizer/byte_level.h"
 
-#include "tokenizer/utf8.h"
+#include "base/utf8.h"
 
 namespace dsv4::tok {
 

@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/utf8.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/utf8.h"
 
 namespace dsv4::tok {
 

@@ -4,10 +4,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/utf8.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/loader.h"
-#include "tokenizer/utf8.h"
 
 namespace dsv4 {
 
@@ -55,7 +55,7 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
             ++pos;
             continue;
         }
-        const size_t len = tok::utf8_sequence_length(text, pos);
+        const size_t len = utf8_sequence_length(text, pos);
         if (len > 0) {
             pos += len;
             continue;
@@ -63,7 +63,7 @@ void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& o
         // Not UTF-8 (HF cannot be given such text): the valid text around it is encoded on
         // its own, and each bad byte becomes its byte-level token.
         encode_valid(text.substr(run_start, pos - run_start));
-        const size_t bad = tok::utf8_invalid_subpart(text, pos);
+        const size_t bad = utf8_invalid_subpart(text, pos);
         for (size_t i = 0; i < bad; ++i)
             out.push_back(bpe->byte_id(static_cast<uint8_t>(text[pos + i])));
         pos += bad;
@@ -116,7 +116,7 @@ std::string Tokenizer::decode_bytes(std::span<const int32_t> ids) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
-    return tok::utf8_lossy(decode_bytes(ids));
+    return utf8_lossy(decode_bytes(ids));
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
@@ -161,14 +161,14 @@ std::vector<AddedToken> Tokenizer::added_tokens() const {
 
 std::string TokenStreamDecoder::push(int32_t id) {
     pending_ += tokenizer_->token_bytes(id);
-    const size_t ready = tok::utf8_complete_prefix(pending_);
-    std::string text = tok::utf8_lossy(std::string_view(pending_).substr(0, ready));
+    const size_t ready = utf8_complete_prefix(pending_);
+    std::string text = utf8_lossy(std::string_view(pending_).substr(0, ready));
     pending_.erase(0, ready);
     return text;
 }
 
 std::string TokenStreamDecoder::flush() {
-    std::string text = tok::utf8_lossy(pending_);
+    std::string text = utf8_lossy(pending_);
     pending_.clear();
     return text;
 }

@@ -1,12 +1,12 @@
 // UTF-8 helpers with Unicode's rules for well-formed sequences (no overlongs, no surrogates,
-// nothing above U+10FFFF), shared by the encoder, the decoder and the stream decoder.
+// nothing above U+10FFFF), shared by the tokenizer and the chat encoding's JSON reader.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
-namespace dsv4::tok {
+namespace dsv4 {
 
 // Length of the well-formed sequence that starts at s[pos], or 0 when there is none.
 size_t utf8_sequence_length(std::string_view s, size_t pos);
@@ -28,4 +28,4 @@ std::string utf8_lossy(std::string_view bytes);
 // except a truncated but so far valid sequence at the very end.
 size_t utf8_complete_prefix(std::string_view s);
 
-}  // namespace dsv4::tok
+}  // namespace dsv4

@@ -1,8 +1,8 @@
-#include "tokenizer/utf8.h"
+#include "base/utf8.h"
 
 #include <cstdint>
 
-namespace dsv4::tok {
+namespace dsv4 {
 
 namespace {
 
@@ -109,4 +109,4 @@ size_t utf8_complete_prefix(std::string_view s) {
     return s.size();
 }
 
-}  // namespace dsv4::tok
+}  // namespace dsv4
