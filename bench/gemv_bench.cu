@@ -246,10 +246,36 @@ __global__ void __launch_bounds__(128, 4)
     if (t == 1.2345f) sink[0] = __float_as_uint(t);
 }
 
+// The router's stand-in in the MoE chain: writes the 7 expert ids of token `token` once the
+// previous kernel (the last token's w2) has completed.
+__global__ void write_ids(int32_t* ids, int token, int groups, int pool) {
+    ptx::griddep_wait();
+    if (static_cast<int>(threadIdx.x) < groups)
+        ids[threadIdx.x] = (token * groups + static_cast<int>(threadIdx.x) * 5) % pool;
+    ptx::griddep_launch_dependents();
+}
+
 __global__ void empty_kernel() {
     ptx::griddep_launch_dependents();
     ptx::griddep_wait();
 }
+
+// A launch configuration with or without programmatic dependent launch.
+struct PdlLaunch {
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t config{};
+    PdlLaunch(unsigned grid, unsigned block, cudaStream_t s, bool pdl) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        config.gridDim = dim3(grid);
+        config.blockDim = dim3(block);
+        config.stream = s;
+        config.attrs = attr;
+        config.numAttrs = pdl ? 1 : 0;
+    }
+    PdlLaunch(const PdlLaunch&) = delete;
+    PdlLaunch& operator=(const PdlLaunch&) = delete;
+};
 
 void fill(void* p, size_t n, uint32_t seed, uint32_t lo = 0, uint32_t span = 0) {
     fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed, lo, span);
@@ -304,6 +330,7 @@ struct Shape {
     int groups;
     bool expert_ids;  // groups pick experts from a pool through device ids (routed experts)
     bool grouped_x;   // one activation row set per group
+    bool ids_ready;   // ids written two kernels back (w2 after w1|w3 after the router)
 };
 
 struct Result {
@@ -412,20 +439,26 @@ class Bench {
             const double act = static_cast<double>((sh.grouped_x ? sh.groups : 1) * m * sh.k * 2 +
                                                    sh.groups * m * sh.n * 4);
             const double wbytes = static_cast<double>((tiles_b + scales_b) * sh.groups);
+            // Main row: the defaults with PDL. Tuning (M = 1): CTAs per SM (0: as many as fit)
+            // x pipeline stages (0: 2), and the defaults without PDL (every M).
             struct Knobs {
-                int depth, ctas;
+                int ctas, depth;
                 bool pdl;
             };
-            std::vector<Knobs> knobs = {{2, 0, true}};
+            std::vector<Knobs> knobs = {{0, 0, true}};
             if (tune) {
-                knobs.push_back({2, 0, false});
+                knobs.push_back({0, 0, false});
                 if (m == 1) {
-                    for (Knobs k : {Knobs{4, 0, true}, Knobs{2, 2, true}, Knobs{2, 3, true}})
+                    for (Knobs k : {Knobs{0, 4, true}, Knobs{2, 0, true}, Knobs{3, 0, true},
+                                    Knobs{2, 4, true}})
                         knobs.push_back(k);
                 }
             }
             for (const Knobs& kn : knobs) {
                 a.pdl = kn.pdl;
+                // In a decode step w2 follows w1|w3, which followed the router: its ids were
+                // written before its predecessor passed its wait (GemvArgs::ids_ready).
+                a.ids_ready = sh.ids_ready;
                 GemvLaunchConfig cfg;
                 cfg.sm_count = sms_;
                 cfg.depth = kn.depth;
@@ -445,9 +478,11 @@ class Bench {
                     }
                     launch_gemv(ar, cfg, s_);
                 });
-                const std::string variant = std::string(kn.pdl ? "pdl" : "no-pdl") + ",d" +
-                                            std::to_string(kn.depth) +
-                                            (kn.ctas ? "c" + std::to_string(kn.ctas) : "");
+                const std::string variant =
+                    std::string(kn.pdl ? "pdl" : "no-pdl") + "," +
+                    (kn.ctas == 0 && kn.depth == 0
+                         ? std::string("main")
+                         : "c" + std::to_string(kn.ctas) + "d" + std::to_string(kn.depth));
                 out->push_back({sh.name, format_name(format), m, variant, us, wbytes, act});
             }
         }
@@ -511,18 +546,100 @@ class Bench {
         cudaFree(sink);
     }
 
+    // One MoE step per token as the decode step runs it: the router's stand-in writes the ids,
+    // w1|w3 of the 7 experts (ids read after its wait), then w2 (ids ready: its predecessor
+    // waited for the router). NVFP4, M = 1, weights rotated through >= 600 MB per matrix kind.
+    // Prints csv,moe,<us per token>,<weight bytes per token>.
+    void moe_chain(float read_gbs) {
+        const int groups = 7;
+        const GemvShape s13{GemvFormat::kNvfp4, 4096, 4096, 1};
+        const GemvShape s2{GemvFormat::kNvfp4, 4096, 2048, 1};
+        struct Pool {
+            uint8_t* tiles = nullptr;
+            uint8_t* scales = nullptr;
+            float* out_scale = nullptr;
+            int64_t tiles_b = 0, scales_b = 0, entries = 0;
+        };
+        auto make_pool = [&](const GemvShape& gs) {
+            Pool p;
+            p.tiles_b = gs.tiles_expert_bytes();
+            p.scales_b = gs.scales_expert_bytes();
+            p.entries = static_cast<int64_t>(kPoolBytes) / (p.tiles_b + p.scales_b) + 1;
+            DSV4_CHECK_CUDA(cudaMalloc(&p.tiles, static_cast<size_t>(p.tiles_b * p.entries)));
+            DSV4_CHECK_CUDA(cudaMalloc(&p.scales, static_cast<size_t>(p.scales_b * p.entries)));
+            DSV4_CHECK_CUDA(
+                cudaMalloc(&p.out_scale, static_cast<size_t>(gs.row_blocks() * p.entries) * 4));
+            fill(p.tiles, static_cast<size_t>(p.tiles_b * p.entries), 31);
+            fill(p.scales, static_cast<size_t>(p.scales_b * p.entries), 32, 60, 60);
+            fill_floats<<<256, 256>>>(p.out_scale, static_cast<size_t>(gs.row_blocks() * p.entries),
+                                      33, 1e-3f, 2e-3f);
+            DSV4_CHECK_LAUNCH(nullptr);
+            return p;
+        };
+        Pool p13 = make_pool(s13), p2 = make_pool(s2);
+        const int tokens = 64;
+        int32_t* ids = nullptr;
+        DSV4_CHECK_CUDA(cudaMalloc(&ids, tokens * groups * 4));
+        DSV4_CHECK_CUDA(cudaDeviceSynchronize());
+        auto base_args = [&](const GemvShape& gs, const Pool& p) {
+            GemvArgs a;
+            a.format = GemvFormat::kNvfp4;
+            a.w_tiles = p.tiles;
+            a.w_scales = p.scales;
+            a.out_scale = p.out_scale;
+            a.w_tiles_expert_stride = p.tiles_b;
+            a.w_scales_expert_stride = p.scales_b;
+            a.n = static_cast<int32_t>(gs.n);
+            a.k = static_cast<int32_t>(gs.k);
+            a.row_blocks = static_cast<int32_t>(gs.row_blocks());
+            a.k_tiles = static_cast<int32_t>(gs.k_tiles());
+            a.n_groups = groups;
+            a.x = x_;
+            a.m = 1;
+            a.ldx = gs.k;
+            a.y = y_;
+            a.ldy = gs.n;
+            a.y_group_stride = gs.n;
+            a.pdl = true;
+            gemv_workspace_bind(ws_, kMaxRowBlocks, &a);
+            return a;
+        };
+        GemvArgs a13 = base_args(s13, p13);
+        GemvArgs a2 = base_args(s2, p2);
+        a2.x_group_stride = s2.k;
+        a2.ids_ready = true;
+        GemvLaunchConfig cfg;
+        cfg.sm_count = sms_;
+        const int pool = static_cast<int>(std::min(p13.entries, p2.entries));
+        const float us = graph_us_per_launch(s_, tokens, [&](int r) {
+            const PdlLaunch lc(1, 32, s_, true);
+            DSV4_CHECK_CUDA(
+                cudaLaunchKernelEx(&lc.config, write_ids, ids + r * groups, r, groups, pool));
+            DSV4_CHECK_LAUNCH(s_);
+            GemvArgs x13 = a13, x2 = a2;
+            x13.expert_ids = ids + r * groups;
+            x2.expert_ids = ids + r * groups;
+            launch_gemv(x13, cfg, s_);
+            launch_gemv(x2, cfg, s_);
+        });
+        const double bytes =
+            static_cast<double>(groups) * (p13.tiles_b + p13.scales_b + p2.tiles_b + p2.scales_b);
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        std::printf("moe chain (ids, w1|w3, w2) per token: %.2f us, %.1f MB, %.0f GB/s, %.1f%%\n",
+                    us, bytes / 1e6, gbs, 100.0 * gbs / read_gbs);
+        std::printf("csv,moe,%.3f,%.0f\n", us, bytes);
+        for (Pool* p : {&p13, &p2}) {
+            cudaFree(p->tiles);
+            cudaFree(p->scales);
+            cudaFree(p->out_scale);
+        }
+        cudaFree(ids);
+    }
+
     float empty_floor_us(bool pdl) {
         return graph_us_per_launch(s_, 64, [&](int) {
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = dim3(static_cast<unsigned>(sms_ * 3));
-            cfg.blockDim = dim3(128);
-            cfg.stream = s_;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = pdl ? 1 : 0;
-            DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, empty_kernel));
+            const PdlLaunch lc(static_cast<unsigned>(sms_ * 3), 128, s_, pdl);
+            DSV4_CHECK_CUDA(cudaLaunchKernelEx(&lc.config, empty_kernel));
             DSV4_CHECK_LAUNCH(s_);
         });
     }
@@ -539,6 +656,8 @@ class Bench {
 
 int bench_main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    // --shape NAME: only that shape, NVFP4, M = 1, no probes (for a profiler).
+    const char* only = argc > 2 && std::strcmp(argv[1], "--shape") == 0 ? argv[2] : nullptr;
     auto dev = query_device(0);
     if (!dev) {
         std::fprintf(stderr, "gemv_bench: %s\n", dev.status().message().c_str());
@@ -558,17 +677,31 @@ int bench_main(int argc, char** argv) {
                 read_gbs, floor_pdl, floor_plain);
 
     const Shape shapes[] = {
-        {"experts_w13", 4096, 4096, 7, true, false},  // 7 x (w1 | w3) [2x2048 x 4096]
-        {"experts_w2", 4096, 2048, 7, true, true},    // 7 x w2 [4096 x 2048]
-        {"wq_b", 32768, 1024, 1, false, false},      {"wo_b", 4096, 8192, 1, false, false},
-        {"head", 129280, 4096, 1, false, false},     {"wq_a", 1024, 4096, 1, false, false},
-        {"wkv", 512, 4096, 1, false, false},         {"idx_wq_b", 8192, 1024, 1, false, false},
-        {"wo_a", 1024, 4096, 8, false, true},  // 8 groups [1024 x 4096], one input each
+        {"experts_w13", 4096, 4096, 7, true, false, false},  // 7 x (w1 | w3) [2x2048 x 4096]
+        {"experts_w2", 4096, 2048, 7, true, true, true},     // 7 x w2 [4096 x 2048]
+        {"wq_b", 32768, 1024, 1, false, false, false},
+        {"wo_b", 4096, 8192, 1, false, false, false},
+        {"head", 129280, 4096, 1, false, false, false},
+        {"wq_a", 1024, 4096, 1, false, false, false},
+        {"wkv", 512, 4096, 1, false, false, false},
+        {"idx_wq_b", 8192, 1024, 1, false, false, false},
+        {"wo_a", 1024, 4096, 8, false, true, false},  // 8 groups [1024 x 4096], one input each
     };
     // What a launch of these sizes can reach (docs/perf.md, "Follow-up"): the NVFP4 bytes of
     // experts_w13 (66 MB), experts_w2 (33 MB), wq_b / wo_b (18.9 MB) and the head (298 MB).
+    if (only != nullptr) {
+        std::vector<Result> results;
+        for (const Shape& sh : shapes) {
+            if (std::strcmp(sh.name, only) == 0)
+                bench.run(sh, GemvFormat::kNvfp4, {1}, false, &results);
+        }
+        for (const Result& r : results)
+            std::printf("%s %s %.2f us\n", r.shape.c_str(), r.variant.c_str(), r.us);
+        return results.empty() ? 2 : 0;
+    }
     for (int64_t bytes : {66060288ll, 33030144ll, 18874368ll, 297861120ll})
         bench.patterns(bytes / 4096 * 4096, read_gbs);
+    bench.moe_chain(read_gbs);
     std::vector<Result> results;
     const std::vector<int> all_m = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
     for (const Shape& sh : shapes) {

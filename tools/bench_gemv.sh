@@ -21,13 +21,15 @@ PYTHONUNBUFFERED=1 python3 tools/bench_torch_linear.py $quick > "$out/torch.log"
 python3 - "$out" <<'PY'
 import collections, datetime, sys
 out = sys.argv[1]
-meta, ours, torch = {}, [], collections.defaultdict(dict)
+meta, ours, torch, moe = {}, [], collections.defaultdict(dict), None
 for line in open(f"{out}/gemv_bench.log"):
     f = line.strip().split(",")
     if f[0] != "csv":
         continue
     if f[1] == "meta":
         meta[f[2]] = float(f[3])
+    elif f[1] == "moe":
+        moe = (float(f[2]), float(f[3]))
     elif f[1] == "gemv":
         ours.append(dict(shape=f[2], fmt=f[3], m=int(f[4]), variant=f"{f[5]},{f[6]}",
                          us=float(f[7]), wbytes=float(f[8]), abytes=float(f[9])))
@@ -50,10 +52,10 @@ by = collections.defaultdict(dict)
 for r in ours:
     by[(r["shape"], r["fmt"], r["m"])][r["variant"]] = r
 for (shape, fmt, m), v in by.items():
-    main = v.get("pdl,d2")
+    main = v.get("pdl,main")
     if main is None:
         continue
-    plain = v.get("no-pdl,d2")
+    plain = v.get("no-pdl,main")
     gbs = (main["wbytes"] + main["abytes"]) / (main["us"] * 1e-6) / 1e9
     t = torch.get((shape, m), {})
     tbest = min(t.values()) if t else float("nan")
@@ -62,13 +64,22 @@ for (shape, fmt, m), v in by.items():
     lines[-1] += (f"{main['wbytes']/1e6:.1f} | {gbs:.0f} | {100*gbs/read:.1f}% | "
                   f"{tbest:.2f} | {tbest/main['us']:.2f}x |")
 lines.append("")
-lines.append("Tuning at M=1 (NVFP4, PDL), us: stages 2 (default) / 4; CTAs per SM 2 / 3 "
-             "(default: as many as fit)")
+knobs = sorted({k for v in by.values() for k in v if k.startswith("pdl,c")})
+lines.append("Tuning at M=1 (NVFP4, PDL), us, cC = C CTAs per SM (c0: as many as fit), dD = D "
+             "pipeline stages (d0: 2): " +
+             " / ".join(k.split(",")[1] for k in knobs))
 for (shape, fmt, m), v in by.items():
-    if "pdl,d4" in v:
-        knobs = ["pdl,d2", "pdl,d4", "pdl,d2c2", "pdl,d2c3"]
+    if any(k in v for k in knobs):
         lines.append(f"- {shape}: " + " / ".join(f"{v[k]['us']:.2f}" if k in v else "-"
                                                   for k in knobs))
+if moe:
+    t13 = min(torch.get(("experts_w13", 1), {"": float("nan")}).values())
+    t2 = min(torch.get(("experts_w2", 1), {"": float("nan")}).values())
+    gbs = moe[1] / (moe[0] * 1e-6) / 1e9
+    lines.append("")
+    lines.append(f"MoE chain per token (router stand-in, w1|w3, w2; NVFP4 M=1): {moe[0]:.2f} us, "
+                 f"{moe[1]/1e6:.1f} MB, {gbs:.0f} GB/s = {100*gbs/read:.1f}% of read; torch bf16 "
+                 f"w13 + w2 {t13 + t2:.2f} us ({(t13 + t2)/moe[0]:.2f}x)")
 lines.append("")
 lines.append("torch variants (us): " + "; ".join(
     f"{s} M={m}: " + ", ".join(f"{k} {x:.2f}" for k, x in d.items()) for (s, m), d in torch.items()))

@@ -37,6 +37,9 @@ struct Case {
     bool y_bf16 = false;
     bool pdl = false;
     int min_tiles_per_warp = 0;  // 1 forces many warps (split row blocks)
+    int ctas_per_sm = 0;         // 0: default
+    int depth = 0;               // pipeline stages; 0: default
+    bool ids_ready = false;      // expert ids read before the PDL wait
 };
 
 std::string describe(const Case& c) {
@@ -46,7 +49,10 @@ std::string describe(const Case& c) {
                     " groups=" + std::to_string(c.ids.empty() ? c.n_experts : c.ids.size()) +
                     (c.shared_x ? " shared-x" : " per-group-x") + (c.x_f32 ? " x=f32" : " x=bf16") +
                     (c.y_bf16 ? " y=bf16" : " y=f32") + (c.pdl ? " pdl" : "") +
-                    (c.min_tiles_per_warp ? " split" : "");
+                    (c.min_tiles_per_warp ? " split" : "") +
+                    (c.ctas_per_sm ? " ctas=" + std::to_string(c.ctas_per_sm) : "") +
+                    (c.depth ? " depth=" + std::to_string(c.depth) : "") +
+                    (c.ids_ready ? " ids-ready" : "");
     return s;
 }
 
@@ -127,7 +133,10 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     GemvOptions opt;
     opt.expert_ids = d_ids;
     opt.pdl = c.pdl;
+    opt.ids_ready = c.ids_ready;
     opt.launch.min_tiles_per_warp = c.min_tiles_per_warp;
+    opt.launch.ctas_per_sm = c.ctas_per_sm;
+    opt.launch.depth = c.depth;
 
     // CPU reference per group.
     const size_t ysize = static_cast<size_t>(y_count);
@@ -320,6 +329,103 @@ TEST(GemvGpu, MxfpAndBf16FlashShapes) {
     b.m = 3;
     b.x_f32 = true;
     run_case(b, seed++);
+}
+
+TEST(GemvGpu, EveryGridAndDepth) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 7000;
+    // Grids of 1..4 CTAs per SM and both pipeline depths, on a split and an unsplit shape,
+    // plain and grouped with the expert ids read before the PDL wait.
+    for (int ctas = 1; ctas <= 4; ++ctas) {
+        for (int depth : {2, 4}) {
+            Case c;
+            c.format = TestFormat::kNvfp4;  // depth 4 exists for NVFP4, bf16 x, f32 y, m <= 8
+            c.n = 300;
+            c.k = 1024;
+            c.m = ctas;
+            c.depth = depth;
+            c.ctas_per_sm = ctas;
+            c.min_tiles_per_warp = ctas;
+            c.pdl = true;
+            run_case(c, seed++, 2);
+            Case g = c;
+            g.format = depth == 2 ? TestFormat::kMxfp4 : TestFormat::kNvfp4;
+            g.n = 128;
+            g.k = 256;
+            g.n_experts = 5;
+            g.ids = {4, 1, 3};
+            g.ids_ready = true;
+            g.shared_x = false;
+            g.min_tiles_per_warp = 0;
+            run_case(g, seed++, 2);
+        }
+    }
+}
+
+// A chain of dependent launches with PDL (each GEMV's input is the previous one's output, f32),
+// captured in a graph: the weights of launch i + 1 are requested while launch i runs, and the
+// result must still be that of the sequential chain.
+TEST(GemvGpu, DependentChainWithPdl) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937 rng(8000);
+    constexpr int kDim = 512, kLinks = 12;
+    std::vector<OwnedWeight> owned;
+    std::vector<GemvPacked> packed;
+    for (int i = 0; i < 2; ++i) {
+        // NVFP4 test weights shrink a vector (|w| ~ 0.01), so 12 links stay in range.
+        owned.push_back(test::random_weight(TestFormat::kNvfp4, kDim, kDim, rng));
+    }
+    for (auto& o : owned) {
+        const QuantWeight* parts[] = {&o.w};
+        auto p = gemv_repack(parts, 1, 1);
+        ASSERT_TRUE(p);
+        packed.push_back(std::move(*p));
+    }
+    const auto dev = query_device(0);
+    ArenaPlan plan;
+    for (auto& p : packed) plan.add(static_cast<size_t>(p.shape.device_bytes()));
+    for (int i = 0; i <= kLinks; ++i) plan.add(kDim * 4);
+    plan.add(GemvWorkspace::bytes(kDim / 16));
+    auto arena = DeviceArena::create(plan.total());
+    ASSERT_TRUE(arena);
+    CudaStream stream = CudaStream::create();
+    std::vector<GemvWeight> w;
+    for (auto& p : packed) w.push_back(upload_gemv_weight(p, *arena));
+    std::vector<float*> v;
+    for (int i = 0; i <= kLinks; ++i) v.push_back(arena->alloc_array<float>(kDim));
+    const GemvWorkspace ws = GemvWorkspace::create(*arena, kDim / 16, dev->sm_count, stream.get());
+    std::vector<float> x = test::random_activations(kDim, rng);
+    DSV4_CHECK_CUDA(cudaMemcpy(v[0], x.data(), kDim * 4, cudaMemcpyHostToDevice));
+    for (int i = 1; i <= kLinks; ++i) DSV4_CHECK_CUDA(cudaMemset(v[i], 0xff, kDim * 4));
+    GemvOptions opt;
+    opt.pdl = true;
+    opt.launch.min_tiles_per_warp = 1;
+    CudaGraph::begin_capture(stream.get());
+    for (int i = 0; i < kLinks; ++i) {
+        gemv(w[i % 2], TensorView(v[i], DType::kF32, {1, kDim}),
+             TensorView(v[i + 1], DType::kF32, {1, kDim}), 1, ws, opt, stream.get());
+    }
+    CudaGraph graph;
+    ASSERT_EQ(CudaGraph::end_capture(stream.get(), &graph), cudaSuccess);
+    graph.launch(stream.get());
+    stream.synchronize();
+    // Each link against the CPU reference on the GPU's own input for it, so the bound does not
+    // compound.
+    std::vector<float> in(kDim), out(kDim);
+    DSV4_CHECK_CUDA(cudaMemcpy(in.data(), v[0], kDim * 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < kLinks; ++i) {
+        DSV4_CHECK_CUDA(cudaMemcpy(out.data(), v[i + 1], kDim * 4, cudaMemcpyDeviceToHost));
+        std::vector<double> ref(kDim), abs_sum(kDim);
+        test::reference_gemv(owned[static_cast<size_t>(i % 2)].w, in.data(), 1, ref.data(),
+                             abs_sum.data());
+        for (int r = 0; r < kDim; ++r) {
+            // f32 activations: the hi/lo split carries ~2^-16 of x (docs/numerics-cuda.md).
+            const double tol = (2e-5 + std::ldexp(1.0, -16)) * abs_sum[static_cast<size_t>(r)];
+            ASSERT_NEAR(out[static_cast<size_t>(r)], ref[static_cast<size_t>(r)], tol)
+                << "link " << i << " output " << r;
+        }
+        in = out;
+    }
 }
 
 TEST(GemvGpu, CapturedInAGraph) {

@@ -86,6 +86,7 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
     a.ldy = s.n;
     a.y_group_stride = m * s.n;
     a.pdl = options.pdl;
+    a.ids_ready = options.ids_ready;
     gemv_workspace_bind(ws.base, ws.max_row_blocks_total, &a);
     GemvLaunchConfig cfg = options.launch;
     if (cfg.sm_count == 0) cfg.sm_count = ws.sm_count;

@@ -47,6 +47,7 @@ struct GemvWorkspace {
 struct GemvOptions {
     const int32_t* expert_ids = nullptr;  // [n_groups] device; nullptr: groups are experts 0..
     bool pdl = false;
+    bool ids_ready = false;   // GemvArgs::ids_ready
     GemvLaunchConfig launch;  // sm_count is taken from the workspace when 0
 };
 

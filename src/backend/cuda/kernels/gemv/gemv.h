@@ -60,6 +60,10 @@ struct GemvArgs {
     // Programmatic dependent launch: start streaming weights while the previous kernel in the
     // stream finishes (weights only; activations, ids and outputs wait for it).
     bool pdl = false;
+    // The expert ids were written before the previous kernel in the stream passed its own wait
+    // (w2 after w1|w3, which waited for the router), so the weights they select may be
+    // requested before this launch waits. False: ids are read only after the wait.
+    bool ids_ready = false;
 };
 
 // Grid shape. Zeros pick the defaults (occupancy-limited persistent grid).

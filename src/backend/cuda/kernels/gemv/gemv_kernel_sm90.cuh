@@ -291,8 +291,6 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
     const Split split{grid_warps < total ? grid_warps : total, total};
 
-    // Dependents may start their weight prefetch as soon as SMs free up.
-    ptx::griddep_launch_dependents();
     if (warp >= split.warps) return;
     const int u0 = split.first(warp);
     const int u1 = split.first(warp + 1);
@@ -346,14 +344,17 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
         ptx::cp_async_commit();
     };
 
-    // Expert ids come from the previous kernel (the router): wait for it before the first
-    // address. Fixed weights are prefetched before the wait.
-    const bool ids_from_device = a.expert_ids != nullptr;
+    // Expert ids from the previous kernel (the router): wait for it before the first address.
+    // Fixed weights and ids written earlier (ids_ready) are prefetched before the wait.
+    const bool ids_from_device = a.expert_ids != nullptr && !a.ids_ready;
     if (ids_from_device) ptx::griddep_wait();
     l_set();
 #pragma unroll 1
     for (int i = 0; i < kStages - 1; ++i) issue();
     if (!ids_from_device) ptx::griddep_wait();
+    // Dependents may start their weight prefetch as soon as SMs free up. Not before the wait:
+    // a dependent with ids_ready relies on this grid's predecessor being complete.
+    ptx::griddep_launch_dependents();
 
     // ---- Compute side: one segment per row-block quad touched by this warp's range.
     const int g = lane >> 2;
