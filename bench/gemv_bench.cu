@@ -444,13 +444,17 @@ class Bench {
             struct Knobs {
                 int ctas, depth;
                 bool pdl;
+                bool acc = false;  // y += (GemvArgs::y_accumulate)
             };
             std::vector<Knobs> knobs = {{0, 0, true}};
             if (tune) {
                 knobs.push_back({0, 0, false});
+                knobs.push_back({0, 0, true, true});
                 if (m == 1) {
                     for (Knobs k : {Knobs{0, 4, true}, Knobs{2, 0, true}, Knobs{3, 0, true},
-                                    Knobs{2, 4, true}})
+                                    Knobs{2, 4, true}, Knobs{0, 4, true, true},
+                                    Knobs{2, 0, true, true}, Knobs{2, 4, true, true},
+                                    Knobs{3, 0, true, true}, Knobs{0, 0, false, true}})
                         knobs.push_back(k);
                 }
             }
@@ -459,6 +463,7 @@ class Bench {
                 // In a decode step w2 follows w1|w3, which followed the router: its ids were
                 // written before its predecessor passed its wait (GemvArgs::ids_ready).
                 a.ids_ready = sh.ids_ready;
+                a.y_accumulate = kn.acc;
                 GemvLaunchConfig cfg;
                 cfg.sm_count = sms_;
                 cfg.depth = kn.depth;
@@ -481,8 +486,9 @@ class Bench {
                 const std::string variant =
                     std::string(kn.pdl ? "pdl" : "no-pdl") + "," +
                     (kn.ctas == 0 && kn.depth == 0
-                         ? std::string("main")
-                         : "c" + std::to_string(kn.ctas) + "d" + std::to_string(kn.depth));
+                         ? std::string(kn.acc ? "acc" : "main")
+                         : "c" + std::to_string(kn.ctas) + "d" + std::to_string(kn.depth) +
+                               (kn.acc ? "acc" : ""));
                 out->push_back({sh.name, format_name(format), m, variant, us, wbytes, act});
             }
         }
@@ -550,7 +556,7 @@ class Bench {
     // w1|w3 of the 7 experts (ids read after its wait), then w2 (ids ready: its predecessor
     // waited for the router). NVFP4, M = 1, weights rotated through >= 600 MB per matrix kind.
     // Prints csv,moe,<us per token>,<weight bytes per token>.
-    void moe_chain(float read_gbs) {
+    void moe_chain(float read_gbs, bool accumulate) {
         const int groups = 7;
         const GemvShape s13{GemvFormat::kNvfp4, 4096, 4096, 1};
         const GemvShape s2{GemvFormat::kNvfp4, 4096, 2048, 1};
@@ -608,6 +614,18 @@ class Bench {
         GemvArgs a2 = base_args(s2, p2);
         a2.x_group_stride = s2.k;
         a2.ids_ready = true;
+        float* weights = nullptr;  // the router weights of the combine
+        DSV4_CHECK_CUDA(cudaMalloc(&weights, groups * 4));
+        fill_floats<<<1, 32>>>(weights, groups, 34, 0.05f, 0.3f);
+        DSV4_CHECK_LAUNCH(nullptr);
+        if (accumulate) {
+            // w1|w3 add into their (consumer-cleared) output; w2 adds each expert's output,
+            // times its router weight, into one y: the combine.
+            a13.y_accumulate = true;
+            a2.y_accumulate = true;
+            a2.y_group_stride = 0;
+            a2.group_scale = weights;
+        }
         GemvLaunchConfig cfg;
         cfg.sm_count = sms_;
         const int pool = static_cast<int>(std::min(p13.entries, p2.entries));
@@ -625,9 +643,12 @@ class Bench {
         const double bytes =
             static_cast<double>(groups) * (p13.tiles_b + p13.scales_b + p2.tiles_b + p2.scales_b);
         const double gbs = bytes / (us * 1e-6) / 1e9;
-        std::printf("moe chain (ids, w1|w3, w2) per token: %.2f us, %.1f MB, %.0f GB/s, %.1f%%\n",
-                    us, bytes / 1e6, gbs, 100.0 * gbs / read_gbs);
-        std::printf("csv,moe,%.3f,%.0f\n", us, bytes);
+        const char* mode = accumulate ? "accumulate+combine" : "plain";
+        std::printf(
+            "moe chain %s (ids, w1|w3, w2) per token: %.2f us, %.1f MB, %.0f GB/s, %.1f%%\n", mode,
+            us, bytes / 1e6, gbs, 100.0 * gbs / read_gbs);
+        std::printf("csv,moe,%s,%.3f,%.0f\n", mode, us, bytes);
+        cudaFree(weights);
         for (Pool* p : {&p13, &p2}) {
             cudaFree(p->tiles);
             cudaFree(p->scales);
@@ -686,6 +707,8 @@ int bench_main(int argc, char** argv) {
         {"wkv", 512, 4096, 1, false, false, false},
         {"idx_wq_b", 8192, 1024, 1, false, false, false},
         {"wo_a", 1024, 4096, 8, false, true, false},  // 8 groups [1024 x 4096], one input each
+        // wq_a and wkv read the same normed hidden state: one launch of both, concatenated.
+        {"wq_a|wkv", 1536, 4096, 1, false, false, false},
     };
     // What a launch of these sizes can reach (docs/perf.md, "Follow-up"): the NVFP4 bytes of
     // experts_w13 (66 MB), experts_w2 (33 MB), wq_b / wo_b (18.9 MB) and the head (298 MB).
@@ -701,7 +724,8 @@ int bench_main(int argc, char** argv) {
     }
     for (int64_t bytes : {66060288ll, 33030144ll, 18874368ll, 297861120ll})
         bench.patterns(bytes / 4096 * 4096, read_gbs);
-    bench.moe_chain(read_gbs);
+    bench.moe_chain(read_gbs, false);
+    bench.moe_chain(read_gbs, true);
     std::vector<Result> results;
     const std::vector<int> all_m = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
     for (const Shape& sh : shapes) {

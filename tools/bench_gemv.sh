@@ -21,7 +21,7 @@ PYTHONUNBUFFERED=1 python3 tools/bench_torch_linear.py $quick > "$out/torch.log"
 python3 - "$out" <<'PY'
 import collections, datetime, sys
 out = sys.argv[1]
-meta, ours, torch, moe = {}, [], collections.defaultdict(dict), None
+meta, ours, torch, moe = {}, [], collections.defaultdict(dict), {}
 for line in open(f"{out}/gemv_bench.log"):
     f = line.strip().split(",")
     if f[0] != "csv":
@@ -29,7 +29,7 @@ for line in open(f"{out}/gemv_bench.log"):
     if f[1] == "meta":
         meta[f[2]] = float(f[3])
     elif f[1] == "moe":
-        moe = (float(f[2]), float(f[3]))
+        moe[f[2]] = (float(f[3]), float(f[4]))
     elif f[1] == "gemv":
         ours.append(dict(shape=f[2], fmt=f[3], m=int(f[4]), variant=f"{f[5]},{f[6]}",
                          us=float(f[7]), wbytes=float(f[8]), abytes=float(f[9])))
@@ -75,11 +75,17 @@ for (shape, fmt, m), v in by.items():
 if moe:
     t13 = min(torch.get(("experts_w13", 1), {"": float("nan")}).values())
     t2 = min(torch.get(("experts_w2", 1), {"": float("nan")}).values())
-    gbs = moe[1] / (moe[0] * 1e-6) / 1e9
     lines.append("")
-    lines.append(f"MoE chain per token (router stand-in, w1|w3, w2; NVFP4 M=1): {moe[0]:.2f} us, "
-                 f"{moe[1]/1e6:.1f} MB, {gbs:.0f} GB/s = {100*gbs/read:.1f}% of read; torch bf16 "
-                 f"w13 + w2 {t13 + t2:.2f} us ({(t13 + t2)/moe[0]:.2f}x)")
+    for mode, (us, nbytes) in moe.items():
+        gbs = nbytes / (us * 1e-6) / 1e9
+        lines.append(f"MoE chain per token, {mode} (router stand-in, w1|w3, w2; NVFP4 M=1): "
+                     f"{us:.2f} us, {nbytes/1e6:.1f} MB, {gbs:.0f} GB/s = {100*gbs/read:.1f}% of "
+                     f"read; torch bf16 w13 + w2 {t13 + t2:.2f} us ({(t13 + t2)/us:.2f}x)")
+acc_rows = [(k, v["pdl,acc"], v.get("pdl,main")) for k, v in by.items() if "pdl,acc" in v]
+if acc_rows:
+    lines.append("")
+    lines.append("Accumulate mode (y += by L2 adds, no split-K finish), PDL, us (vs the main row): " +
+                 "; ".join(f"{s} {f} M={m}: {a['us']:.2f} ({p['us']:.2f})" for (s, f, m), a, p in acc_rows))
 lines.append("")
 lines.append("torch variants (us): " + "; ".join(
     f"{s} M={m}: " + ", ".join(f"{k} {x:.2f}" for k, x in d.items()) for (s, m), d in torch.items()))

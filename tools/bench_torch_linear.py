@@ -27,6 +27,7 @@ SHAPES = [
     ("wkv", 512, 4096, 1, False),
     ("idx_wq_b", 8192, 1024, 1, False),
     ("wo_a", 1024, 4096, 8, True),
+    ("wq_a|wkv", 1536, 4096, 1, False),
 ]
 
 

@@ -40,6 +40,8 @@ struct Case {
     int ctas_per_sm = 0;         // 0: default
     int depth = 0;               // pipeline stages; 0: default
     bool ids_ready = false;      // expert ids read before the PDL wait
+    bool accumulate = false;     // y += (y starts from random values)
+    bool sum_groups = false;     // every group adds into one y, scaled by a random group scale
 };
 
 std::string describe(const Case& c) {
@@ -52,7 +54,8 @@ std::string describe(const Case& c) {
                     (c.min_tiles_per_warp ? " split" : "") +
                     (c.ctas_per_sm ? " ctas=" + std::to_string(c.ctas_per_sm) : "") +
                     (c.depth ? " depth=" + std::to_string(c.depth) : "") +
-                    (c.ids_ready ? " ids-ready" : "");
+                    (c.ids_ready ? " ids-ready" : "") + (c.accumulate ? " accumulate" : "") +
+                    (c.sum_groups ? " sum-groups" : "");
     return s;
 }
 
@@ -69,6 +72,9 @@ double tolerance(const Case& c, double abs_sum, double ref) {
     double t = 2e-5 * abs_sum + 1e-30;
     if (c.x_f32) t += std::ldexp(1.0, -16) * abs_sum;
     if (c.y_bf16) t += std::ldexp(1.0, -7) * std::fabs(ref);
+    // Accumulation: up to (splits x groups) FP32 adds onto y, each rounding relative to a
+    // running sum bounded by |y_init| + sum |w x| <= |ref| + 2 sum |w x|.
+    if (c.accumulate) t += std::ldexp(1.0, -17) * (std::fabs(ref) + 2.0 * abs_sum);
     return t;
 }
 
@@ -97,12 +103,21 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     if (!c.x_f32) x = test::from_bf16(x_bf);
 
     const auto dev = query_device(0);
-    const int64_t y_count = static_cast<int64_t>(groups) * c.m * c.n;
+    const int y_sets = c.sum_groups ? 1 : groups;
+    const int64_t y_count = static_cast<int64_t>(y_sets) * c.m * c.n;
+    std::vector<float> group_scale(static_cast<size_t>(groups), 1.0f);
+    if (c.sum_groups) {
+        std::uniform_real_distribution<float> u(0.05f, 1.0f);
+        for (float& v : group_scale) v = u(rng);
+    }
+    std::vector<float> y_init(static_cast<size_t>(y_count), 0.0f);
+    if (c.accumulate) y_init = test::random_activations(y_count, rng);
     ArenaPlan plan;
     plan.add(static_cast<size_t>(packed->shape.device_bytes()));
     plan.add(static_cast<size_t>(x_count) * 4);
     plan.add(static_cast<size_t>(y_count) * 4);
     plan.add(GemvWorkspace::bytes(groups * packed->shape.row_blocks()));
+    plan.add(static_cast<size_t>(groups) * 4);
     plan.add(static_cast<size_t>(groups) * 4);
     auto arena = DeviceArena::create(plan.total());
     EXPECT_TRUE(arena);
@@ -123,13 +138,20 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
         d_ids = arena->alloc_array<int32_t>(c.ids.size());
         DSV4_CHECK_CUDA(cudaMemcpy(d_ids, c.ids.data(), c.ids.size() * 4, cudaMemcpyHostToDevice));
     }
+    float* d_group_scale = nullptr;
+    if (c.sum_groups) {
+        d_group_scale = arena->alloc_array<float>(static_cast<size_t>(groups));
+        DSV4_CHECK_CUDA(cudaMemcpy(d_group_scale, group_scale.data(), group_scale.size() * 4,
+                                   cudaMemcpyHostToDevice));
+    }
     arena->freeze();
 
     const DType xt = c.x_f32 ? DType::kF32 : DType::kBF16;
     const DType yt = c.y_bf16 ? DType::kBF16 : DType::kF32;
     const TensorView xv =
         c.shared_x ? TensorView(d_x, xt, {c.m, c.k}) : TensorView(d_x, xt, {groups, c.m, c.k});
-    const TensorView yv = TensorView(d_y, yt, {groups, c.m, c.n});
+    const TensorView yv =
+        c.sum_groups ? TensorView(d_y, yt, {c.m, c.n}) : TensorView(d_y, yt, {groups, c.m, c.n});
     GemvOptions opt;
     opt.expert_ids = d_ids;
     opt.pdl = c.pdl;
@@ -137,10 +159,13 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     opt.launch.min_tiles_per_warp = c.min_tiles_per_warp;
     opt.launch.ctas_per_sm = c.ctas_per_sm;
     opt.launch.depth = c.depth;
+    opt.accumulate = c.accumulate;
+    opt.sum_groups = c.sum_groups;
+    opt.group_scale = d_group_scale;
 
-    // CPU reference per group.
+    // CPU reference per group (summed with the group scales for sum_groups), plus y_init.
     const size_t ysize = static_cast<size_t>(y_count);
-    std::vector<double> ref(ysize), abs_sum(ysize);
+    std::vector<double> ref(y_init.begin(), y_init.end()), abs_sum(ysize);
     for (int g = 0; g < groups; ++g) {
         const int e = c.ids.empty() ? g : c.ids[static_cast<size_t>(g)];
         const float* xg = x.data() + (c.shared_x ? 0 : g * c.m * c.k);
@@ -157,21 +182,30 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
                         ap[static_cast<size_t>(t * part_rows + r)];
                 }
         }
-        std::copy(yr.begin(), yr.end(), ref.begin() + static_cast<int64_t>(g) * c.m * c.n);
-        std::copy(ar.begin(), ar.end(), abs_sum.begin() + static_cast<int64_t>(g) * c.m * c.n);
+        const size_t at = c.sum_groups ? 0 : static_cast<size_t>(g) * c.m * c.n;
+        const double gs = group_scale[static_cast<size_t>(g)];
+        for (size_t i = 0; i < yr.size(); ++i) {
+            ref[at + i] += gs * yr[i];
+            abs_sum[at + i] += gs * ar[i];
+        }
     }
 
     std::vector<uint8_t> first;
     for (int rep = 0; rep < repeats; ++rep) {
-        // Poison: NaN everywhere, so an unwritten output fails.
-        DSV4_CHECK_CUDA(cudaMemsetAsync(d_y, 0xff, ysize * (c.y_bf16 ? 2 : 4), stream.get()));
+        if (c.accumulate) {
+            DSV4_CHECK_CUDA(cudaMemcpyAsync(d_y, y_init.data(), ysize * 4, cudaMemcpyHostToDevice,
+                                            stream.get()));
+        } else {
+            // Poison: NaN everywhere, so an unwritten output fails.
+            DSV4_CHECK_CUDA(cudaMemsetAsync(d_y, 0xff, ysize * (c.y_bf16 ? 2 : 4), stream.get()));
+        }
         gemv(w, xv, yv, groups, ws, opt, stream.get());
         stream.synchronize();
         std::vector<uint8_t> raw(ysize * (c.y_bf16 ? 2 : 4));
         DSV4_CHECK_CUDA(cudaMemcpy(raw.data(), d_y, raw.size(), cudaMemcpyDeviceToHost));
         if (rep == 0) {
             first = raw;
-        } else if (c.min_tiles_per_warp == 0 &&
+        } else if (c.min_tiles_per_warp == 0 && !c.sum_groups &&
                    groups * packed->shape.row_blocks() / 4 * packed->shape.k_tiles() <= 2) {
             // At most two units (the default per warp): one warp, no split quad, so the result
             // is bitwise stable. Split quads add in a varying order (docs/numerics-cuda.md).
@@ -362,11 +396,58 @@ TEST(GemvGpu, EveryGridAndDepth) {
     }
 }
 
+TEST(GemvGpu, AccumulateIntoY) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 9000;
+    // y += x W^T on odd shapes, every format, split and unsplit quads.
+    for (TestFormat f : kAllFormats) {
+        for (int m : {1, 3, 9}) {
+            for (int split : {0, 1}) {
+                Case c;
+                c.format = f;
+                c.n = 100;
+                c.k = small_k(f) * 8;
+                c.m = m;
+                c.x_f32 = m == 3;
+                c.min_tiles_per_warp = split;
+                c.accumulate = true;
+                run_case(c, seed++, 2);
+            }
+        }
+    }
+    // The MoE combine: 7 of 9 experts (w2-like, one input each) summed into one y with
+    // per-group scales, ids read before the wait; and a V4-Flash w2 shape.
+    for (TestFormat f : {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0}) {
+        Case d;
+        d.format = f;
+        d.n = 256;
+        d.k = 512;
+        d.m = 2;
+        d.n_experts = 9;
+        d.ids = {8, 2, 5, 0, 7, 3, 1};
+        d.shared_x = false;
+        d.pdl = true;
+        d.ids_ready = true;
+        d.accumulate = true;
+        d.sum_groups = true;
+        run_case(d, seed++, 2);
+    }
+    Case w2;
+    w2.format = TestFormat::kNvfp4;
+    w2.n = 4096;
+    w2.k = 2048;
+    w2.n_experts = 2;
+    w2.shared_x = false;
+    w2.accumulate = true;
+    w2.sum_groups = true;
+    run_case(w2, seed++);
+}
+
 // A chain of dependent launches with PDL (each GEMV's input is the previous one's output, f32),
 // captured in a graph: the weights of launch i + 1 are requested while launch i runs, and the
-// result must still be that of the sequential chain.
-TEST(GemvGpu, DependentChainWithPdl) {
-    DSV4_REQUIRE_GPU();
+// result must still be that of the sequential chain. Plain and accumulating (into zeros).
+void run_dependent_chain(bool accumulate) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "plain");
     std::mt19937 rng(8000);
     constexpr int kDim = 512, kLinks = 12;
     std::vector<OwnedWeight> owned;
@@ -396,9 +477,11 @@ TEST(GemvGpu, DependentChainWithPdl) {
     const GemvWorkspace ws = GemvWorkspace::create(*arena, kDim / 16, dev->sm_count, stream.get());
     std::vector<float> x = test::random_activations(kDim, rng);
     DSV4_CHECK_CUDA(cudaMemcpy(v[0], x.data(), kDim * 4, cudaMemcpyHostToDevice));
-    for (int i = 1; i <= kLinks; ++i) DSV4_CHECK_CUDA(cudaMemset(v[i], 0xff, kDim * 4));
+    for (int i = 1; i <= kLinks; ++i)
+        DSV4_CHECK_CUDA(cudaMemset(v[i], accumulate ? 0 : 0xff, kDim * 4));
     GemvOptions opt;
     opt.pdl = true;
+    opt.accumulate = accumulate;
     opt.launch.min_tiles_per_warp = 1;
     CudaGraph::begin_capture(stream.get());
     for (int i = 0; i < kLinks; ++i) {
@@ -426,6 +509,12 @@ TEST(GemvGpu, DependentChainWithPdl) {
         }
         in = out;
     }
+}
+
+TEST(GemvGpu, DependentChainWithPdl) {
+    DSV4_REQUIRE_GPU();
+    run_dependent_chain(false);
+    run_dependent_chain(true);
 }
 
 TEST(GemvGpu, CapturedInAGraph) {

@@ -57,8 +57,10 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
                 x.shape.str(), " for ", n_groups, " groups");
     const int64_t m = x.shape[x.shape.ndim - 2];
     DSV4_ASSERT(x.shape[x.shape.ndim - 1] == s.k, "gemv: x shape ", x.shape.str(), " vs k ", s.k);
-    const Shape y_want =
-        n_groups == 1 && y.shape.ndim == 2 ? Shape{m, s.n} : Shape{n_groups, m, s.n};
+    DSV4_ASSERT(!options.sum_groups || options.accumulate, "gemv: sum_groups needs accumulate");
+    const Shape y_want = (n_groups == 1 && y.shape.ndim == 2) || options.sum_groups
+                             ? Shape{m, s.n}
+                             : Shape{n_groups, m, s.n};
     DSV4_ASSERT(y.shape == y_want, "gemv: y shape ", y.shape.str(), ", expected ", y_want.str());
     DSV4_ASSERT(n_groups * s.row_blocks() <= ws.max_row_blocks_total, "gemv: workspace sized for ",
                 ws.max_row_blocks_total, " row blocks");
@@ -84,7 +86,9 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
     a.y = y.data;
     a.y_bf16 = y.dtype == DType::kBF16;
     a.ldy = s.n;
-    a.y_group_stride = m * s.n;
+    a.y_group_stride = options.sum_groups ? 0 : m * s.n;
+    a.y_accumulate = options.accumulate;
+    a.group_scale = options.group_scale;
     a.pdl = options.pdl;
     a.ids_ready = options.ids_ready;
     gemv_workspace_bind(ws.base, ws.max_row_blocks_total, &a);

@@ -47,13 +47,19 @@ struct GemvWorkspace {
 struct GemvOptions {
     const int32_t* expert_ids = nullptr;  // [n_groups] device; nullptr: groups are experts 0..
     bool pdl = false;
-    bool ids_ready = false;   // GemvArgs::ids_ready
+    bool ids_ready = false;  // GemvArgs::ids_ready
+    // y += instead of y = (f32 y; GemvArgs::y_accumulate). sum_groups: every group adds into
+    // one y [m, n], scaled by group_scale[g] ([n_groups] device) when given.
+    bool accumulate = false;
+    bool sum_groups = false;
+    const float* group_scale = nullptr;
     GemvLaunchConfig launch;  // sm_count is taken from the workspace when 0
 };
 
-// y[g] = x[g] * W[expert(g)]^T for g < n_groups.
+// y[g] = x[g] * W[expert(g)]^T for g < n_groups (or y[g] +=, or y += sum_g s_g x[g] W^T).
 //   x: [m, k] (one input shared by every group) or [n_groups, m, k]; bf16 or f32; rows contiguous.
-//   y: [m, n] when n_groups == 1, else [n_groups, m, n]; f32 or bf16.
+//   y: [m, n] when n_groups == 1 or sum_groups, else [n_groups, m, n]; f32 or bf16 (f32 when
+//      accumulating).
 void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
           const GemvWorkspace& ws, const GemvOptions& options, cudaStream_t stream);
 

@@ -7,6 +7,8 @@
 // per warp of a persistent grid (stream-K). The warps sharing a quad add their sums into an FP32
 // accumulator (`partials`) and the last one writes y: a quad split between warps can differ in
 // the last bits from run to run (the order of the adds); an unsplit quad is bitwise stable.
+// Accumulate mode (y_accumulate) skips that finish: every warp adds its sums straight into an
+// f32 y, which is what a decode step should use (docs/perf.md: 1.1-1.4x faster at M = 1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,6 +54,12 @@ struct GemvArgs {
     bool y_bf16 = false;         // false: f32
     int64_t ldy = 0;             // elements between token rows
     int64_t y_group_stride = 0;  // elements between groups
+    // Accumulate: y += x * W^T in FP32 by fire-and-forget L2 adds, for every quad, split or not:
+    // no split-K workspace, counters or fences (y must hold what to add to, usually zeros
+    // cleared by y's consumer). With y_group_stride 0 every group adds into the same y, each
+    // scaled by group_scale[g] when given (the MoE combine with the router weights).
+    bool y_accumulate = false;
+    const float* group_scale = nullptr;  // [n_groups] device, accumulate only; may be nullptr
 
     // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
     float* partials = nullptr;     // [n_groups * row_blocks / 4][16 tokens][64 rows], zero

@@ -193,6 +193,33 @@ __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, in
     }
 }
 
+// Accumulate mode: adds this warp's sums of one row-block quad into y (scaled by the row
+// blocks' output scales and the group's scale) with fire-and-forget L2 adds.
+template <int kNT>
+__device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int quad, int lane,
+                                             const float (&acc)[kGemvQuad][kNT][4],
+                                             const float (&out_scale)[kGemvQuad]) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    const float gs = a.group_scale != nullptr ? __ldg(a.group_scale + group) : 1.0f;
+    float* y = static_cast<float*>(a.y) + static_cast<int64_t>(group) * a.y_group_stride;
+#pragma unroll
+    for (int r = 0; r < kGemvQuad; ++r) {
+        const float scale = out_scale[r] * gs;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int token = 8 * nt + 2 * c + (i & 1);
+                const int row = (quad * kGemvQuad + r) * kGemvRowBlock + g + 8 * (i >> 1);
+                if (token < a.m && row < a.n)
+                    ptx::red_add_f32(y + static_cast<int64_t>(token) * a.ldy + row,
+                                     acc[r][nt][i] * scale);
+            }
+        }
+    }
+}
+
 // The warp-to-unit split: warp w of W owns units [w * total / W, (w + 1) * total / W), W <= total.
 struct Split {
     int64_t warps;
@@ -473,7 +500,9 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
         }
 
         // ---- Quad done (for this warp).
-        if (c_t == 0 && seg == T) {
+        if (a.y_accumulate) {
+            accumulate_y<kNT>(a, c_group, c_quad, lane, acc, out_scale);
+        } else if (c_t == 0 && seg == T) {
 #pragma unroll
             for (int r = 0; r < kGemvQuad; ++r)
                 store_y<kYBf16, kNT>(a, c_group, c_quad * kGemvQuad + r, lane, acc[r],

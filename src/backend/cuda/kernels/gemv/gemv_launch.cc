@@ -69,7 +69,10 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
                 "-byte alignment");
     DSV4_ASSERT(a.ldx >= a.k || a.m == 1, "gemv: ldx ", a.ldx, " < k ", a.k);
     DSV4_ASSERT(a.y != nullptr && (a.ldy >= a.n || a.m == 1), "gemv: y / ldy");
-    DSV4_ASSERT(a.partials != nullptr && a.counters != nullptr, "gemv: workspace not bound");
+    DSV4_ASSERT(a.y_accumulate || (a.partials != nullptr && a.counters != nullptr),
+                "gemv: workspace not bound");
+    DSV4_ASSERT(!a.y_accumulate || !a.y_bf16, "gemv: accumulation needs an f32 y");
+    DSV4_ASSERT(a.group_scale == nullptr || a.y_accumulate, "gemv: group_scale needs y_accumulate");
 }
 
 }  // namespace
