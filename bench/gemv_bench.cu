@@ -7,7 +7,7 @@
 // pure-read bandwidth (a sum over 4 GiB) and the floor of an empty kernel launched the same way,
 // and probes of what a launch of the GEMV's sizes can reach (pure reads with three address
 // mappings, the GEMV's cp.async ring without and with the NVFP4 math: "pattern" rows;
-// docs/perf.md, "Follow-up").
+// docs/perf.md, "Session 1 follow-up").
 //
 // Output: a human table on stdout and CSV rows (prefix "csv,") for the merge script.
 #include <cuda_runtime.h>
@@ -710,8 +710,6 @@ int bench_main(int argc, char** argv) {
         // wq_a and wkv read the same normed hidden state: one launch of both, concatenated.
         {"wq_a|wkv", 1536, 4096, 1, false, false, false},
     };
-    // What a launch of these sizes can reach (docs/perf.md, "Follow-up"): the NVFP4 bytes of
-    // experts_w13 (66 MB), experts_w2 (33 MB), wq_b / wo_b (18.9 MB) and the head (298 MB).
     if (only != nullptr) {
         std::vector<Result> results;
         for (const Shape& sh : shapes) {
@@ -722,6 +720,8 @@ int bench_main(int argc, char** argv) {
             std::printf("%s %s %.2f us\n", r.shape.c_str(), r.variant.c_str(), r.us);
         return results.empty() ? 2 : 0;
     }
+    // What a launch of these sizes can reach (docs/perf.md, "Session 1 follow-up"): the NVFP4
+    // bytes of experts_w13 (66 MB), experts_w2 (33 MB), wq_b / wo_b (18.9 MB) and the head.
     for (int64_t bytes : {66060288ll, 33030144ll, 18874368ll, 297861120ll})
         bench.patterns(bytes / 4096 * 4096, read_gbs);
     bench.moe_chain(read_gbs, false);
