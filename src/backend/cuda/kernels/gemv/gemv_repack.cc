@@ -155,31 +155,42 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
     return Status::ok();
 }
 
+// Where element (row, k) of an expert goes in the 8- and 16-bit layouts: the 16 bytes of its
+// lane in its tile, its half of the row block (hr: row g or g + 8) and its index kw inside the
+// lane's k range (gemv_layout.h).
+struct LaneSlot {
+    uint8_t* bytes;
+    int hr;
+    int kw;
+};
+
+LaneSlot lane_slot(GemvPacked* out, int64_t tile_base, int64_t row, int64_t k) {
+    const int tile_k = gemv_tile_k(out->shape.format);
+    const int lane_k = gemv_lane_k(out->shape.format);
+    const int rr = static_cast<int>(row % kGemvRowBlock);
+    const int kk = static_cast<int>(k % tile_k);
+    const int lane = 4 * (rr % 8) + kk / lane_k;
+    const int64_t tile =
+        tile_base + gemv_tile_index(row / kGemvRowBlock, k / tile_k, out->shape.k_tiles());
+    return {out->tiles.data() + tile * kGemvTileBytes + lane * kGemvLaneBytes, rr / 8, kk % lane_k};
+}
+
 void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPacked* out) {
     const GemvShape& s = out->shape;
     const int64_t T = s.k_tiles();
     const int64_t tile_base = expert * s.row_blocks() * T;
-    const int64_t rb_base = expert * s.row_blocks();
     float* sdst = reinterpret_cast<float*>(out->scales.data());
     const auto* data = static_cast<const uint8_t*>(w.data);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
-        const int64_t lrb = row / kGemvRowBlock;
-        const int rr = static_cast<int>(row % kGemvRowBlock);
-        const int g = rr % 8, hr = rr / 8;
         for (int64_t k = 0; k < w.cols; ++k) {
-            const int64_t t = k / 32;
-            const int kk = static_cast<int>(k % 32);
-            const int lane = 4 * g + kk / 8;
-            const int kw = kk % 8;
-            uint8_t* lane_bytes = out->tiles.data() +
-                                  (tile_base + gemv_tile_index(lrb, t, T)) * kGemvTileBytes +
-                                  lane * kGemvLaneBytes;
-            lane_bytes[(2 * (kw / 4) + hr) * 4 + kw % 4] = data[r * w.cols + k];
+            const LaneSlot l = lane_slot(out, tile_base, row, k);
+            l.bytes[(2 * (l.kw / 4) + l.hr) * 4 + l.kw % 4] = data[r * w.cols + k];
         }
-        out->out_scale[rb_base + lrb] = 1.0f;
+        const int64_t lrb = row / kGemvRowBlock;
+        out->out_scale[expert * s.row_blocks() + lrb] = 1.0f;
         // A row block (16 rows from a 16-aligned offset) lies inside one 128-row scale block.
-        if (rr == 0 || r == 0) {
+        if (row % kGemvRowBlock == 0 || r == 0) {
             for (int64_t t = 0; t < T; ++t)
                 sdst[tile_base + gemv_tile_index(lrb, t, T)] =
                     load_as_f32(w.scale, w.scale_dtype, (r / 128) * w.scale_cols + (t * 32) / 128);
@@ -189,28 +200,16 @@ void pack_fp8(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPack
 
 void pack_bf16(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPacked* out) {
     const GemvShape& s = out->shape;
-    const int64_t T = s.k_tiles();
-    const int64_t tile_base = expert * s.row_blocks() * T;
-    const int64_t rb_base = expert * s.row_blocks();
+    const int64_t tile_base = expert * s.row_blocks() * s.k_tiles();
     const auto* data = static_cast<const uint16_t*>(w.data);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t row = row_offset + r;
-        const int64_t lrb = row / kGemvRowBlock;
-        const int64_t rb = rb_base + lrb;
-        const int rr = static_cast<int>(row % kGemvRowBlock);
-        const int g = rr % 8, hr = rr / 8;
         for (int64_t k = 0; k < w.cols; ++k) {
-            const int64_t t = k / 16;
-            const int kk = static_cast<int>(k % 16);
-            const int lane = 4 * g + kk / 4;
-            const int kw = kk % 4;
-            uint8_t* lane_bytes = out->tiles.data() +
-                                  (tile_base + gemv_tile_index(lrb, t, T)) * kGemvTileBytes +
-                                  lane * kGemvLaneBytes;
+            const LaneSlot l = lane_slot(out, tile_base, row, k);
             const uint16_t v = data[r * w.cols + k];
-            std::memcpy(lane_bytes + ((kw >> 1) * 2 + hr) * 4 + (kw & 1) * 2, &v, 2);
+            std::memcpy(l.bytes + ((l.kw >> 1) * 2 + l.hr) * 4 + (l.kw & 1) * 2, &v, 2);
         }
-        out->out_scale[rb] = 1.0f;
+        out->out_scale[expert * s.row_blocks() + row / kGemvRowBlock] = 1.0f;
     }
 }
 
