@@ -38,12 +38,17 @@ for line in open(f"{out}/torch.log"):
     f = line.strip().split(",")
     if f[0] == "csv" and f[1] == "torch":
         torch[(f[2], int(f[3]))][f[4]] = float(f[5])
+    elif f[0] == "csv" and f[1] == "meta":
+        meta[f[2]] = float(f[3])
     elif line.startswith("torch "):
         torch_ver = line.strip()
-read = meta["read_gbs"]
+# The denominator is the faster of the two pure reads of the run (our kernel, torch.sum).
+read = max(meta["read_gbs"], meta.get("torch_read_gbs", 0.0))
 gpu = open(f"{out}/gpu.txt").read().strip().splitlines()[-1]
 lines = [f"Date {datetime.date.today()}; GPU: {gpu}; {torch_ver}",
-         f"Pure-read bandwidth (sum over 4 GiB): {read:.0f} GB/s. Empty kernel in a graph: "
+         f"Pure-read bandwidth (sum over 4 GiB): {read:.0f} GB/s (gemv_bench's read_sum "
+         f"{meta['read_gbs']:.0f}, torch.sum {meta.get('torch_read_gbs', float('nan')):.0f}; "
+         f"the faster is the denominator). Empty kernel in a graph: "
          f"{meta['floor_pdl_us']:.2f} us with PDL, {meta['floor_us']:.2f} us without.",
          "",
          "| shape | fmt | M | us (PDL) | us (no PDL) | weights MB | GB/s | % of read | torch bf16 us | speed-up |",

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """bf16 torch F.linear (cuBLAS) on the V4-Flash decode shapes: the baseline of bench/gemv_bench.
 
+Also prints the pure-read bandwidth of torch.sum over 4 GiB ('csv,meta,torch_read_gbs,<GB/s>'),
+the second read measurement the merge script compares with gemv_bench's.
+
 Each unit of work (one matrix, or the 7 selected experts, or wo_a's 8 groups) is captured R
 times in one CUDA graph, with weights rotated through >= 600 MB of copies so L2 does not serve
 them; time per unit = median graph replay / R. Grouped shapes are timed as a loop of F.linear
@@ -90,10 +93,29 @@ def bench_shape(name, n, k, groups, grouped_x, ms):
     return rows
 
 
+def read_gbs():
+    """Pure read the way PEERS.md section 8 measured it: torch.sum over 4 GiB, median of 10."""
+    x = torch.ones((4 << 30) // 4, device="cuda", dtype=torch.float32)
+    times = []
+    for i in range(13):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        x.sum()
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b))
+    del x
+    torch.cuda.empty_cache()
+    return (4 << 30) / (statistics.median(times) * 1e-3) / 1e9
+
+
 def main():
     quick = "--quick" in sys.argv
     ms = [1] if quick else [1, 2, 4, 8]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    print(f"csv,meta,torch_read_gbs,{read_gbs():.1f}", flush=True)
     for name, n, k, groups, grouped_x in SHAPES:
         for (shape, m, variant, us) in bench_shape(name, n, k, groups, grouped_x, ms):
             print(f"csv,torch,{shape},{m},{variant},{us:.3f}", flush=True)
