@@ -124,12 +124,16 @@ __global__ void __launch_bounds__(128)
     if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
-// Pipeline probe: the GEMV's streaming skeleton without the decode and the MMAs. Each warp
-// streams a contiguous range of 2304-byte units (2 KB of tiles + 256 B of scales, NVFP4's unit)
-// through a ring of kDepth shared-memory stages filled by cp.async, exactly as gemv_kernel
-// does (wait, __syncwarp, issue the next unit, read the stage), and XORs what it reads.
-template <int kDepth>
-__global__ void __launch_bounds__(128) pipe_read(const uint8_t* p, int64_t units, uint32_t* sink) {
+// Pipeline probe: the GEMV's streaming skeleton. Each warp streams a contiguous range of
+// 2304-byte units (2 KB of tiles + 256 B of scales, NVFP4's unit) through a ring of kDepth
+// shared-memory stages filled by cp.async, exactly as gemv_kernel does (wait, __syncwarp, issue
+// the next unit, read the stage). Without kMath it XORs what it reads; with kMath it runs the
+// GEMV's math on it: the NVFP4 decode of every tile (gemv_sm90::Decode) and its 4 MMAs against
+// fixed activations. What the GEMV adds on top of that is the activation loads, the output
+// scales and the outputs.
+template <int kDepth, bool kMath>
+__global__ void __launch_bounds__(128, kMath ? 4 : 1)
+    pipe_probe(const uint8_t* p, int64_t units, uint32_t* sink) {
     constexpr int kUnit = 2048, kScale = 256, kStage = kUnit + kScale;
     __shared__ __align__(128) uint8_t st[4][kDepth][kStage];
     const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -156,67 +160,13 @@ __global__ void __launch_bounds__(128) pipe_read(const uint8_t* p, int64_t units
         ptx::cp_async_commit();
     };
     for (int i = 0; i < kDepth - 1; ++i) issue();
-    uint32_t acc = 0;
-    for (int i = 0; i < n; ++i) {
-        ptx::cp_async_wait<kDepth - 2>();
-        __syncwarp();
-        issue();
-        const uint32_t src = ring + static_cast<uint32_t>(i % kDepth) * kStage;
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            uint32_t x0, x1, x2, x3;
-            unsigned short sc;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
-                         : "r"(src + r * 512 + lane * 16));
-            asm volatile("ld.shared.u16 %0, [%1];"
-                         : "=h"(sc)
-                         : "r"(src + kUnit + r * 64 + lane * 2));
-            acc ^= x0 ^ x1 ^ x2 ^ x3 ^ sc;
-        }
-        __syncwarp();
-    }
-    ptx::cp_async_wait<0>();
-    if (acc == 0x9e3779b9u) sink[0] = acc;
-}
-
-// The same skeleton plus the GEMV's math on what it reads: the NVFP4 decode of every tile
-// (gemv_sm90::Decode) and its 4 MMAs against fixed activations. What the GEMV adds on top of
-// this is the activation loads, the output scales and the split-K finish.
-__global__ void __launch_bounds__(128, 4)
-    pipe_math(const uint8_t* p, int64_t units, uint32_t* sink) {
-    constexpr int kDepth = 2, kUnit = 2048, kScale = 256, kStage = kUnit + kScale;
-    __shared__ __align__(128) uint8_t st[4][kDepth][kStage];
-    const int lane = static_cast<int>(threadIdx.x) & 31;
-    const int wic = static_cast<int>(threadIdx.x) >> 5;
-    const int64_t W = int64_t{gridDim.x} * 4;
-    const int64_t w = int64_t{blockIdx.x} * 4 + wic;
-    const int64_t u0 = w * units / W, u1 = (w + 1) * units / W;
-    const int n = static_cast<int>(u1 - u0);
-    const uint8_t* tiles = p + u0 * kUnit;
-    const uint8_t* scales = p + units * kUnit + u0 * kScale;
-    const uint32_t ring = ptx::smem_addr(&st[wic][0][0]);
-    int li = 0;
-    auto issue = [&]() {
-        if (li < n) {
-            const uint32_t dst = ring + static_cast<uint32_t>(li % kDepth) * kStage;
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-                ptx::cp_async_16(dst + r * 512 + lane * 16,
-                                 tiles + li * kUnit + r * 512 + lane * 16);
-            ptx::cp_async_16_if(lane < 16, dst + kUnit + lane * 16,
-                                scales + li * kScale + lane * 16);
-            ++li;
-        }
-        ptx::cp_async_commit();
-    };
-    issue();
+    uint32_t bits = 0;
     uint32_t xb[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) xb[j] = 0x3f803f80u ^ (static_cast<uint32_t>(lane + j) << 3);
     float acc[4][4] = {};
     for (int i = 0; i < n; ++i) {
-        ptx::cp_async_wait<0>();
+        ptx::cp_async_wait<kDepth - 2>();
         __syncwarp();
         issue();
         const uint32_t src = ring + static_cast<uint32_t>(i % kDepth) * kStage;
@@ -230,12 +180,16 @@ __global__ void __launch_bounds__(128, 4)
             asm volatile("ld.shared.u16 %0, [%1];"
                          : "=h"(sc)
                          : "r"(src + kUnit + r * 64 + lane * 2));
-            cur.s = sc;
-            uint32_t wa[4][4];
-            gemv_sm90::Decode<GemvFormat::kNvfp4>::run(cur, wa);
+            if constexpr (kMath) {
+                cur.s = sc;
+                uint32_t wa[4][4];
+                gemv_sm90::Decode<GemvFormat::kNvfp4>::run(cur, wa);
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                ptx::mma_bf16_16816(acc[r], wa[j], xb[2 * j], xb[2 * j + 1]);
+                for (int j = 0; j < 4; ++j)
+                    ptx::mma_bf16_16816(acc[r], wa[j], xb[2 * j], xb[2 * j + 1]);
+            } else {
+                bits ^= cur.w.x ^ cur.w.y ^ cur.w.z ^ cur.w.w ^ sc;
+            }
         }
         __syncwarp();
     }
@@ -243,7 +197,7 @@ __global__ void __launch_bounds__(128, 4)
     float t = 0.0f;
 #pragma unroll
     for (int r = 0; r < 4; ++r) t += acc[r][0] + acc[r][1] + acc[r][2] + acc[r][3];
-    if (t == 1.2345f) sink[0] = __float_as_uint(t);
+    if (bits == 0x9e3779b9u || t == 1.2345f) sink[0] = bits ^ __float_as_uint(t);
 }
 
 // The router's stand-in in the MoE chain: writes the 7 expert ids of token `token` once the
@@ -355,6 +309,65 @@ const char* format_name(GemvFormat f) {
     return "?";
 }
 
+// Weights of one shape in one format: `entries` copies of `unit` matrices each (or, with
+// unit 1, a pool of experts for device ids), >= kPoolBytes in all so that no launch finds its
+// weights in L2, filled with random valid codes (the speed does not depend on the values).
+class WeightPool {
+  public:
+    WeightPool(const GemvShape& gs, int64_t unit, int64_t min_entries)
+        : tiles_b_(gs.tiles_expert_bytes()),
+          scales_b_(gs.scales_expert_bytes()),
+          row_blocks_(gs.row_blocks()),
+          unit_(unit),
+          entries_(
+              std::max(min_entries,
+                       static_cast<int64_t>(kPoolBytes) / ((tiles_b_ + scales_b_) * unit) + 1)) {
+        const int64_t n = unit_ * entries_;
+        DSV4_CHECK_CUDA(cudaMalloc(&tiles_, static_cast<size_t>(tiles_b_ * n)));
+        if (scales_b_ > 0)
+            DSV4_CHECK_CUDA(cudaMalloc(&scales_, static_cast<size_t>(scales_b_ * n)));
+        DSV4_CHECK_CUDA(cudaMalloc(&out_scale_, static_cast<size_t>(row_blocks_ * n) * 4));
+        fill(tiles_, static_cast<size_t>(tiles_b_ * n), 11);
+        if (gs.format == GemvFormat::kNvfp4)
+            fill(scales_, static_cast<size_t>(scales_b_ * n), 12, 60, 60);
+        if (gs.format == GemvFormat::kMxfp4)
+            fill(scales_, static_cast<size_t>(scales_b_ * n), 12, 120, 20);
+        if (gs.format == GemvFormat::kFp8) {
+            fill_floats<<<256, 256>>>(reinterpret_cast<float*>(scales_),
+                                      static_cast<size_t>(scales_b_ * n / 4), 12, 1e-3f, 1e-2f);
+            DSV4_CHECK_LAUNCH(nullptr);
+        }
+        fill_floats<<<256, 256>>>(out_scale_, static_cast<size_t>(row_blocks_ * n), 13, 1e-3f,
+                                  2e-3f);
+        DSV4_CHECK_LAUNCH(nullptr);
+    }
+    ~WeightPool() {
+        cudaFree(tiles_);
+        if (scales_) cudaFree(scales_);
+        cudaFree(out_scale_);
+    }
+    WeightPool(const WeightPool&) = delete;
+    WeightPool& operator=(const WeightPool&) = delete;
+
+    int64_t entries() const { return entries_; }
+    int64_t matrix_bytes() const { return tiles_b_ + scales_b_; }  // codes + block scales
+
+    // Points `a` at entry e (its `unit` matrices); entry 0 of a unit-1 pool is the expert stack.
+    void bind(int64_t e, GemvArgs* a) const {
+        a->w_tiles = tiles_ + e * tiles_b_ * unit_;
+        a->w_scales = scales_ ? scales_ + e * scales_b_ * unit_ : nullptr;
+        a->out_scale = out_scale_ + e * row_blocks_ * unit_;
+        a->w_tiles_expert_stride = tiles_b_;
+        a->w_scales_expert_stride = scales_b_;
+    }
+
+  private:
+    int64_t tiles_b_, scales_b_, row_blocks_, unit_, entries_;
+    uint8_t* tiles_ = nullptr;
+    uint8_t* scales_ = nullptr;
+    float* out_scale_ = nullptr;
+};
+
 class Bench {
   public:
     Bench(int sms, cudaStream_t s) : sms_(sms), s_(s) {
@@ -378,33 +391,9 @@ class Bench {
     void run(const Shape& sh, GemvFormat format, const std::vector<int>& ms, bool tune,
              std::vector<Result>* out) {
         const GemvShape gs{format, sh.n, sh.k, 1};
-        const int64_t tiles_b = gs.tiles_expert_bytes();
-        const int64_t scales_b = gs.scales_expert_bytes();
         const int64_t unit = sh.expert_ids ? 1 : sh.groups;  // matrices per pool entry
-        const int64_t entry_bytes = (tiles_b + scales_b) * unit;
-        int64_t entries = std::max<int64_t>(sh.expert_ids ? sh.groups : 2,
-                                            static_cast<int64_t>(kPoolBytes) / entry_bytes + 1);
-        uint8_t* tiles = nullptr;
-        uint8_t* scales = nullptr;
-        float* out_scale = nullptr;
-        DSV4_CHECK_CUDA(cudaMalloc(&tiles, static_cast<size_t>(tiles_b * unit * entries)));
-        if (scales_b > 0)
-            DSV4_CHECK_CUDA(cudaMalloc(&scales, static_cast<size_t>(scales_b * unit * entries)));
-        const int64_t os_count = gs.row_blocks() * unit * entries;
-        DSV4_CHECK_CUDA(cudaMalloc(&out_scale, static_cast<size_t>(os_count) * 4));
-        fill(tiles, static_cast<size_t>(tiles_b * unit * entries), 11);
-        if (format == GemvFormat::kNvfp4)
-            fill(scales, static_cast<size_t>(scales_b * unit * entries), 12, 60, 60);
-        if (format == GemvFormat::kMxfp4)
-            fill(scales, static_cast<size_t>(scales_b * unit * entries), 12, 120, 20);
-        if (format == GemvFormat::kFp8) {
-            fill_floats<<<256, 256>>>(reinterpret_cast<float*>(scales),
-                                      static_cast<size_t>(scales_b * unit * entries / 4), 12, 1e-3f,
-                                      1e-2f);
-            DSV4_CHECK_LAUNCH(nullptr);
-        }
-        fill_floats<<<256, 256>>>(out_scale, static_cast<size_t>(os_count), 13, 1e-3f, 2e-3f);
-        DSV4_CHECK_LAUNCH(nullptr);
+        const WeightPool pool(gs, unit, sh.expert_ids ? sh.groups : 2);
+        const int64_t entries = pool.entries();
 
         // Launch r uses pool entry r (copies) or experts 7r .. 7r+6 (routed experts).
         const int launches =
@@ -419,26 +408,11 @@ class Bench {
         DSV4_CHECK_CUDA(cudaDeviceSynchronize());
 
         for (int m : ms) {
-            GemvArgs a;
-            a.format = format;
-            a.w_tiles_expert_stride = tiles_b;
-            a.w_scales_expert_stride = scales_b;
-            a.n = static_cast<int32_t>(sh.n);
-            a.k = static_cast<int32_t>(sh.k);
-            a.row_blocks = static_cast<int32_t>(gs.row_blocks());
-            a.k_tiles = static_cast<int32_t>(gs.k_tiles());
-            a.n_groups = sh.groups;
-            a.x = x_;
-            a.m = m;
-            a.ldx = sh.k;
+            GemvArgs a = shape_args(gs, sh.groups, m);
             a.x_group_stride = sh.grouped_x ? m * sh.k : 0;
-            a.y = y_;
-            a.ldy = sh.n;
-            a.y_group_stride = m * sh.n;
-            gemv_workspace_bind(ws_, kMaxRowBlocks, &a);
             const double act = static_cast<double>((sh.grouped_x ? sh.groups : 1) * m * sh.k * 2 +
                                                    sh.groups * m * sh.n * 4);
-            const double wbytes = static_cast<double>((tiles_b + scales_b) * sh.groups);
+            const double wbytes = static_cast<double>(pool.matrix_bytes() * sh.groups);
             // Main row: the defaults with PDL. Tuning (M = 1): CTAs per SM (0: as many as fit)
             // x pipeline stages (0: 2), and the defaults without PDL (every M).
             struct Knobs {
@@ -471,15 +445,10 @@ class Bench {
                 const float us = graph_us_per_launch(s_, launches, [&](int r) {
                     GemvArgs ar = a;
                     if (sh.expert_ids) {
-                        ar.w_tiles = tiles;
-                        ar.w_scales = scales;
-                        ar.out_scale = out_scale;
+                        pool.bind(0, &ar);
                         ar.expert_ids = ids + r * sh.groups;
                     } else {
-                        const int64_t e = r % entries;
-                        ar.w_tiles = tiles + e * tiles_b * unit;
-                        ar.w_scales = scales ? scales + e * scales_b * unit : nullptr;
-                        ar.out_scale = out_scale + e * gs.row_blocks() * unit;
+                        pool.bind(r % entries, &ar);
                     }
                     launch_gemv(ar, cfg, s_);
                 });
@@ -492,15 +461,12 @@ class Bench {
                 out->push_back({sh.name, format_name(format), m, variant, us, wbytes, act});
             }
         }
-        cudaFree(tiles);
-        if (scales) cudaFree(scales);
-        cudaFree(out_scale);
         if (ids) cudaFree(ids);
     }
 
     // Probes on buffers of `bytes`, rotated through >= 600 MB like the weights, launched in a
     // graph like the GEMV (without PDL): the pure read with its three address mappings
-    // (pattern_read), then the GEMV's cp.async ring without (pipe_read) and with (pipe_math)
+    // (pattern_read), then the GEMV's cp.async ring without and with (pipe_probe)
     // the NVFP4 math. Prints "pattern" and csv,pattern rows.
     void patterns(int64_t bytes, float read_gbs) {
         const int64_t entries = static_cast<int64_t>(kPoolBytes) / bytes + 1;
@@ -531,11 +497,11 @@ class Bench {
             void (*kernel)(const uint8_t*, int64_t, uint32_t*);
             int ctas_per_sm;
         };
-        const Pipe pipes[] = {{"ring2-16w", pipe_read<2>, 4},
-                              {"ring4-16w", pipe_read<4>, 4},
-                              {"ring2-32w", pipe_read<2>, 8},
-                              {"ring3-24w", pipe_read<3>, 6},
-                              {"ring2-math", pipe_math, 4}};
+        const Pipe pipes[] = {{"ring2-16w", pipe_probe<2, false>, 4},
+                              {"ring4-16w", pipe_probe<4, false>, 4},
+                              {"ring2-32w", pipe_probe<2, false>, 8},
+                              {"ring3-24w", pipe_probe<3, false>, 6},
+                              {"ring2-math", pipe_probe<2, true>, 4}};
         for (const Pipe& pp : pipes) {
             const float us = graph_us_per_launch(s_, launches, [&](int r) {
                 const uint8_t* p = pool + (r % entries) * bytes;
@@ -560,54 +526,15 @@ class Bench {
         const int groups = 7;
         const GemvShape s13{GemvFormat::kNvfp4, 4096, 4096, 1};
         const GemvShape s2{GemvFormat::kNvfp4, 4096, 2048, 1};
-        struct Pool {
-            uint8_t* tiles = nullptr;
-            uint8_t* scales = nullptr;
-            float* out_scale = nullptr;
-            int64_t tiles_b = 0, scales_b = 0, entries = 0;
-        };
-        auto make_pool = [&](const GemvShape& gs) {
-            Pool p;
-            p.tiles_b = gs.tiles_expert_bytes();
-            p.scales_b = gs.scales_expert_bytes();
-            p.entries = static_cast<int64_t>(kPoolBytes) / (p.tiles_b + p.scales_b) + 1;
-            DSV4_CHECK_CUDA(cudaMalloc(&p.tiles, static_cast<size_t>(p.tiles_b * p.entries)));
-            DSV4_CHECK_CUDA(cudaMalloc(&p.scales, static_cast<size_t>(p.scales_b * p.entries)));
-            DSV4_CHECK_CUDA(
-                cudaMalloc(&p.out_scale, static_cast<size_t>(gs.row_blocks() * p.entries) * 4));
-            fill(p.tiles, static_cast<size_t>(p.tiles_b * p.entries), 31);
-            fill(p.scales, static_cast<size_t>(p.scales_b * p.entries), 32, 60, 60);
-            fill_floats<<<256, 256>>>(p.out_scale, static_cast<size_t>(gs.row_blocks() * p.entries),
-                                      33, 1e-3f, 2e-3f);
-            DSV4_CHECK_LAUNCH(nullptr);
-            return p;
-        };
-        Pool p13 = make_pool(s13), p2 = make_pool(s2);
+        const WeightPool p13(s13, 1, 0), p2(s2, 1, 0);
         const int tokens = 64;
         int32_t* ids = nullptr;
         DSV4_CHECK_CUDA(cudaMalloc(&ids, tokens * groups * 4));
         DSV4_CHECK_CUDA(cudaDeviceSynchronize());
-        auto base_args = [&](const GemvShape& gs, const Pool& p) {
-            GemvArgs a;
-            a.format = GemvFormat::kNvfp4;
-            a.w_tiles = p.tiles;
-            a.w_scales = p.scales;
-            a.out_scale = p.out_scale;
-            a.w_tiles_expert_stride = p.tiles_b;
-            a.w_scales_expert_stride = p.scales_b;
-            a.n = static_cast<int32_t>(gs.n);
-            a.k = static_cast<int32_t>(gs.k);
-            a.row_blocks = static_cast<int32_t>(gs.row_blocks());
-            a.k_tiles = static_cast<int32_t>(gs.k_tiles());
-            a.n_groups = groups;
-            a.x = x_;
-            a.m = 1;
-            a.ldx = gs.k;
-            a.y = y_;
-            a.ldy = gs.n;
-            a.y_group_stride = gs.n;
+        auto base_args = [&](const GemvShape& gs, const WeightPool& p) {
+            GemvArgs a = shape_args(gs, groups, 1);
+            p.bind(0, &a);
             a.pdl = true;
-            gemv_workspace_bind(ws_, kMaxRowBlocks, &a);
             return a;
         };
         GemvArgs a13 = base_args(s13, p13);
@@ -628,7 +555,7 @@ class Bench {
         }
         GemvLaunchConfig cfg;
         cfg.sm_count = sms_;
-        const int pool = static_cast<int>(std::min(p13.entries, p2.entries));
+        const int pool = static_cast<int>(std::min(p13.entries(), p2.entries()));
         const float us = graph_us_per_launch(s_, tokens, [&](int r) {
             const PdlLaunch lc(1, 32, s_, true);
             DSV4_CHECK_CUDA(
@@ -640,8 +567,7 @@ class Bench {
             launch_gemv(x13, cfg, s_);
             launch_gemv(x2, cfg, s_);
         });
-        const double bytes =
-            static_cast<double>(groups) * (p13.tiles_b + p13.scales_b + p2.tiles_b + p2.scales_b);
+        const double bytes = static_cast<double>(groups) * (p13.matrix_bytes() + p2.matrix_bytes());
         const double gbs = bytes / (us * 1e-6) / 1e9;
         const char* mode = accumulate ? "accumulate+combine" : "plain";
         std::printf(
@@ -649,12 +575,27 @@ class Bench {
             us, bytes / 1e6, gbs, 100.0 * gbs / read_gbs);
         std::printf("csv,moe,%s,%.3f,%.0f\n", mode, us, bytes);
         cudaFree(weights);
-        for (Pool* p : {&p13, &p2}) {
-            cudaFree(p->tiles);
-            cudaFree(p->scales);
-            cudaFree(p->out_scale);
-        }
         cudaFree(ids);
+    }
+
+    // Launch arguments for `groups` matrices of shape gs at m tokens, x and y from the bench's
+    // buffers (one x for all groups, one y per group), workspace bound; weights not set.
+    GemvArgs shape_args(const GemvShape& gs, int groups, int m) const {
+        GemvArgs a;
+        a.format = gs.format;
+        a.n = static_cast<int32_t>(gs.n);
+        a.k = static_cast<int32_t>(gs.k);
+        a.row_blocks = static_cast<int32_t>(gs.row_blocks());
+        a.k_tiles = static_cast<int32_t>(gs.k_tiles());
+        a.n_groups = groups;
+        a.x = x_;
+        a.m = m;
+        a.ldx = gs.k;
+        a.y = y_;
+        a.ldy = gs.n;
+        a.y_group_stride = m * gs.n;
+        gemv_workspace_bind(ws_, kMaxRowBlocks, &a);
+        return a;
     }
 
     float empty_floor_us(bool pdl) {

@@ -34,6 +34,17 @@ SHAPES = [
 ]
 
 
+def event_ms(fn):
+    """Milliseconds of one fn() on the current stream, between two CUDA events."""
+    a = torch.cuda.Event(enable_timing=True)
+    b = torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
 def graph_us(fn, launches):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -49,15 +60,7 @@ def graph_us(fn, launches):
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    times = [event_ms(g.replay) for _ in range(REPLAYS)]
     return statistics.median(times) * 1000.0 / launches
 
 
@@ -96,16 +99,7 @@ def bench_shape(name, n, k, groups, grouped_x, ms):
 def read_gbs():
     """Pure read the way PEERS.md section 8 measured it: torch.sum over 4 GiB, median of 10."""
     x = torch.ones((4 << 30) // 4, device="cuda", dtype=torch.float32)
-    times = []
-    for i in range(13):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        x.sum()
-        b.record()
-        b.synchronize()
-        if i >= 3:
-            times.append(a.elapsed_time(b))
+    times = [event_ms(x.sum) for _ in range(13)][3:]
     del x
     torch.cuda.empty_cache()
     return (4 << 30) / (statistics.median(times) * 1e-3) / 1e9
