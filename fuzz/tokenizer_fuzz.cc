@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "dsv4/tokenizer.h"
 
 namespace {
@@ -27,32 +28,6 @@ const dsv4::Tokenizer& tokenizer() {
     return *tok;
 }
 
-bool valid_utf8(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        const auto b = static_cast<unsigned char>(s[i]);
-        const size_t n = b < 0x80   ? 1
-                         : b < 0xC2 ? 0
-                         : b < 0xE0 ? 2
-                         : b < 0xF0 ? 3
-                         : b < 0xF5 ? 4
-                                    : 0;
-        if (n == 0 || i + n > s.size()) return false;
-        uint32_t cp = n == 1 ? b : b & (0x7F >> n);
-        for (size_t k = 1; k < n; ++k) {
-            const auto c = static_cast<unsigned char>(s[i + k]);
-            if ((c & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (c & 0x3F);
-        }
-        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return false;
-        }
-        i += n;
-    }
-    return true;
-}
-
 void check(bool ok, const char* what) {
     if (!ok) {
         std::fprintf(stderr, "tokenizer_fuzz: %s\n", what);
@@ -69,14 +44,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::vector<int32_t> ids = tok.encode(text, parse_special);
         check(tok.decode_bytes(ids) == text, "decode_bytes(encode(x)) != x");
         const std::string decoded = tok.decode(ids);
-        check(valid_utf8(decoded), "decode() is not valid UTF-8");
-        if (valid_utf8(text)) check(decoded == text, "decode(encode(x)) != x for UTF-8 x");
+        check(dsv4::utf8_valid(decoded), "decode() is not valid UTF-8");
+        if (dsv4::utf8_valid(text)) check(decoded == text, "decode(encode(x)) != x for UTF-8 x");
     }
     std::vector<int32_t> ids(size / 4);
     if (!ids.empty()) std::memcpy(ids.data(), data, ids.size() * 4);
     for (int32_t& id : ids) id = static_cast<int32_t>(static_cast<uint32_t>(id) % 131072u);
     const std::string whole = tok.decode(ids);
-    check(valid_utf8(whole), "decode(ids) is not valid UTF-8");
+    check(dsv4::utf8_valid(whole), "decode(ids) is not valid UTF-8");
     dsv4::TokenStreamDecoder stream(tok);
     std::string streamed;
     for (int32_t id : ids) streamed += stream.push(id);

@@ -48,6 +48,15 @@ size_t utf8_sequence_length(std::string_view s, size_t pos) {
     return matched_prefix(s, pos, lead) == lead.length ? lead.length : 0;
 }
 
+bool utf8_valid(std::string_view s) {
+    for (size_t pos = 0; pos < s.size();) {
+        const size_t len = utf8_sequence_length(s, pos);
+        if (len == 0) return false;
+        pos += len;
+    }
+    return true;
+}
+
 char32_t utf8_decode(std::string_view s, size_t pos, size_t len) {
     const auto b0 = static_cast<uint8_t>(s[pos]);
     if (len == 1) return b0;

@@ -11,6 +11,9 @@ namespace dsv4 {
 // Length of the well-formed sequence that starts at s[pos], or 0 when there is none.
 size_t utf8_sequence_length(std::string_view s, size_t pos);
 
+// True when all of s is well-formed UTF-8.
+bool utf8_valid(std::string_view s);
+
 // The code point of the well-formed sequence s[pos, pos + len).
 char32_t utf8_decode(std::string_view s, size_t pos, size_t len);
 

@@ -22,17 +22,6 @@ Expected<std::vector<float>> read_f32(const SafetensorsFile& f, const std::strin
     return v;
 }
 
-Expected<std::vector<int32_t>> read_ids(const SafetensorsFile& f, const std::string& name) {
-    const TensorInfo* t = f.find(name);
-    if (t == nullptr) return error(f.path(), ": no tensor '", name, "'");
-    if (t->dtype != DType::kI64 && t->dtype != DType::kI32)
-        return error(f.path(), ": '", name, "' must be I64 or I32");
-    std::vector<int32_t> v(t->shape.numel());
-    for (int64_t i = 0; i < t->shape.numel(); ++i)
-        v[i] = static_cast<int32_t>(load_as_i64(t->data, t->dtype, i));
-    return v;
-}
-
 CheckItem compare(const std::string& name, const std::vector<float>& got,
                   const std::vector<float>& want, double tol) {
     CheckItem item{name, 0, tol, false, ""};

@@ -226,4 +226,15 @@ size_t TensorStore::total_bytes() const {
     return n;
 }
 
+Expected<std::vector<int32_t>> read_ids(const SafetensorsFile& f, const std::string& name) {
+    const TensorInfo* t = f.find(name);
+    if (t == nullptr) return error(f.path(), ": no tensor '", name, "'");
+    if (t->dtype != DType::kI64 && t->dtype != DType::kI32)
+        return error(f.path(), ": '", name, "' must be I64 or I32");
+    std::vector<int32_t> v(t->shape.numel());
+    for (int64_t i = 0; i < t->shape.numel(); ++i)
+        v[i] = static_cast<int32_t>(load_as_i64(t->data, t->dtype, i));
+    return v;
+}
+
 }  // namespace dsv4

@@ -52,6 +52,10 @@ class SafetensorsFile {
     std::map<std::string, std::string> metadata_;
 };
 
+// The integer tensor `name` of `f` (I64 or I32, flattened) as int32 token ids; an error names
+// the file when the tensor is missing or not an integer tensor.
+Expected<std::vector<int32_t>> read_ids(const SafetensorsFile& f, const std::string& name);
+
 // All tensors of a model folder: `model.safetensors.index.json` + its shards, or a single
 // `model.safetensors`, or one explicit .safetensors file.
 class TensorStore {

@@ -10,17 +10,6 @@ bool starts_with(std::string_view s, std::string_view p) {
     return s.substr(0, p.size()) == p;
 }
 
-// Strips "layers.N." or "mtp.N."; false when `name` is not under a block.
-bool strip_block(std::string_view name, std::string_view head, std::string_view* rest) {
-    if (!starts_with(name, head)) return false;
-    const size_t dot = name.find('.', head.size());
-    if (dot == std::string_view::npos || dot == head.size()) return false;
-    for (size_t i = head.size(); i < dot; ++i)
-        if (name[i] < '0' || name[i] > '9') return false;
-    *rest = name.substr(dot + 1);
-    return true;
-}
-
 bool is_expert_projection(std::string_view s) {
     return s == "w1" || s == "w2" || s == "w3";
 }

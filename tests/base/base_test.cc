@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "base/tensor_view.h"
 #include "base/thread_pool.h"
+#include "base/utf8.h"
 
 namespace dsv4 {
 namespace {
@@ -79,6 +80,22 @@ TEST(TensorView, StridesAndSize) {
     EXPECT_EQ(v.strides[2], 1);
     EXPECT_TRUE(v.is_contiguous());
     EXPECT_EQ(v.shape.str(), "[2, 3, 4]");
+}
+
+TEST(Utf8, ValidIsStrict) {
+    EXPECT_TRUE(utf8_valid(""));
+    EXPECT_TRUE(utf8_valid("a\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80"));  // a é 中 😀
+    EXPECT_TRUE(utf8_valid(std::string_view("\0", 1)));
+    EXPECT_TRUE(utf8_valid("\xF4\x8F\xBF\xBF"));   // U+10FFFF
+    EXPECT_FALSE(utf8_valid("\x80"));              // lone continuation byte
+    EXPECT_FALSE(utf8_valid("\xC3"));              // truncated
+    EXPECT_FALSE(utf8_valid("\xE4\xB8"));          // truncated
+    EXPECT_FALSE(utf8_valid("\xC0\xAF"));          // overlong
+    EXPECT_FALSE(utf8_valid("\xE0\x80\xAF"));      // overlong
+    EXPECT_FALSE(utf8_valid("\xED\xA0\x80"));      // surrogate
+    EXPECT_FALSE(utf8_valid("\xF4\x90\x80\x80"));  // above U+10FFFF
+    EXPECT_FALSE(utf8_valid("\xFF"));
+    EXPECT_FALSE(utf8_valid("ok\xC3("));  // bad continuation
 }
 
 TEST(ThreadPool, CoversRangeOnceAndNests) {

@@ -17,11 +17,9 @@ namespace {
 std::vector<int32_t> fixture_ids(const std::string& dir) {
     auto f = SafetensorsFile::open(dir + "/expected.safetensors");
     EXPECT_TRUE(f.has_value());
-    const TensorInfo* t = (*f)->find("input_ids");
-    std::vector<int32_t> ids(t->shape.numel());
-    for (size_t i = 0; i < ids.size(); ++i)
-        ids[i] = static_cast<int32_t>(reinterpret_cast<const int64_t*>(t->data)[i]);
-    return ids;
+    auto ids = read_ids(**f, "input_ids");
+    EXPECT_TRUE(ids.has_value()) << (ids ? "" : ids.status().message());
+    return ids ? *ids : std::vector<int32_t>{};
 }
 
 std::vector<float> run_chunked(const std::string& dir, const std::vector<int32_t>& ids,

@@ -73,17 +73,12 @@ int run(const std::string& reference, const std::string& quantized, std::string 
         std::fprintf(stderr, "error: %s\n", file.status().message().c_str());
         return 1;
     }
-    const dsv4::TensorInfo* t = (*file)->find("input_ids");
-    if (t == nullptr || t->dtype != dsv4::DType::kI64 || t->shape.ndim != 1) {
-        std::fprintf(stderr, "error: %s has no I64 [S] input_ids\n", tokens.c_str());
+    auto ids_or = dsv4::read_ids(**file, "input_ids");
+    if (!ids_or) {
+        std::fprintf(stderr, "error: %s\n", ids_or.status().message().c_str());
         return 1;
     }
-    std::vector<int32_t> ids(static_cast<size_t>(t->shape[0]));
-    for (size_t i = 0; i < ids.size(); ++i) {
-        int64_t v;
-        std::memcpy(&v, t->data + 8 * i, 8);
-        ids[i] = static_cast<int32_t>(v);
-    }
+    const std::vector<int32_t>& ids = *ids_or;
     int vocab = 0, vocab_q = 0;
     auto ref = run_model(reference, ids, &vocab);
     auto got = ref ? run_model(quantized, ids, &vocab_q) : ref;

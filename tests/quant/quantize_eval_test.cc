@@ -2,7 +2,6 @@
 // to the float model (the numbers of docs/numerics-quant.md, with margins for regressions).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 
 #include "dsv4/engine.h"
@@ -48,14 +47,9 @@ TEST(QuantizeEval, SmallRatesAllLinears) {
 
     auto expected = SafetensorsFile::open((model / "expected.safetensors").string());
     ASSERT_TRUE(expected.has_value());
-    const TensorInfo* t = (*expected)->find("input_ids");
-    ASSERT_NE(t, nullptr);
-    std::vector<int32_t> ids(static_cast<size_t>(t->shape[0]));
-    for (size_t i = 0; i < ids.size(); ++i) {
-        int64_t v;
-        std::memcpy(&v, t->data + 8 * i, 8);
-        ids[i] = static_cast<int32_t>(v);
-    }
+    auto ids_or = read_ids(**expected, "input_ids");
+    ASSERT_TRUE(ids_or.has_value()) << ids_or.status().message();
+    const std::vector<int32_t>& ids = *ids_or;
     int vocab = 0, vocab_q = 0;
     const auto ref = full_logits(model.string(), ids, &vocab);
     const auto got = full_logits(out.path().string(), ids, &vocab_q);

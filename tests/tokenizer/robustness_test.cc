@@ -8,38 +8,12 @@
 #include <sstream>
 #include <thread>
 
+#include "base/utf8.h"
 #include "test_support.h"
 #include "tokenizer/loader.h"
 
 namespace dsv4 {
 namespace {
-
-// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
-bool valid_utf8(std::string_view s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        const auto b = static_cast<unsigned char>(s[i]);
-        const size_t n = b < 0x80   ? 1
-                         : b < 0xC2 ? 0
-                         : b < 0xE0 ? 2
-                         : b < 0xF0 ? 3
-                         : b < 0xF5 ? 4
-                                    : 0;
-        if (n == 0 || i + n > s.size()) return false;
-        uint32_t cp = n == 1 ? b : b & (0x7F >> n);
-        for (size_t k = 1; k < n; ++k) {
-            const auto c = static_cast<unsigned char>(s[i + k]);
-            if ((c & 0xC0) != 0x80) return false;
-            cp = (cp << 6) | (c & 0x3F);
-        }
-        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return false;
-        }
-        i += n;
-    }
-    return true;
-}
 
 TEST(TokenizerRobustness, ArbitraryBytesRoundTrip) {
     const Tokenizer* tok = test::deepseek_tokenizer();
@@ -72,8 +46,8 @@ TEST(TokenizerRobustness, ArbitraryBytesRoundTrip) {
         const std::vector<int32_t> ids = tok->encode(text);
         ASSERT_EQ(tok->decode_bytes(ids), text) << iteration;
         const std::string decoded = tok->decode(ids);
-        EXPECT_TRUE(valid_utf8(decoded)) << iteration;
-        if (valid_utf8(text)) {
+        EXPECT_TRUE(utf8_valid(decoded)) << iteration;
+        if (utf8_valid(text)) {
             EXPECT_EQ(decoded, text);
         }
     }
@@ -152,7 +126,7 @@ TEST(TokenizerRobustness, StreamDecoderMatchesDecode) {
         std::string streamed;
         for (int32_t id : ids) {
             const std::string piece = stream.push(id);
-            EXPECT_TRUE(valid_utf8(piece));
+            EXPECT_TRUE(utf8_valid(piece));
             streamed += piece;
         }
         streamed += stream.flush();

@@ -13,9 +13,8 @@
 
 namespace dsv4::test {
 
-// The V3 tokenizer.json as shipped, or nullptr (with a test failure saying how to get it).
-inline const Tokenizer* deepseek_tokenizer() {
-    static const Expected<Tokenizer> tokenizer = Tokenizer::load(DSV4_TOKENIZER_JSON);
+// The loaded tokenizer, or nullptr with a test failure saying how to get the file.
+inline const Tokenizer* loaded_or_fail(const Expected<Tokenizer>& tokenizer) {
     if (!tokenizer) {
         ADD_FAILURE() << "cannot load " << DSV4_TOKENIZER_JSON << " ("
                       << tokenizer.status().message()
@@ -23,6 +22,12 @@ inline const Tokenizer* deepseek_tokenizer() {
         return nullptr;
     }
     return &tokenizer.value();
+}
+
+// The V3 tokenizer.json as shipped, or nullptr (with a test failure saying how to get it).
+inline const Tokenizer* deepseek_tokenizer() {
+    static const Expected<Tokenizer> tokenizer = Tokenizer::load(DSV4_TOKENIZER_JSON);
+    return loaded_or_fail(tokenizer);
 }
 
 // The same file with the V4 added-token table installed.
@@ -33,13 +38,7 @@ inline const Tokenizer* deepseek_v4_tokenizer() {
             t.set_added_tokens(deepseek_v4_added_tokens(), AddedTokensMode::kReplace));
         return t;
     }();
-    if (!tokenizer) {
-        ADD_FAILURE() << "cannot load " << DSV4_TOKENIZER_JSON << " ("
-                      << tokenizer.status().message()
-                      << "): run tools/setup.sh to fetch DeepSeek's tokenizer.json";
-        return nullptr;
-    }
-    return &tokenizer.value();
+    return loaded_or_fail(tokenizer);
 }
 
 inline std::vector<nlohmann::json> read_json_lines(const std::string& path) {
