@@ -87,9 +87,16 @@ __global__ void read_sum(const uint4* p, size_t n, uint32_t* sink) {
 //     so at any moment the whole grid reads one contiguous window (read_sum's pattern);
 //   1 warp-blocked: warp w streams its own contiguous 1/W of the buffer, 2 KB per 4 loads (the
 //     GEMV's stream-K mapping: ~2100 streams ~30 KB apart for a 66 MB launch);
-//   2 CTA-blocked: CTA b streams its own contiguous 1/B, its 128 threads interleaved within it.
+//   2 CTA-blocked: CTA b streams its own contiguous 1/B, its 128 threads interleaved within it;
+//   3 interleaved, launched with PDL: waits for the previous launch before its first load (as
+//     a kernel whose input the previous one writes must), with its own launch already done.
 __global__ void __launch_bounds__(128)
     pattern_read(const uint4* p, int64_t n, int mode, uint32_t* sink) {
+    if (mode == 3) {
+        ptx::griddep_wait();
+        ptx::griddep_launch_dependents();
+        mode = 0;
+    }
     const int64_t T = int64_t{gridDim.x} * blockDim.x;
     const int lane = static_cast<int>(threadIdx.x) & 31;
     const int64_t warps = T / 32;
@@ -131,7 +138,11 @@ __global__ void __launch_bounds__(128)
 // GEMV's math on it: the NVFP4 decode of every tile (gemv_sm90::Decode) and its 4 MMAs against
 // fixed activations. What the GEMV adds on top of that is the activation loads, the output
 // scales and the outputs.
-template <int kDepth, bool kMath>
+// kLayout: 0 = the GEMV's (tiles and scales in two arrays, each warp a contiguous range);
+// 1 = each unit's scales stored right after its tiles (one 2304-byte run per unit);
+// 2 = the GEMV's arrays with units dealt round-robin (warp w: units w, w + W, ...), so the
+// grid reads one contiguous window at a time.
+template <int kDepth, bool kMath, int kLayout = 0>
 __global__ void __launch_bounds__(128, kMath ? 4 : 1)
     pipe_probe(const uint8_t* p, int64_t units, uint32_t* sink) {
     constexpr int kUnit = 2048, kScale = 256, kStage = kUnit + kScale;
@@ -140,21 +151,26 @@ __global__ void __launch_bounds__(128, kMath ? 4 : 1)
     const int wic = static_cast<int>(threadIdx.x) >> 5;
     const int64_t W = int64_t{gridDim.x} * 4;
     const int64_t w = int64_t{blockIdx.x} * 4 + wic;
-    const int64_t u0 = w * units / W, u1 = (w + 1) * units / W;
-    const int n = static_cast<int>(u1 - u0);
-    const uint8_t* tiles = p + u0 * kUnit;
-    const uint8_t* scales = p + units * kUnit + u0 * kScale;
+    const int64_t u0 = kLayout == 2 ? w : w * units / W;
+    const int n = static_cast<int>(kLayout == 2 ? (units - w + W - 1) / W
+                                                : (w + 1) * units / W - u0);
+    const int64_t step = kLayout == 2 ? W : 1;  // units between a warp's consecutive units
+    const int64_t tile_stride = kLayout == 1 ? kStage : kUnit;
+    const uint8_t* tiles = p + u0 * tile_stride;
+    const uint8_t* scales = kLayout == 1 ? tiles + kUnit : p + units * kUnit + u0 * kScale;
+    const int64_t scale_stride = kLayout == 1 ? kStage : kScale;
     const uint32_t ring = ptx::smem_addr(&st[wic][0][0]);
     int li = 0;
     auto issue = [&]() {
         if (li < n) {
             const uint32_t dst = ring + static_cast<uint32_t>(li % kDepth) * kStage;
+            const int64_t at = li * step;
 #pragma unroll
             for (int r = 0; r < 4; ++r)
                 ptx::cp_async_16(dst + r * 512 + lane * 16,
-                                 tiles + li * kUnit + r * 512 + lane * 16);
+                                 tiles + at * tile_stride + r * 512 + lane * 16);
             ptx::cp_async_16_if(lane < 16, dst + kUnit + lane * 16,
-                                scales + li * kScale + lane * 16);
+                                scales + at * scale_stride + lane * 16);
             ++li;
         }
         ptx::cp_async_commit();
@@ -477,15 +493,18 @@ class Bench {
         fill(pool, static_cast<size_t>(bytes * entries), 21);
         DSV4_CHECK_CUDA(cudaDeviceSynchronize());
         const int launches = static_cast<int>(std::max<int64_t>(entries, 32));
-        for (int mode = 0; mode < 3; ++mode) {
+        for (int mode = 0; mode < 4; ++mode) {
             const float us = graph_us_per_launch(s_, launches, [&](int r) {
                 const uint4* p = reinterpret_cast<const uint4*>(pool + (r % entries) * bytes);
-                pattern_read<<<sms_ * 4, 128, 0, s_>>>(p, bytes / 16, mode, sink);
+                const PdlLaunch lc(static_cast<unsigned>(sms_ * 4), 128, s_, mode == 3);
+                DSV4_CHECK_CUDA(
+                    cudaLaunchKernelEx(&lc.config, pattern_read, p, bytes / 16, mode, sink));
                 DSV4_CHECK_LAUNCH(s_);
             });
             const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
-            static const char* names[] = {"interleaved", "warp-blocked", "cta-blocked"};
-            std::printf("pattern %-13s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", names[mode],
+            static const char* names[] = {"interleaved", "warp-blocked", "cta-blocked",
+                                          "interleaved-pdl"};
+            std::printf("pattern %-17s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", names[mode],
                         bytes / 1e6, us, gbs, 100.0 * gbs / read_gbs);
             std::printf("csv,pattern,%s,%lld,%.3f\n", names[mode], static_cast<long long>(bytes),
                         us);
@@ -501,7 +520,11 @@ class Bench {
                               {"ring4-16w", pipe_probe<4, false>, 4},
                               {"ring2-32w", pipe_probe<2, false>, 8},
                               {"ring3-24w", pipe_probe<3, false>, 6},
-                              {"ring2-math", pipe_probe<2, true>, 4}};
+                              {"ring2-math", pipe_probe<2, true>, 4},
+                              {"ring2-inline", pipe_probe<2, false, 1>, 4},
+                              {"ring2-rr", pipe_probe<2, false, 2>, 4},
+                              {"ring2-math-inline", pipe_probe<2, true, 1>, 4},
+                              {"ring2-math-rr", pipe_probe<2, true, 2>, 4}};
         for (const Pipe& pp : pipes) {
             const float us = graph_us_per_launch(s_, launches, [&](int r) {
                 const uint8_t* p = pool + (r % entries) * bytes;
@@ -509,7 +532,7 @@ class Bench {
                 DSV4_CHECK_LAUNCH(s_);
             });
             const double gbs = static_cast<double>(units * 2304) / (us * 1e-6) / 1e9;
-            std::printf("pattern %-13s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", pp.name,
+            std::printf("pattern %-17s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", pp.name,
                         units * 2304 / 1e6, us, gbs, 100.0 * gbs / read_gbs);
             std::printf("csv,pattern,%s,%lld,%.3f\n", pp.name, static_cast<long long>(units * 2304),
                         us);

@@ -7,7 +7,8 @@ the second read measurement the merge script compares with gemv_bench's.
 Each unit of work (one matrix, or the 7 selected experts, or wo_a's 8 groups) is captured R
 times in one CUDA graph, with weights rotated through >= 600 MB of copies so L2 does not serve
 them; time per unit = median graph replay / R. Grouped shapes are timed as a loop of F.linear
-calls and as one batched torch.bmm; the faster is the baseline. Prints rows
+calls and as one batched torch.bmm, and (y +=, cuBLAS with beta = 1, what our accumulate mode
+does) as addmm_ / baddbmm_ into a resident y; the fastest is the baseline. Prints rows
 'csv,torch,<shape>,<m>,<variant>,<us>' that tools/bench_gemv.sh merges with the GEMV numbers.
 """
 import statistics
@@ -76,6 +77,9 @@ def bench_shape(name, n, k, groups, grouped_x, ms):
         if groups == 1:
             rows.append((name, m, "linear", graph_us(lambda r: F.linear(xs[0], w[r % entries]),
                                                      launches)))
+            y = torch.zeros(m, n, device=dev, dtype=torch.bfloat16)
+            rows.append((name, m, "addmm", graph_us(
+                lambda r: y.addmm_(xs[0], w[r % entries].t()), launches)))
             continue
 
         def loop(r):
@@ -89,8 +93,15 @@ def bench_shape(name, n, k, groups, grouped_x, ms):
             base = (r % entries) * groups
             torch.bmm(xb, w[base:base + groups].transpose(1, 2))
 
+        yb = torch.zeros(groups, m, n, device=dev, dtype=torch.bfloat16)
+
+        def baddbmm(r):
+            base = (r % entries) * groups
+            yb.baddbmm_(xb, w[base:base + groups].transpose(1, 2))
+
         rows.append((name, m, "loop", graph_us(loop, launches)))
         rows.append((name, m, "bmm", graph_us(bmm, launches)))
+        rows.append((name, m, "baddbmm", graph_us(baddbmm, launches)))
     del w
     torch.cuda.empty_cache()
     return rows
