@@ -404,8 +404,17 @@ class Bench {
     // Times `shape` in `format` at the given m values; one weight pool per (shape, format).
     // `tune`: also time other pipeline depths and CTAs per SM (at M = 1) and launches without
     // PDL (every M).
+    // One launch configuration: CTAs per SM (0: as many as fit) x pipeline stages (0: 2), PDL,
+    // accumulate mode (GemvArgs::y_accumulate).
+    struct Knobs {
+        int ctas, depth;
+        bool pdl;
+        bool acc = false;
+    };
+
+    // `only`: time just that configuration (the profiler runs of --shape).
     void run(const Shape& sh, GemvFormat format, const std::vector<int>& ms, bool tune,
-             std::vector<Result>* out) {
+             std::vector<Result>* out, const Knobs* only = nullptr) {
         const GemvShape gs{format, sh.n, sh.k, 1};
         const int64_t unit = sh.expert_ids ? 1 : sh.groups;  // matrices per pool entry
         const WeightPool pool(gs, unit, sh.expert_ids ? sh.groups : 2);
@@ -431,12 +440,7 @@ class Bench {
             const double wbytes = static_cast<double>(pool.matrix_bytes() * sh.groups);
             // Main row: the defaults with PDL. Tuning (M = 1): CTAs per SM (0: as many as fit)
             // x pipeline stages (0: 2), and the defaults without PDL (every M).
-            struct Knobs {
-                int ctas, depth;
-                bool pdl;
-                bool acc = false;  // y += (GemvArgs::y_accumulate)
-            };
-            std::vector<Knobs> knobs = {{0, 0, true}};
+            std::vector<Knobs> knobs = {only != nullptr ? *only : Knobs{0, 0, true}};
             if (tune) {
                 knobs.push_back({0, 0, false});
                 knobs.push_back({0, 0, true, true});
@@ -641,8 +645,15 @@ class Bench {
 
 int bench_main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-    // --shape NAME: only that shape, NVFP4, M = 1, no probes (for a profiler).
+    // --shape NAME [acc] [d4] [nopdl]: only that shape, NVFP4, M = 1, in that configuration
+    // (default: plain mode, 2 stages, PDL), no probes (for a profiler).
     const char* only = argc > 2 && std::strcmp(argv[1], "--shape") == 0 ? argv[2] : nullptr;
+    Bench::Knobs only_knobs{0, 0, true};
+    for (int i = 3; only != nullptr && i < argc; ++i) {
+        only_knobs.acc |= std::strcmp(argv[i], "acc") == 0;
+        if (std::strcmp(argv[i], "d4") == 0) only_knobs.depth = 4;
+        if (std::strcmp(argv[i], "nopdl") == 0) only_knobs.pdl = false;
+    }
     auto dev = query_device(0);
     if (!dev) {
         std::fprintf(stderr, "gemv_bench: %s\n", dev.status().message().c_str());
@@ -678,7 +689,7 @@ int bench_main(int argc, char** argv) {
         std::vector<Result> results;
         for (const Shape& sh : shapes) {
             if (std::strcmp(sh.name, only) == 0)
-                bench.run(sh, GemvFormat::kNvfp4, {1}, false, &results);
+                bench.run(sh, GemvFormat::kNvfp4, {1}, false, &results, &only_knobs);
         }
         for (const Result& r : results)
             std::printf("%s %s %.2f us\n", r.shape.c_str(), r.variant.c_str(), r.us);

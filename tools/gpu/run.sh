@@ -3,7 +3,8 @@
 # short smoke test, then per MODE:
 #   test   all GPU tests              bench   the full GEMV benchmark (tools/bench_gemv.sh)
 #   full   benchmark + tests + compute-sanitizer memcheck / racecheck on the GEMV tests
-#   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b")
+#   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
+#          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # Logs go to $OUT/logs.tgz (the device tool returns at most 8 files).
 set -o pipefail
 mode=${1:-full}
@@ -22,7 +23,7 @@ if [ "$mode" = prof ]; then
   for sh in ${SHAPES:-experts_w13 wq_b}; do
     timeout 150 $N --graph-profiling node --kernel-name regex:gemv_kernel --launch-skip 40 --launch-count 1 \
       --section WarpStateStats --section SourceCounters --import-source no -o $L/rep_$sh \
-      $B/gemv_bench --shape $sh > $L/ncu_$sh.txt 2>&1; echo "ncu $sh rc=$?"
+      $B/gemv_bench --shape $sh ${VARIANT:-} > $L/ncu_$sh.txt 2>&1; echo "ncu $sh rc=$?"
     $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass > $L/src_$sh.csv 2>&1
   done
   exit 0
