@@ -438,9 +438,11 @@ class Bench {
             const double act = static_cast<double>((sh.grouped_x ? sh.groups : 1) * m * sh.k * 2 +
                                                    sh.groups * m * sh.n * 4);
             const double wbytes = static_cast<double>(pool.matrix_bytes() * sh.groups);
-            // Main row: the defaults with PDL. Tuning (M = 1): CTAs per SM (0: as many as fit)
-            // x pipeline stages (0: 2), and the defaults without PDL (every M).
+            // Main row: the defaults with PDL, plain and accumulating. Tuning (M = 1): CTAs per
+            // SM (0: as many as fit) x pipeline stages (0: 2), and the defaults without PDL
+            // (every M).
             std::vector<Knobs> knobs = {only != nullptr ? *only : Knobs{0, 0, true}};
+            if (only == nullptr && !tune) knobs.push_back({0, 0, true, true});
             if (tune) {
                 knobs.push_back({0, 0, false});
                 knobs.push_back({0, 0, true, true});
