@@ -24,7 +24,7 @@
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/gemv/gemv.h"
-#include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
 
 namespace dsv4::cuda {

@@ -1,6 +1,6 @@
 // Instantiations of the sm_90 GEMV kernels for fp8 weights (one file per format so the
 // variants compile in parallel).
-#include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv_dispatch_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_sm90.h"
 
 namespace dsv4::cuda::gemv_sm90 {

@@ -1,6 +1,6 @@
-// The weight GEMV kernel for sm_90 (one template for all four weight formats) and its typed
-// launcher. Included by the per-format instantiation files gemv_<format>_sm90.cu (and by the
-// probes of bench/gemv_bench.cu, which use Decode only).
+// The weight GEMV kernel for sm_90: one template for all four weight formats (operands in
+// gemv_operands_sm90.cuh, outputs in gemv_epilogue_sm90.cuh, the launcher that picks an
+// instantiation in gemv_dispatch_sm90.cuh).
 //
 // Each warp streams a contiguous range of units (a row-block quad x a k-tile: four 512-byte tiles,
 // gemv_layout.h) through its own ring of `kStages` shared-memory stages filled by cp.async,
@@ -9,19 +9,15 @@
 // docs/kernels/gemv.md has the design and the measurements behind the choices.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
-#include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_epilogue_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_layout.h"
-#include "base/check.h"
+#include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
 
 namespace dsv4::cuda::gemv_sm90 {
 
@@ -30,195 +26,6 @@ inline constexpr int kThreads = kWarpsPerCta * 32;
 inline constexpr int kMaxWarpsPerSm = 32;  // grid cap (SMs x 32 warps)
 // FP32 accumulator of one split quad: [token < 16][64 rows] (only tokens < m are used).
 inline constexpr int kPartialFloats = kGemvMaxM * kGemvQuad * kGemvRowBlock;
-
-// One tile's worth of a lane's weight stream: 16 bytes of codes and its scale word.
-struct Slot {
-    uint4 w;
-    uint32_t s;
-};
-
-// ---- Per-format decode of one lane's 16 bytes into the A fragments of its k-steps.
-template <GemvFormat F>
-struct Decode;
-
-template <>
-struct Decode<GemvFormat::kNvfp4> {
-    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[4][4]) {
-        // Scale codes of rows g and g+8, each broadcast to both halves of a bf16x2 multiplier.
-        const uint32_t sg = ptx::prmt(slot.s, 0u, 0x4040u) * 16u + (kNvfp4CodeBase * 0x10001u);
-        const uint32_t sg8 = ptx::prmt(slot.s, 0u, 0x4141u) * 16u + (kNvfp4CodeBase * 0x10001u);
-        apply(slot.w, sg, sg8, a);
-    }
-    static __device__ __forceinline__ void apply(const uint4& w, uint32_t sg, uint32_t sg8,
-                                                 uint32_t (&a)[4][4]) {
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            uint32_t o[4];
-            e2m1x8_to_bf16x2(words[j], o);
-            a[j][0] = ptx::mul_bf16x2(o[0], sg);
-            a[j][1] = ptx::mul_bf16x2(o[1], sg8);
-            a[j][2] = ptx::mul_bf16x2(o[2], sg);
-            a[j][3] = ptx::mul_bf16x2(o[3], sg8);
-        }
-    }
-};
-
-template <>
-struct Decode<GemvFormat::kMxfp4> {
-    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[4][4]) {
-        const uint32_t sg = ptx::prmt(slot.s, 0u, 0x4040u) << 7;
-        const uint32_t sg8 = ptx::prmt(slot.s, 0u, 0x4141u) << 7;
-        Decode<GemvFormat::kNvfp4>::apply(slot.w, sg, sg8, a);
-    }
-};
-
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t v16) {
-    // E4M3 -> f16 is one instruction on sm_89+; f16 -> f32 -> bf16 is exact for E4M3 values.
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v16), __NV_E4M3);
-    const float2 f = __half22float2(__half2(h));
-    const __nv_bfloat162 b = __float22bfloat162_rn(f);
-    return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-template <>
-struct Decode<GemvFormat::kFp8> {
-    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[2][4]) {
-        const uint32_t words[4] = {slot.w.x, slot.w.y, slot.w.z, slot.w.w};
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            a[j][0] = e4m3x2_to_bf16x2(words[2 * j] & 0xffffu);
-            a[j][2] = e4m3x2_to_bf16x2(words[2 * j] >> 16);
-            a[j][1] = e4m3x2_to_bf16x2(words[2 * j + 1] & 0xffffu);
-            a[j][3] = e4m3x2_to_bf16x2(words[2 * j + 1] >> 16);
-        }
-    }
-};
-
-template <>
-struct Decode<GemvFormat::kBf16> {
-    static __device__ __forceinline__ void run(const Slot& slot, uint32_t (&a)[1][4]) {
-        a[0][0] = slot.w.x;
-        a[0][1] = slot.w.y;
-        a[0][2] = slot.w.z;
-        a[0][3] = slot.w.w;
-    }
-};
-
-// ---- Activations: one lane's lane_k values of one token row for one tile.
-template <GemvFormat F, bool kXF32>
-struct XChunk {
-    static constexpr int kLaneK = gemv_lane_k(F);
-    static constexpr int kRawWords = kXF32 ? kLaneK : kLaneK / 2;  // 32-bit words loaded
-    static constexpr int kFragWords = kLaneK / 2;                  // bf16x2 B-fragment words
-};
-
-// Loads one lane's activation chunk (lane_k values) from `p` when `pred` holds; otherwise the
-// registers keep their (finite) values: they then multiply zero-padded weights (k past the end)
-// or feed MMA columns that are never stored (tokens >= m).
-template <GemvFormat F, bool kXF32>
-__device__ __forceinline__ void load_x(bool pred, const char* p,
-                                       uint32_t (&raw)[XChunk<F, kXF32>::kRawWords]) {
-    using X = XChunk<F, kXF32>;
-    if constexpr (X::kRawWords % 4 == 0) {
-#pragma unroll
-        for (int v = 0; v < X::kRawWords / 4; ++v) {
-            uint4 q = make_uint4(raw[4 * v], raw[4 * v + 1], raw[4 * v + 2], raw[4 * v + 3]);
-            ptx::ldg_v4_if(pred, p + 16 * v, q);
-            raw[4 * v + 0] = q.x;
-            raw[4 * v + 1] = q.y;
-            raw[4 * v + 2] = q.z;
-            raw[4 * v + 3] = q.w;
-        }
-    } else {
-        static_assert(X::kRawWords == 2, "bf16 weights with bf16 activations: 8 bytes");
-        uint2 q = make_uint2(raw[0], raw[1]);
-        ptx::ldg_v2_if(pred, p, q);
-        raw[0] = q.x;
-        raw[1] = q.y;
-    }
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-// B fragments from the raw chunk: bf16 passes through; f32 becomes hi = bf16(x) and
-// lo = bf16(x - hi), two MMAs that together carry ~16 mantissa bits of x.
-template <GemvFormat F, bool kXF32>
-__device__ __forceinline__ void x_fragments(const uint32_t (&raw)[XChunk<F, kXF32>::kRawWords],
-                                            uint32_t (&hi)[XChunk<F, kXF32>::kFragWords],
-                                            uint32_t (&lo)[XChunk<F, kXF32>::kFragWords]) {
-    using X = XChunk<F, kXF32>;
-#pragma unroll
-    for (int p = 0; p < X::kFragWords; ++p) {
-        if constexpr (kXF32) {
-            const float x0 = __uint_as_float(raw[2 * p]);
-            const float x1 = __uint_as_float(raw[2 * p + 1]);
-            hi[p] = pack_bf16x2(x0, x1);
-            const float h0 = __uint_as_float(hi[p] << 16);
-            const float h1 = __uint_as_float(hi[p] & 0xffff0000u);
-            lo[p] = pack_bf16x2(x0 - h0, x1 - h1);
-        } else {
-            hi[p] = raw[p];
-            lo[p] = 0u;
-        }
-    }
-}
-
-template <bool kYBf16, int kNT>
-__device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, int lane,
-                                        const float (&v)[kNT][4], float scale) {
-    const int g = lane >> 2;
-    const int c = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int row = rb * kGemvRowBlock + g + 8 * (r >> 1);
-            const int token = 8 * nt + 2 * c + (r & 1);
-            if (row < a.n && token < a.m) {
-                const int64_t off =
-                    static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
-                const float out = v[nt][r] * scale;
-                if constexpr (kYBf16) {
-                    static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(out);
-                } else {
-                    static_cast<float*>(a.y)[off] = out;
-                }
-            }
-        }
-    }
-}
-
-// Accumulate mode: adds this warp's sums of one row-block quad into y (scaled by the row
-// blocks' output scales and the group's scale) with fire-and-forget L2 adds.
-template <int kNT>
-__device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int quad, int lane,
-                                             const float (&acc)[kGemvQuad][kNT][4],
-                                             const float (&out_scale)[kGemvQuad]) {
-    const int g = lane >> 2;
-    const int c = lane & 3;
-    const float gs = a.group_scale != nullptr ? __ldg(a.group_scale + group) : 1.0f;
-    float* y = static_cast<float*>(a.y) + static_cast<int64_t>(group) * a.y_group_stride;
-#pragma unroll
-    for (int r = 0; r < kGemvQuad; ++r) {
-        const float scale = out_scale[r] * gs;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int token = 8 * nt + 2 * c + (i & 1);
-                const int row = (quad * kGemvQuad + r) * kGemvRowBlock + g + 8 * (i >> 1);
-                if (token < a.m && row < a.n)
-                    ptx::red_add_f32(y + static_cast<int64_t>(token) * a.ldy + row,
-                                     acc[r][nt][i] * scale);
-            }
-        }
-    }
-}
 
 // The warp-to-unit split: warp w of W owns units [w * total / W, (w + 1) * total / W), W <= total.
 struct Split {
@@ -231,57 +38,6 @@ struct Split {
         return static_cast<int>(((static_cast<int64_t>(u) + 1) * warps - 1) / total);
     }
 };
-
-// A row-block quad split between warps (split-K): every warp adds its share into the quad's FP32
-// accumulator with fire-and-forget `red.add`s; the last warp to arrive reads the sums, writes y
-// and zeroes the accumulator and the counter for the next launch. One L2 round trip whatever the
-// number of warps or tokens; the order of the adds (hence the last bits of a split quad's
-// outputs) varies from run to run.
-template <int kNT>
-__device__ __forceinline__ void add_partial(const GemvArgs& a, float* p, int lane,
-                                            const float (&acc)[kGemvQuad][kNT][4]) {
-    const int g = lane >> 2;
-    const int c = lane & 3;
-#pragma unroll
-    for (int r = 0; r < kGemvQuad; ++r) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int token = 8 * nt + 2 * c + (i & 1);
-                const int row = kGemvRowBlock * r + g + 8 * (i >> 1);
-                if (token < a.m)
-                    ptx::red_add_f32(p + token * (kGemvQuad * kGemvRowBlock) + row, acc[r][nt][i]);
-            }
-        }
-    }
-}
-
-template <bool kYBf16>
-__device__ __forceinline__ void finish_quad(const GemvArgs& a, float* p, int group, int expert,
-                                            int quad, int lane) {
-    __threadfence();
-    const int n_out = a.m * kGemvQuad * kGemvRowBlock;
-    for (int o = lane; o < n_out; o += 32) {
-        const float v = __ldcg(p + o);
-        __stcg(p + o, 0.0f);
-        const int token = o / (kGemvQuad * kGemvRowBlock);
-        const int row_in_quad = o % (kGemvQuad * kGemvRowBlock);
-        const int row = quad * kGemvQuad * kGemvRowBlock + row_in_quad;
-        if (row < a.n) {
-            const float scale = __ldg(a.out_scale + static_cast<int64_t>(expert) * a.row_blocks +
-                                      row / kGemvRowBlock);
-            const int64_t off = static_cast<int64_t>(group) * a.y_group_stride +
-                                static_cast<int64_t>(token) * a.ldy + row;
-            if constexpr (kYBf16) {
-                static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(v * scale);
-            } else {
-                static_cast<float*>(a.y)[off] = v * scale;
-            }
-        }
-    }
-    if (lane == 0) a.counters[group * (a.row_blocks / kGemvQuad) + quad] = 0u;
-}
 
 // Register budget: the common variant (bf16 activations, M <= 8) runs 16 warps per SM (up to
 // 128 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
@@ -534,76 +290,6 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     }
     // Only empty groups can be pending here; drain them before the stages go away.
     ptx::cp_async_wait<0>();
-}
-
-// ---- Typed launcher for one format: picks the instantiation and launches it.
-using KernelFn = void (*)(GemvArgs);
-
-struct Variant {
-    KernelFn kernel;
-    int index;  // into the per-format occupancy cache
-};
-
-// The instantiation for (args, depth = pipeline stages of one unit each). Depth 4 exists for
-// tuning the NVFP4 path.
-template <GemvFormat F>
-Variant select_variant(const GemvArgs& a, int depth) {
-    const bool two = a.m > 8;
-    if constexpr (F == GemvFormat::kNvfp4) {
-        if (depth == 4 && !a.x_f32 && !two && !a.y_bf16)
-            return {gemv_kernel<F, false, 1, false, 4>, 8};
-    }
-    DSV4_ASSERT(depth == 2, "gemv: depth ", depth, " is not instantiated for this variant");
-    const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
-    switch (index) {
-        case 0:
-            return {gemv_kernel<F, false, 1, false, 2>, index};
-        case 1:
-            return {gemv_kernel<F, false, 1, true, 2>, index};
-        case 2:
-            return {gemv_kernel<F, false, 2, false, 2>, index};
-        case 3:
-            return {gemv_kernel<F, false, 2, true, 2>, index};
-        case 4:
-            return {gemv_kernel<F, true, 1, false, 2>, index};
-        case 5:
-            return {gemv_kernel<F, true, 1, true, 2>, index};
-        case 6:
-            return {gemv_kernel<F, true, 2, false, 2>, index};
-        default:
-            return {gemv_kernel<F, true, 2, true, 2>, index};
-    }
-}
-
-template <GemvFormat F>
-int format_ctas_per_sm(const GemvArgs& a, int depth) {
-    // Occupancy per instantiation, queried once (host-side only, capture-safe).
-    static std::atomic<int> cache[9] = {};
-    const Variant v = select_variant<F>(a, depth);
-    int n = cache[v.index].load(std::memory_order_relaxed);
-    if (n == 0) {
-        DSV4_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, v.kernel, kThreads, 0));
-        DSV4_ASSERT(n > 0, "gemv: kernel does not fit on an SM");
-        cache[v.index].store(n, std::memory_order_relaxed);
-    }
-    return n;
-}
-
-template <GemvFormat F>
-void format_launch(const GemvArgs& a, int depth, int ctas, cudaStream_t stream) {
-    const Variant v = select_variant<F>(a, depth);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = a.pdl ? 1 : 0;
-    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, v.kernel, a));
-    DSV4_CHECK_LAUNCH(stream);
 }
 
 }  // namespace dsv4::cuda::gemv_sm90

@@ -1,4 +1,4 @@
-// Per-format entry points of the sm_90 GEMV kernels, defined in gemv_kernel_sm90.cuh and
+// Per-format entry points of the sm_90 GEMV kernels, defined in gemv_dispatch_sm90.cuh and
 // instantiated once per format in gemv_<format>_sm90.cu (parallel compilation).
 #pragma once
 

@@ -1,0 +1,120 @@
+// Outputs of the sm_90 weight GEMV: a warp's FP32 sums of a row-block quad written to y (plain
+// mode, unsplit quads), added into y (accumulate mode), or added into the quad's split-K
+// accumulator and finished by the last warp in (plain mode, split quads).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/common/ptx_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_layout.h"
+
+namespace dsv4::cuda::gemv_sm90 {
+
+template <bool kYBf16, int kNT>
+__device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, int lane,
+                                        const float (&v)[kNT][4], float scale) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = rb * kGemvRowBlock + g + 8 * (r >> 1);
+            const int token = 8 * nt + 2 * c + (r & 1);
+            if (row < a.n && token < a.m) {
+                const int64_t off =
+                    static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
+                const float out = v[nt][r] * scale;
+                if constexpr (kYBf16) {
+                    static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(out);
+                } else {
+                    static_cast<float*>(a.y)[off] = out;
+                }
+            }
+        }
+    }
+}
+
+// Accumulate mode: adds this warp's sums of one row-block quad into y (scaled by the row
+// blocks' output scales and the group's scale) with fire-and-forget L2 adds.
+template <int kNT>
+__device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int quad, int lane,
+                                             const float (&acc)[kGemvQuad][kNT][4],
+                                             const float (&out_scale)[kGemvQuad]) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
+    const float gs = a.group_scale != nullptr ? __ldg(a.group_scale + group) : 1.0f;
+    float* y = static_cast<float*>(a.y) + static_cast<int64_t>(group) * a.y_group_stride;
+#pragma unroll
+    for (int r = 0; r < kGemvQuad; ++r) {
+        const float scale = out_scale[r] * gs;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int token = 8 * nt + 2 * c + (i & 1);
+                const int row = (quad * kGemvQuad + r) * kGemvRowBlock + g + 8 * (i >> 1);
+                if (token < a.m && row < a.n)
+                    ptx::red_add_f32(y + static_cast<int64_t>(token) * a.ldy + row,
+                                     acc[r][nt][i] * scale);
+            }
+        }
+    }
+}
+
+// A row-block quad split between warps (split-K): every warp adds its share into the quad's FP32
+// accumulator with fire-and-forget `red.add`s; the last warp to arrive reads the sums, writes y
+// and zeroes the accumulator and the counter for the next launch. One L2 round trip whatever the
+// number of warps or tokens; the order of the adds (hence the last bits of a split quad's
+// outputs) varies from run to run.
+template <int kNT>
+__device__ __forceinline__ void add_partial(const GemvArgs& a, float* p, int lane,
+                                            const float (&acc)[kGemvQuad][kNT][4]) {
+    const int g = lane >> 2;
+    const int c = lane & 3;
+#pragma unroll
+    for (int r = 0; r < kGemvQuad; ++r) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int token = 8 * nt + 2 * c + (i & 1);
+                const int row = kGemvRowBlock * r + g + 8 * (i >> 1);
+                if (token < a.m)
+                    ptx::red_add_f32(p + token * (kGemvQuad * kGemvRowBlock) + row, acc[r][nt][i]);
+            }
+        }
+    }
+}
+
+template <bool kYBf16>
+__device__ __forceinline__ void finish_quad(const GemvArgs& a, float* p, int group, int expert,
+                                            int quad, int lane) {
+    __threadfence();
+    const int n_out = a.m * kGemvQuad * kGemvRowBlock;
+    for (int o = lane; o < n_out; o += 32) {
+        const float v = __ldcg(p + o);
+        __stcg(p + o, 0.0f);
+        const int token = o / (kGemvQuad * kGemvRowBlock);
+        const int row_in_quad = o % (kGemvQuad * kGemvRowBlock);
+        const int row = quad * kGemvQuad * kGemvRowBlock + row_in_quad;
+        if (row < a.n) {
+            const float scale = __ldg(a.out_scale + static_cast<int64_t>(expert) * a.row_blocks +
+                                      row / kGemvRowBlock);
+            const int64_t off = static_cast<int64_t>(group) * a.y_group_stride +
+                                static_cast<int64_t>(token) * a.ldy + row;
+            if constexpr (kYBf16) {
+                static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(v * scale);
+            } else {
+                static_cast<float*>(a.y)[off] = v * scale;
+            }
+        }
+    }
+    if (lane == 0) a.counters[group * (a.row_blocks / kGemvQuad) + quad] = 0u;
+}
+
+}  // namespace dsv4::cuda::gemv_sm90
