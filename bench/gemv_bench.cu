@@ -649,7 +649,7 @@ int bench_main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     // --shape NAME [acc] [d4] [nopdl]: only that shape, NVFP4, M = 1, in that configuration
     // (default: plain mode, 2 stages, PDL), no probes: for a profiler. Its timing runs on a
-    // cold GPU (measured up to 8% slower than in the full run) and is not a benchmark number.
+    // cold GPU (measured 5–9% slower than in the full run) and is not a benchmark number.
     const char* only = argc > 2 && std::strcmp(argv[1], "--shape") == 0 ? argv[2] : nullptr;
     Bench::Knobs only_knobs{0, 0, true};
     for (int i = 3; only != nullptr && i < argc; ++i) {
