@@ -1,7 +1,8 @@
 // GPU tests of the weight GEMV against the dequant_row CPU reference on fresh random data:
 // every format, bf16 and f32 activations, f32 and bf16 outputs, M = 1..16, odd shapes
 // (N = 17, K = 48), the V4-Flash shapes, grouped launches with device expert ids, row-block
-// quads split between warps, repeatability and capture into a CUDA graph. Tolerances:
+// quads split between warps, repeatability, capture into a CUDA graph, and the MoE step's
+// chain (w1|w3, then w2 with the combine) under PDL. Tolerances:
 // docs/numerics-cuda.md.
 #include <gtest/gtest.h>
 
@@ -515,6 +516,137 @@ TEST(GemvGpu, DependentChainWithPdl) {
     DSV4_REQUIRE_GPU();
     run_dependent_chain(false);
     run_dependent_chain(true);
+}
+
+// The MoE step as a decode step runs it, for several tokens in one captured graph: each token's
+// expert ids are copied into one shared ids buffer, then w1|w3 of the selected experts (ids read
+// after its PDL wait) accumulates into zeros, then w2 (ids read *before* its wait: ids_ready)
+// adds every expert's output times its router weight into one y (the combine), reading w1|w3's
+// f32 output as its per-group input. Every token must see its own ids and inputs: a launch that
+// read the ids or activations too early would mix tokens.
+TEST(GemvGpu, MoeStepChainWithPdl) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937 rng(9000);
+    constexpr int kExperts = 6, kGroups = 3, kTokens = 4;
+    constexpr int64_t kHidden = 256, kPart = 64, kInter = 2 * kPart;  // w1 | w3 rows
+    const int ids[kTokens][kGroups] = {{5, 0, 3}, {1, 4, 2}, {0, 5, 1}, {3, 2, 4}};
+    std::vector<OwnedWeight> o13, o2;
+    for (int i = 0; i < kExperts * 2; ++i)
+        o13.push_back(test::random_weight(TestFormat::kNvfp4, kPart, kHidden, rng));
+    for (int i = 0; i < kExperts; ++i)
+        o2.push_back(test::random_weight(TestFormat::kNvfp4, kHidden, kInter, rng));
+    std::vector<const QuantWeight*> p13, p2;
+    for (auto& o : o13) p13.push_back(&o.w);
+    for (auto& o : o2) p2.push_back(&o.w);
+    auto packed13 = gemv_repack(p13.data(), kExperts, 2);
+    auto packed2 = gemv_repack(p2.data(), kExperts, 1);
+    ASSERT_TRUE(packed13 && packed2);
+
+    std::vector<float> x = test::from_bf16(test::to_bf16(test::random_activations(kHidden, rng)));
+    const std::vector<uint16_t> x_bf = test::to_bf16(x);
+    std::vector<float> scales(kTokens * kGroups);
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    for (float& v : scales) v = u(rng);
+
+    const auto dev = query_device(0);
+    ArenaPlan plan;
+    plan.add(static_cast<size_t>(packed13->shape.device_bytes()));
+    plan.add(static_cast<size_t>(packed2->shape.device_bytes()));
+    plan.add(kHidden * 2);
+    plan.add(kTokens * kGroups * 4);  // every token's ids
+    plan.add(kGroups * 4);            // the shared ids buffer
+    plan.add(kTokens * kGroups * 4);  // router weights
+    plan.add(static_cast<size_t>(kTokens) * kGroups * kInter * 4);
+    plan.add(static_cast<size_t>(kTokens) * kHidden * 4);
+    plan.add(GemvWorkspace::bytes(kGroups * packed2->shape.row_blocks()));
+    auto arena = DeviceArena::create(plan.total());
+    ASSERT_TRUE(arena);
+    CudaStream stream = CudaStream::create();
+    const GemvWeight w13 = upload_gemv_weight(*packed13, *arena);
+    const GemvWeight w2 = upload_gemv_weight(*packed2, *arena);
+    auto* d_x = arena->alloc_array<uint16_t>(kHidden);
+    auto* d_ids_all = arena->alloc_array<int32_t>(kTokens * kGroups);
+    auto* d_ids = arena->alloc_array<int32_t>(kGroups);
+    auto* d_scales = arena->alloc_array<float>(kTokens * kGroups);
+    auto* d_h = arena->alloc_array<float>(static_cast<size_t>(kTokens) * kGroups * kInter);
+    auto* d_y = arena->alloc_array<float>(static_cast<size_t>(kTokens) * kHidden);
+    const GemvWorkspace ws = GemvWorkspace::create(*arena, kGroups * packed2->shape.row_blocks(),
+                                                   dev->sm_count, stream.get());
+    arena->freeze();
+    DSV4_CHECK_CUDA(cudaMemcpy(d_x, x_bf.data(), kHidden * 2, cudaMemcpyHostToDevice));
+    DSV4_CHECK_CUDA(cudaMemcpy(d_ids_all, ids, sizeof(ids), cudaMemcpyHostToDevice));
+    DSV4_CHECK_CUDA(cudaMemcpy(d_scales, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    DSV4_CHECK_CUDA(cudaMemset(d_h, 0, static_cast<size_t>(kTokens) * kGroups * kInter * 4));
+    DSV4_CHECK_CUDA(cudaMemset(d_y, 0, static_cast<size_t>(kTokens) * kHidden * 4));
+
+    GemvOptions o13opt;
+    o13opt.expert_ids = d_ids;
+    o13opt.pdl = true;
+    o13opt.accumulate = true;
+    GemvOptions o2opt = o13opt;
+    o2opt.ids_ready = true;
+    o2opt.sum_groups = true;
+    CudaGraph::begin_capture(stream.get());
+    for (int t = 0; t < kTokens; ++t) {
+        DSV4_CHECK_CUDA(cudaMemcpyAsync(d_ids, d_ids_all + t * kGroups, kGroups * 4,
+                                        cudaMemcpyDeviceToDevice, stream.get()));
+        float* h = d_h + static_cast<int64_t>(t) * kGroups * kInter;
+        gemv(w13, TensorView(d_x, DType::kBF16, {1, kHidden}),
+             TensorView(h, DType::kF32, {kGroups, 1, kInter}), kGroups, ws, o13opt, stream.get());
+        o2opt.group_scale = d_scales + t * kGroups;
+        gemv(w2, TensorView(h, DType::kF32, {kGroups, 1, kInter}),
+             TensorView(d_y + t * kHidden, DType::kF32, {1, kHidden}), kGroups, ws, o2opt,
+             stream.get());
+    }
+    CudaGraph graph;
+    ASSERT_EQ(CudaGraph::end_capture(stream.get(), &graph), cudaSuccess);
+    graph.launch(stream.get());
+    stream.synchronize();
+
+    std::vector<float> h(static_cast<size_t>(kTokens) * kGroups * kInter);
+    std::vector<float> y(static_cast<size_t>(kTokens) * kHidden);
+    DSV4_CHECK_CUDA(cudaMemcpy(h.data(), d_h, h.size() * 4, cudaMemcpyDeviceToHost));
+    DSV4_CHECK_CUDA(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost));
+    Case c13;  // tolerances: bf16 input, accumulated into zeros
+    c13.accumulate = true;
+    Case c2 = c13;  // f32 input (w1|w3's output)
+    c2.x_f32 = true;
+    for (int t = 0; t < kTokens; ++t) {
+        SCOPED_TRACE(testing::Message() << "token " << t);
+        // w1|w3 of each selected expert against the reference.
+        for (int g = 0; g < kGroups; ++g) {
+            for (int part = 0; part < 2; ++part) {
+                std::vector<double> ref(kPart), abs_sum(kPart);
+                test::reference_gemv(o13[static_cast<size_t>(ids[t][g] * 2 + part)].w, x.data(),
+                                     1, ref.data(), abs_sum.data());
+                for (int64_t r = 0; r < kPart; ++r) {
+                    const float v = h[static_cast<size_t>((t * kGroups + g) * kInter +
+                                                          part * kPart + r)];
+                    ASSERT_NEAR(v, ref[static_cast<size_t>(r)],
+                                tolerance(c13, abs_sum[static_cast<size_t>(r)],
+                                          ref[static_cast<size_t>(r)]))
+                        << "group " << g << " part " << part << " row " << r;
+                }
+            }
+        }
+        // w2 and the combine, on the GPU's own w1|w3 output (the bound does not compound).
+        std::vector<double> ref(kHidden, 0.0), abs_sum(kHidden, 0.0);
+        for (int g = 0; g < kGroups; ++g) {
+            std::vector<double> yg(kHidden), ag(kHidden);
+            test::reference_gemv(o2[static_cast<size_t>(ids[t][g])].w,
+                                 h.data() + (t * kGroups + g) * kInter, 1, yg.data(), ag.data());
+            const double s = scales[static_cast<size_t>(t * kGroups + g)];
+            for (int64_t r = 0; r < kHidden; ++r) {
+                ref[static_cast<size_t>(r)] += s * yg[static_cast<size_t>(r)];
+                abs_sum[static_cast<size_t>(r)] += s * ag[static_cast<size_t>(r)];
+            }
+        }
+        for (int64_t r = 0; r < kHidden; ++r) {
+            ASSERT_NEAR(y[static_cast<size_t>(t * kHidden + r)], ref[static_cast<size_t>(r)],
+                        tolerance(c2, abs_sum[static_cast<size_t>(r)], ref[static_cast<size_t>(r)]))
+                << "output " << r;
+        }
+    }
 }
 
 TEST(GemvGpu, CapturedInAGraph) {

@@ -39,7 +39,7 @@ fi
 if [ "$mode" = full ]; then
   for tool in memcheck racecheck; do
     timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 $B/cuda_gpu_test \
-      --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY' \
+      --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY:GemvGpu.MoeStepChainWithPdl' \
       > $L/sanitizer_$tool.log 2>&1; echo "$tool rc=$?"
   done
 fi
