@@ -47,16 +47,21 @@ __global__ void fill_bytes(uint8_t* p, size_t n, uint32_t seed, uint32_t lo, uin
         p[i] = static_cast<uint8_t>(span == 0 ? hash32(i, seed) : lo + hash32(i, seed) % span);
 }
 
+// A uniform draw in [0, 1) from element i's hash (24 bits).
+__device__ __forceinline__ float uniform01(uint64_t i, uint32_t seed) {
+    return (hash32(i, seed) >> 8) * (1.0f / 16777216.0f);
+}
+
 __global__ void fill_floats(float* p, size_t n, uint32_t seed, float lo, float hi) {
     for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
          i += size_t{gridDim.x} * blockDim.x)
-        p[i] = lo + (hi - lo) * (hash32(i, seed) >> 8) * (1.0f / 16777216.0f);
+        p[i] = lo + (hi - lo) * uniform01(i, seed);
 }
 
 __global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
          i += size_t{gridDim.x} * blockDim.x) {
-        const float v = ((hash32(i, seed) >> 8) * (1.0f / 16777216.0f) - 0.5f) * 4.0f;
+        const float v = (uniform01(i, seed) - 0.5f) * 4.0f;
         p[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
     }
 }
@@ -152,8 +157,8 @@ __global__ void __launch_bounds__(128, kMath ? 4 : 1)
     const int64_t W = int64_t{gridDim.x} * 4;
     const int64_t w = int64_t{blockIdx.x} * 4 + wic;
     const int64_t u0 = kLayout == 2 ? w : w * units / W;
-    const int n = static_cast<int>(kLayout == 2 ? (units - w + W - 1) / W
-                                                : (w + 1) * units / W - u0);
+    const int n =
+        static_cast<int>(kLayout == 2 ? (units - w + W - 1) / W : (w + 1) * units / W - u0);
     const int64_t step = kLayout == 2 ? W : 1;  // units between a warp's consecutive units
     const int64_t tile_stride = kLayout == 1 ? kStage : kUnit;
     const uint8_t* tiles = p + u0 * tile_stride;
@@ -252,23 +257,31 @@ void fill(void* p, size_t n, uint32_t seed, uint32_t lo = 0, uint32_t span = 0) 
     DSV4_CHECK_LAUNCH(nullptr);
 }
 
+// Median milliseconds of `reps` runs of enqueue() on s between two events, after `warmup`
+// untimed runs.
+template <typename F>
+float median_event_ms(cudaStream_t s, int warmup, int reps, F&& enqueue) {
+    for (int i = 0; i < warmup; ++i) enqueue();
+    CudaEvent a = CudaEvent::create(), b = CudaEvent::create();
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) {
+        a.record(s);
+        enqueue();
+        b.record(s);
+        ms.push_back(CudaEvent::elapsed_ms(a, b));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 template <typename F>
 float graph_us_per_launch(cudaStream_t s, int launches, F&& enqueue) {
     CudaGraph::begin_capture(s);
     for (int r = 0; r < launches; ++r) enqueue(r);
     CudaGraph g;
     DSV4_CHECK_CUDA(CudaGraph::end_capture(s, &g));
-    for (int i = 0; i < 3; ++i) g.launch(s);
-    CudaEvent a = CudaEvent::create(), b = CudaEvent::create();
-    std::vector<float> ms;
-    for (int i = 0; i < kReplays; ++i) {
-        a.record(s);
-        g.launch(s);
-        b.record(s);
-        ms.push_back(CudaEvent::elapsed_ms(a, b));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2] * 1000.0f / static_cast<float>(launches);
+    return median_event_ms(s, 3, kReplays, [&] { g.launch(s); }) * 1000.0f /
+           static_cast<float>(launches);
 }
 
 float measure_read_bandwidth(cudaStream_t s, int sms) {
@@ -278,20 +291,13 @@ float measure_read_bandwidth(cudaStream_t s, int sms) {
     DSV4_CHECK_CUDA(cudaMalloc(&buf, bytes));
     DSV4_CHECK_CUDA(cudaMalloc(&sink, 4));
     fill(buf, bytes, 1);
-    std::vector<float> ms;
-    CudaEvent a = CudaEvent::create(), b = CudaEvent::create();
-    for (int i = 0; i < 13; ++i) {
-        a.record(s);
+    const float ms = median_event_ms(s, 3, 10, [&] {
         read_sum<<<sms * 8, 512, 0, s>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
         DSV4_CHECK_LAUNCH(s);
-        b.record(s);
-        const float t = CudaEvent::elapsed_ms(a, b);
-        if (i >= 3) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    });
     DSV4_CHECK_CUDA(cudaFree(buf));
     DSV4_CHECK_CUDA(cudaFree(sink));
-    return static_cast<float>(bytes) / (ms[ms.size() / 2] * 1e-3f) / 1e9f;
+    return static_cast<float>(bytes) / (ms * 1e-3f) / 1e9f;
 }
 
 struct Shape {
@@ -310,6 +316,14 @@ struct Result {
     std::string variant;
     double us, weight_bytes, act_bytes;
 };
+
+// One probe result: a "pattern" line for people and a csv,pattern row for the merge script.
+void print_pattern(const char* name, int64_t bytes, float us, float read_gbs) {
+    const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+    std::printf("pattern %-17s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", name, bytes / 1e6, us, gbs,
+                100.0 * gbs / read_gbs);
+    std::printf("csv,pattern,%s,%lld,%.3f\n", name, static_cast<long long>(bytes), us);
+}
 
 const char* format_name(GemvFormat f) {
     switch (f) {
@@ -401,9 +415,6 @@ class Bench {
         cudaFree(y_);
     }
 
-    // Times `shape` in `format` at the given m values; one weight pool per (shape, format).
-    // `tune`: also time other pipeline depths and CTAs per SM (at M = 1) and launches without
-    // PDL (every M).
     // One launch configuration: CTAs per SM (0: as many as fit) x pipeline stages (0: 2), PDL,
     // accumulate mode (GemvArgs::y_accumulate).
     struct Knobs {
@@ -412,7 +423,9 @@ class Bench {
         bool acc = false;
     };
 
-    // `only`: time just that configuration (the profiler runs of --shape).
+    // Times `shape` in `format` at the given m values; one weight pool per (shape, format).
+    // `tune`: also time other pipeline depths and CTAs per SM (at M = 1) and launches without
+    // PDL (every M). `only`: time just that configuration (the profiler runs of --shape).
     void run(const Shape& sh, GemvFormat format, const std::vector<int>& ms, bool tune,
              std::vector<Result>* out, const Knobs* only = nullptr) {
         const GemvShape gs{format, sh.n, sh.k, 1};
@@ -507,13 +520,9 @@ class Bench {
                     cudaLaunchKernelEx(&lc.config, pattern_read, p, bytes / 16, mode, sink));
                 DSV4_CHECK_LAUNCH(s_);
             });
-            const double gbs = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
             static const char* names[] = {"interleaved", "warp-blocked", "cta-blocked",
                                           "interleaved-pdl"};
-            std::printf("pattern %-17s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", names[mode],
-                        bytes / 1e6, us, gbs, 100.0 * gbs / read_gbs);
-            std::printf("csv,pattern,%s,%lld,%.3f\n", names[mode], static_cast<long long>(bytes),
-                        us);
+            print_pattern(names[mode], bytes, us, read_gbs);
         }
         // The GEMV's pipeline without the math, on the same unit count (bytes / 2304).
         const int64_t units = bytes / 2304;
@@ -537,11 +546,7 @@ class Bench {
                 pp.kernel<<<sms_ * pp.ctas_per_sm, 128, 0, s_>>>(p, units, sink);
                 DSV4_CHECK_LAUNCH(s_);
             });
-            const double gbs = static_cast<double>(units * 2304) / (us * 1e-6) / 1e9;
-            std::printf("pattern %-17s %7.1f MB %8.2f us %6.0f GB/s %5.1f%%\n", pp.name,
-                        units * 2304 / 1e6, us, gbs, 100.0 * gbs / read_gbs);
-            std::printf("csv,pattern,%s,%lld,%.3f\n", pp.name, static_cast<long long>(units * 2304),
-                        us);
+            print_pattern(pp.name, units * 2304, us, read_gbs);
         }
         cudaFree(pool);
         cudaFree(sink);

@@ -81,19 +81,10 @@ float load_as_f32(const void* data, DType t, size_t i) {
         case DType::kF8E8M0:
             return e8m0_to_f32(p[i]);
         case DType::kI8:
-            return static_cast<float>(static_cast<int8_t>(p[i]));
         case DType::kU8:
-            return static_cast<float>(p[i]);
-        case DType::kI32: {
-            int32_t v;
-            std::memcpy(&v, p + 4 * i, 4);
-            return static_cast<float>(v);
-        }
-        case DType::kI64: {
-            int64_t v;
-            std::memcpy(&v, p + 8 * i, 8);
-            return static_cast<float>(v);
-        }
+        case DType::kI32:
+        case DType::kI64:
+            return static_cast<float>(load_as_i64(data, t, i));
     }
     DSV4_UNREACHABLE("bad dtype ", static_cast<int>(t));
 }

@@ -79,6 +79,23 @@ double tolerance(const Case& c, double abs_sum, double ref) {
     return t;
 }
 
+// `count` random checkpoint tensors of rows x cols.
+std::vector<OwnedWeight> random_weights(TestFormat f, int count, int64_t rows, int64_t cols,
+                                        std::mt19937& rng) {
+    std::vector<OwnedWeight> owned;
+    owned.reserve(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) owned.push_back(test::random_weight(f, rows, cols, rng));
+    return owned;
+}
+
+// gemv_repack of owned[first, first + n_experts * parts), in [expert][part] order.
+Expected<GemvPacked> repack(const std::vector<OwnedWeight>& owned, int n_experts, int parts,
+                            size_t first = 0) {
+    std::vector<const QuantWeight*> ptrs;
+    for (int i = 0; i < n_experts * parts; ++i) ptrs.push_back(&owned[first + i].w);
+    return gemv_repack(ptrs.data(), n_experts, parts);
+}
+
 Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     SCOPED_TRACE(describe(c));
     Outcome out;
@@ -87,13 +104,9 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     const int64_t part_rows = c.n / c.parts;
 
     // Weights: n_experts x parts random checkpoint tensors.
-    std::vector<OwnedWeight> owned;
-    owned.reserve(static_cast<size_t>(c.n_experts * c.parts));
-    for (int i = 0; i < c.n_experts * c.parts; ++i)
-        owned.push_back(test::random_weight(c.format, part_rows, c.k, rng));
-    std::vector<const QuantWeight*> parts;
-    for (auto& o : owned) parts.push_back(&o.w);
-    auto packed = gemv_repack(parts.data(), c.n_experts, c.parts);
+    const std::vector<OwnedWeight> owned =
+        random_weights(c.format, c.n_experts * c.parts, part_rows, c.k, rng);
+    auto packed = repack(owned, c.n_experts, c.parts);
     EXPECT_TRUE(packed) << (packed ? "" : packed.status().message());
     if (!packed) return out;
 
@@ -451,15 +464,11 @@ void run_dependent_chain(bool accumulate) {
     SCOPED_TRACE(accumulate ? "accumulate" : "plain");
     std::mt19937 rng(8000);
     constexpr int kDim = 512, kLinks = 12;
-    std::vector<OwnedWeight> owned;
+    // NVFP4 test weights shrink a vector (|w| ~ 0.01), so 12 links stay in range.
+    const std::vector<OwnedWeight> owned = random_weights(TestFormat::kNvfp4, 2, kDim, kDim, rng);
     std::vector<GemvPacked> packed;
-    for (int i = 0; i < 2; ++i) {
-        // NVFP4 test weights shrink a vector (|w| ~ 0.01), so 12 links stay in range.
-        owned.push_back(test::random_weight(TestFormat::kNvfp4, kDim, kDim, rng));
-    }
-    for (auto& o : owned) {
-        const QuantWeight* parts[] = {&o.w};
-        auto p = gemv_repack(parts, 1, 1);
+    for (size_t i = 0; i < owned.size(); ++i) {
+        auto p = repack(owned, 1, 1, i);
         ASSERT_TRUE(p);
         packed.push_back(std::move(*p));
     }
@@ -530,16 +539,12 @@ TEST(GemvGpu, MoeStepChainWithPdl) {
     constexpr int kExperts = 6, kGroups = 3, kTokens = 4;
     constexpr int64_t kHidden = 256, kPart = 64, kInter = 2 * kPart;  // w1 | w3 rows
     const int ids[kTokens][kGroups] = {{5, 0, 3}, {1, 4, 2}, {0, 5, 1}, {3, 2, 4}};
-    std::vector<OwnedWeight> o13, o2;
-    for (int i = 0; i < kExperts * 2; ++i)
-        o13.push_back(test::random_weight(TestFormat::kNvfp4, kPart, kHidden, rng));
-    for (int i = 0; i < kExperts; ++i)
-        o2.push_back(test::random_weight(TestFormat::kNvfp4, kHidden, kInter, rng));
-    std::vector<const QuantWeight*> p13, p2;
-    for (auto& o : o13) p13.push_back(&o.w);
-    for (auto& o : o2) p2.push_back(&o.w);
-    auto packed13 = gemv_repack(p13.data(), kExperts, 2);
-    auto packed2 = gemv_repack(p2.data(), kExperts, 1);
+    const std::vector<OwnedWeight> o13 =
+        random_weights(TestFormat::kNvfp4, kExperts * 2, kPart, kHidden, rng);
+    const std::vector<OwnedWeight> o2 =
+        random_weights(TestFormat::kNvfp4, kExperts, kHidden, kInter, rng);
+    auto packed13 = repack(o13, kExperts, 2);
+    auto packed2 = repack(o2, kExperts, 1);
     ASSERT_TRUE(packed13 && packed2);
 
     std::vector<float> x = test::from_bf16(test::to_bf16(test::random_activations(kHidden, rng)));
@@ -617,11 +622,11 @@ TEST(GemvGpu, MoeStepChainWithPdl) {
         for (int g = 0; g < kGroups; ++g) {
             for (int part = 0; part < 2; ++part) {
                 std::vector<double> ref(kPart), abs_sum(kPart);
-                test::reference_gemv(o13[static_cast<size_t>(ids[t][g] * 2 + part)].w, x.data(),
-                                     1, ref.data(), abs_sum.data());
+                test::reference_gemv(o13[static_cast<size_t>(ids[t][g] * 2 + part)].w, x.data(), 1,
+                                     ref.data(), abs_sum.data());
                 for (int64_t r = 0; r < kPart; ++r) {
-                    const float v = h[static_cast<size_t>((t * kGroups + g) * kInter +
-                                                          part * kPart + r)];
+                    const float v =
+                        h[static_cast<size_t>((t * kGroups + g) * kInter + part * kPart + r)];
                     ASSERT_NEAR(v, ref[static_cast<size_t>(r)],
                                 tolerance(c13, abs_sum[static_cast<size_t>(r)],
                                           ref[static_cast<size_t>(r)]))
