@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -40,11 +41,19 @@ class Reader {
 
     long long get_ll(const char* key, long long fallback) {
         if (!has(key)) return fallback;
-        if (!j_[key].is_number()) {
-            errors_.push_back(std::string("\"") + key + "\" must be a number");
+        const json& v = j_[key];
+        if (v.is_number_unsigned() && v.get<unsigned long long>() > LLONG_MAX) {
+            errors_.push_back(std::string("\"") + key + "\" is out of range");
             return fallback;
         }
-        return static_cast<long long>(j_[key].get<double>());
+        if (v.is_number_integer()) return v.get<long long>();
+        // A float is taken only when it is a whole number a long long holds (a cast of 4e50
+        // would be undefined behaviour).
+        if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+            std::fabs(v.get<double>()) < 9e18)
+            return static_cast<long long>(v.get<double>());
+        errors_.push_back(std::string("\"") + key + "\" must be an integer");
+        return fallback;
     }
 
     double get_double(const char* key, bool required, double fallback = 0.0) {

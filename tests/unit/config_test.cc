@@ -156,6 +156,19 @@ TEST(ConfigErrors, WrongType) {
     EXPECT_HAS(error_of(j), "\"hc_eps\" must be a number");
 }
 
+TEST(ConfigErrors, OutOfRangeOrFractionalLength) {
+    // Found by the config fuzzer: a huge float here used to be cast to long long (undefined).
+    json j = base_json();
+    j["max_position_embeddings"] = 4.04444e50;
+    EXPECT_HAS(error_of(j), "\"max_position_embeddings\" must be an integer");
+    j["max_position_embeddings"] = 4096.5;
+    EXPECT_HAS(error_of(j), "\"max_position_embeddings\" must be an integer");
+    j["max_position_embeddings"] = 18446744073709551615ull;
+    EXPECT_HAS(error_of(j), "\"max_position_embeddings\" is out of range");
+    j["max_position_embeddings"] = 8192.0;
+    EXPECT_EQ(error_of(j), "");
+}
+
 TEST(ConfigErrors, UnknownLayerType) {
     json j = base_json();
     j["layer_types"][2] = "full_attention";
