@@ -16,11 +16,11 @@ check() {  # folder, allowed include prefixes (regex)
     fi
   done < <(grep -rn '#include "' "$dir" --include='*.h' --include='*.cc' --include='*.cu' --include='*.cuh')
 }
-check src/base 'base/|dsv4/(status|check)\.h'
-check src/formats 'base/|formats/|dsv4/(status|check)\.h'
-check src/ops 'base/|formats/|ops/|dsv4/(status|check)\.h'
-check src/backend/cpu 'base/|formats/|ops/|backend/cpu/|dsv4/(status|check)\.h'
-check src/backend/cuda 'base/|formats/|ops/|backend/cuda/|dsv4/(status|check)\.h'
-check src/model 'base/|formats/|ops/|model/|dsv4/(status|check)\.h'
+check src/base 'base/|dsv4/(status|check|sampling)\.h'
+check src/formats 'base/|formats/|dsv4/(status|check|sampling)\.h'
+check src/ops 'base/|formats/|ops/|dsv4/(status|check|sampling)\.h'
+check src/backend/cpu 'base/|formats/|ops/|backend/cpu/|dsv4/(status|check|sampling)\.h'
+check src/backend/cuda 'base/|formats/|ops/|backend/cuda/|dsv4/(status|check|sampling)\.h'
+check src/model 'base/|formats/|ops/|model/|dsv4/(status|check|sampling)\.h'
 check src/cli 'dsv4/|cli/'
 exit $fail

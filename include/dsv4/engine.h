@@ -1,5 +1,8 @@
-// dsv4 public API: load a DeepSeek-V4 model folder on a backend, run sequences through it.
-// cli/ and server/ use only the headers of include/dsv4.
+// dsv4 public API: load a DeepSeek-V4 model folder on a backend and run many sequences through
+// it in batched steps. cli/ and server/ use only the headers of include/dsv4.
+//
+// Threading: an Engine and its Sessions are driven by one thread (a server's engine thread);
+// other threads hand it work through their own queues.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/sampling.h"
 #include "dsv4/status.h"
 
 namespace dsv4 {
@@ -16,7 +20,10 @@ struct EngineOptions {
     std::string model_dir;
     std::string device = "cpu";
     int64_t max_context = 4096;  // tokens per sequence the caches hold
-    int max_chunk = 128;         // tokens per internal forward step
+    int max_seqs = 1;            // sequence slots in the cache pool (sessions + requests)
+    double cache_gib = 0;        // > 0: as many slots as this KV-cache budget holds
+    int max_chunk = 128;         // prompt tokens per step; a step holds this + max_seqs tokens
+    int max_queue = 1024;        // requests waiting for a slot before submit refuses more
     int threads = 0;             // 0 = DSV4_THREADS or all cores
 };
 
@@ -29,22 +36,20 @@ struct ModelInfo {
     int hc_mult = 0;
     std::string summary;                      // one line: sizes and layer kinds
     size_t weight_bytes = 0;                  // checkpoint bytes bound
+    std::string cache_entry_type;             // "F32"
+    int max_seqs = 0;                         // cache pool slots
+    int64_t max_context = 0;                  // tokens per slot
     size_t cache_bytes = 0;                   // per sequence, at max_context
     double cache_bytes_per_token = 0;         // compressed entries + indexer keys, amortised
     size_t cache_fixed_bytes = 0;             // rings + compressor states per sequence
+    size_t cache_pool_bytes = 0;              // all slots, allocated at load
+    int step_tokens = 0;                      // tokens one step holds (all rows)
     std::vector<std::string> weight_formats;  // "group: format" lines
-};
-
-struct SamplingOptions {
-    float temperature = 0.0f;  // 0 = greedy
-    int top_k = 0;
-    float top_p = 1.0f;
-    uint64_t seed = 0;
 };
 
 class Engine;
 
-// One sequence: its own caches. Not thread-safe; one engine thread drives all sessions.
+// One sequence holding one cache slot until it is destroyed (it must not outlive its Engine).
 class Session {
   public:
     ~Session();
@@ -66,22 +71,71 @@ class Session {
     std::unique_ptr<Impl> impl_;
 };
 
+// Several sessions fed in one step (each row's tokens at that session's position).
+struct BatchFeed {
+    Session* session = nullptr;
+    std::vector<int32_t> ids;
+    bool all_logits = false;             // [n, V] instead of the last position's [V]
+    std::vector<float>* logits = nullptr;  // may be null
+};
+
+using RequestId = uint64_t;
+
+struct Request {
+    std::vector<int32_t> prompt;  // at least one token
+    int max_tokens = 16;          // tokens to generate (0: prefill only)
+    SamplingParams sampling;
+    bool stop_at_eos = true;
+    // Continue this session's sequence (and keep it there afterwards, the last sampled token
+    // not yet fed); nullptr: the request takes a slot of its own while it runs.
+    Session* session = nullptr;
+};
+
+enum class FinishReason : uint8_t { kNone, kLength, kEos, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);
+
+// What a step produced for one request: a token, and/or the end of the request.
+struct TokenEvent {
+    RequestId id = 0;
+    int32_t token = -1;  // -1: none in this event
+    FinishReason finish = FinishReason::kNone;
+    std::string error;  // with kError
+};
+
 class Engine {
   public:
+    struct Impl;  // opaque: the engine's state (named here so sessions can point to it)
     static Expected<std::unique_ptr<Engine>> create(const EngineOptions& options);
     ~Engine();
     const ModelInfo& info() const;
-    std::unique_ptr<Session> new_session();
 
-    // Prefills `prompt`, then samples up to max_tokens tokens (stopping after EOS when
-    // stop_at_eos). on_token is called for each token as it is produced; returning false stops.
+    // A session with its own cache slot; an error when every slot is held.
+    Expected<std::unique_ptr<Session>> new_session();
+    // One step over several sessions' rows (their tokens together fit step_tokens).
+    Status feed_batch(std::vector<BatchFeed>& feeds);
+
+    // Queues a request (checked now: ids in the vocabulary, prompt within the context, queue
+    // not full). It waits for a free slot, then runs in the batched steps.
+    Expected<RequestId> submit(Request request);
+    // Ends a request at the next step (its slot is freed then); unknown ids are ignored.
+    void cancel(RequestId id);
+    // One batched step: admits waiting requests while slots are free, runs every running
+    // request's decode row plus prompt chunks up to the step's capacity, and appends the
+    // produced tokens and finished requests to `events`.
+    Status step(std::vector<TokenEvent>* events);
+    bool idle() const;      // nothing queued or running
+    size_t queued() const;  // waiting for a slot
+    size_t running() const;
+    int free_slots() const;
+
+    // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
+    // is called for each token as it is produced; returning false stops the request.
     Expected<std::vector<int32_t>> generate(Session& session, const std::vector<int32_t>& prompt,
-                                            int max_tokens, const SamplingOptions& sampling,
+                                            int max_tokens, const SamplingParams& sampling,
                                             bool stop_at_eos,
                                             const std::function<bool(int32_t)>& on_token);
 
   private:
-    struct Impl;
     explicit Engine(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

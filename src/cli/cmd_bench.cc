@@ -32,7 +32,12 @@ int run_bench(BenchArgs a) {
     const ModelInfo& info = (*engine)->info();
     std::vector<int32_t> prompt(a.prompt_len);
     for (int i = 0; i < a.prompt_len; ++i) prompt[i] = (i * 7919 + 13) % info.vocab_size;
-    auto session = (*engine)->new_session();
+    auto made = (*engine)->new_session();
+    if (!made) {
+        print_error(made.status());
+        return 1;
+    }
+    Session* session = made->get();
     using clock = std::chrono::steady_clock;
     double best_prefill = 1e30, best_decode = 1e30;
     std::vector<float> logits;

@@ -26,7 +26,7 @@ struct ChatArgs {
     std::string effort;
     std::string encoding = "v4";
     int max_tokens = 512;
-    SamplingOptions sampling;
+    SamplingParams sampling;
 };
 
 int run_chat(const ChatArgs& a) {
@@ -53,7 +53,12 @@ int run_chat(const ChatArgs& a) {
     opts.version = *version;
     const int32_t eos = (*engine)->info().eos_token_id;
 
-    auto session = (*engine)->new_session();
+    auto made = (*engine)->new_session();
+    if (!made) {
+        print_error(made.status());
+        return 1;
+    }
+    Session* session = made->get();
     chat::Json messages = chat::Json::array();
     if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
     std::vector<int32_t> cached;  // tokens whose K/V are in the session

@@ -23,7 +23,7 @@ struct GenerateArgs {
     std::string tokenizer;  // override for the tokenizer.json path
     bool no_bos = false;
     int max_tokens = 32;
-    SamplingOptions sampling;
+    SamplingParams sampling;
     bool ignore_eos = false;
 };
 
@@ -81,9 +81,13 @@ int run_generate(const GenerateArgs& a) {
     if (tok) stream.emplace(*tok);
     const auto t1 = std::chrono::steady_clock::now();
     auto session = (*engine)->new_session();
+    if (!session) {
+        print_error(session.status());
+        return 1;
+    }
     std::chrono::steady_clock::time_point first;
     int n = 0;
-    auto out = (*engine)->generate(*session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
+    auto out = (*engine)->generate(**session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
                                    [&](int32_t t) {
                                        if (n++ == 0) first = std::chrono::steady_clock::now();
                                        if (stream)
@@ -126,9 +130,14 @@ void set_exit_code(int code) {
 void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
     cmd->add_option("--device", e.device, "cpu (cuda: later)")->capture_default_str();
-    cmd->add_option("--max-context", e.max_context, "Tokens the cache holds")
+    cmd->add_option("--max-context", e.max_context, "Tokens each sequence's cache holds")
         ->capture_default_str();
-    cmd->add_option("--max-chunk", e.max_chunk, "Tokens per forward step")->capture_default_str();
+    cmd->add_option("--max-seqs", e.max_seqs, "Sequence slots in the KV-cache pool")
+        ->capture_default_str();
+    cmd->add_option("--cache-gib", e.cache_gib,
+                    "KV-cache budget in GiB: as many sequence slots as it holds (overrides "
+                    "--max-seqs)");
+    cmd->add_option("--max-chunk", e.max_chunk, "Prompt tokens per forward step")->capture_default_str();
     cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")->capture_default_str();
 }
 

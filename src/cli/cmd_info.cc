@@ -24,11 +24,14 @@ int run_info(const EngineOptions& o) {
     std::printf("weights:        %.3f GiB as stored (read in place, dequantized per row)\n",
                 i.weight_bytes / gib);
     for (const auto& line : i.weight_formats) std::printf("  %s\n", line.c_str());
-    std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (float32)\n",
-                i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0);
-    std::printf("at %lld tokens: %.3f GiB per sequence; memory needed ~%.3f GiB on %s\n",
-                static_cast<long long>(o.max_context), i.cache_bytes / gib,
-                (i.weight_bytes + i.cache_bytes) / gib, o.device.c_str());
+    std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (%s entries)\n",
+                i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0,
+                i.cache_entry_type.c_str());
+    std::printf("at %lld tokens: %.3f GiB per sequence; pool of %d sequence(s): %.3f GiB\n",
+                static_cast<long long>(i.max_context), i.cache_bytes / gib, i.max_seqs,
+                i.cache_pool_bytes / gib);
+    std::printf("step:           up to %d tokens (all rows); memory needed ~%.3f GiB on %s\n",
+                i.step_tokens, (i.weight_bytes + i.cache_pool_bytes) / gib, o.device.c_str());
     return 0;
 }
 

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "formats/safetensors.h"
-#include "model/sampler.h"
 
 namespace dsv4 {
 namespace {
@@ -64,7 +63,7 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
                                             std::max(ids.size(), prompt.size() + gen.size()) + 1);
     DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(options));
     const int L = engine->info().num_layers;
-    auto session = engine->new_session();
+    DSV4_ASSIGN_OR_RETURN(auto session, engine->new_session());
     CheckReport report;
 
     // 1. One pass over the whole sequence, with per-layer taps.
@@ -102,7 +101,7 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
 
     // 3. Greedy continuation of gen_prompt (prefilled as one chunk, then 1-token steps).
     session->reset();
-    auto got = engine->generate(*session, prompt, static_cast<int>(gen.size()), SamplingOptions{},
+    auto got = engine->generate(*session, prompt, static_cast<int>(gen.size()), SamplingParams{},
                                 false, nullptr);
     if (!got) return got.status();
     CheckItem g{"greedy_tokens", 0, 0, false, ""};

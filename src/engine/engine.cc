@@ -1,23 +1,162 @@
-// Engine: owns the backend, the model and the sessions' caches.
+// Engine: owns the backend, the model and the cache pool; sessions hold slots; requests are
+// scheduled into batched steps (decode rows first, then prompt chunks up to the step's size).
 #include "dsv4/engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
 
 #include "backend/cpu/cpu_backend.h"
 #include "base/thread_pool.h"
 #include "model/model.h"
-#include "model/sampler.h"
 
 namespace dsv4 {
 
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kNone: return "none";
+        case FinishReason::kLength: return "length";
+        case FinishReason::kEos: return "stop";
+        case FinishReason::kCancelled: return "cancelled";
+        case FinishReason::kError: return "error";
+    }
+    return "?";
+}
+
+namespace {
+
+// A request from submit to its end.
+struct Running {
+    RequestId id = 0;
+    Request r;
+    CacheSlot own;  // held when the request has no session
+    int slot = -1;
+    int64_t pos = 0;          // tokens in the slot's sequence
+    size_t fed = 0;           // prompt tokens fed
+    int32_t pending = -1;     // sampled token to feed next (decode)
+    int generated = 0;
+    bool cancelled = false;
+    int32_t sampled = -1;     // this step's output
+};
+
+StepRow row(int slot, int64_t pos0, const int32_t* ids, int32_t len) {
+    StepRow r;
+    r.slot = slot;
+    r.pos0 = pos0;
+    r.ids = ids;
+    r.len = len;
+    return r;
+}
+
+}  // namespace
+
+struct Session::Impl {
+    Engine::Impl* engine = nullptr;
+    CacheSlot slot;
+    int64_t pos = 0;
+    bool busy = false;  // a request is running on it
+};
+
 struct Engine::Impl {
+    // One session's part of a feed.
+    struct FeedRow {
+        Session::Impl* s = nullptr;
+        const std::vector<int32_t>* ids = nullptr;
+        bool all = false;
+        std::vector<float>* logits = nullptr;
+    };
+
     EngineOptions options;
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
+    std::unique_ptr<CachePool> pool;
     ModelInfo info;
-};
+    std::deque<Running> waiting;
+    std::map<RequestId, Running> running;  // admission order = id order
+    RequestId next_id = 1;
 
-struct Session::Impl {
-    Model* model = nullptr;
-    std::unique_ptr<KvCache> cache;
+    void seed(int slot, uint64_t seed) {
+        uint64_t s[4];
+        ops::seed_rng(seed, s);
+        backend->upload(pool->rng() + 4 * int64_t{slot}, s, sizeof(s));
+    }
+
+    // Feeds sessions' tokens: one row alone is split into steps of step_tokens; several rows
+    // go in one step.
+    Status feed(const std::vector<FeedRow>& rows, const LayerTap& tap) {
+        const int cap = model->step_tokens();
+        const int64_t V = info.vocab_size;
+        int64_t total = 0;
+        for (const FeedRow& f : rows) {
+            if (f.ids->empty()) return error("feed: no tokens");
+            if (f.s->busy) return error("feed: a request is running on this session");
+            if (f.s->pos + static_cast<int64_t>(f.ids->size()) > pool->layout().max_context)
+                return error("context full: ", f.s->pos, " + ", f.ids->size(),
+                             " tokens exceed the cache capacity of ", pool->layout().max_context,
+                             " (raise --max-context)");
+            total += static_cast<int64_t>(f.ids->size());
+        }
+        if (rows.size() > 1 && total > cap)
+            return error("feed_batch: ", total, " tokens exceed the step capacity of ", cap);
+        if (rows.size() > 1 && tap) return error("feed_batch: taps need a single row");
+        if (rows.size() == 1) {
+            const FeedRow& f = rows[0];
+            const int64_t n = static_cast<int64_t>(f.ids->size());
+            std::vector<float> all, piece;
+            for (int64_t done = 0; done < n;) {
+                const int32_t c = static_cast<int32_t>(std::min<int64_t>(cap, n - done));
+                StepRow r = row(f.s->slot.index(), f.s->pos, f.ids->data() + done, c);
+                r.logits = f.all ? LogitsWanted::kAll
+                                 : (done + c == n && f.logits ? LogitsWanted::kLast
+                                                              : LogitsWanted::kNone);
+                r.logits_out = &piece;
+                DSV4_RETURN_IF_ERROR(model->run_step(*pool, {&r, 1}, tap));
+                f.s->pos += c;
+                if (f.all) all.insert(all.end(), piece.begin(), piece.end());
+                done += c;
+            }
+            if (f.logits) *f.logits = f.all ? std::move(all) : std::move(piece);
+            return Status::ok();
+        }
+        std::vector<StepRow> step;
+        for (const FeedRow& f : rows) {
+            StepRow& r = step.emplace_back(row(f.s->slot.index(), f.s->pos, f.ids->data(),
+                                               static_cast<int32_t>(f.ids->size())));
+            r.logits = f.logits ? (f.all ? LogitsWanted::kAll : LogitsWanted::kLast)
+                                : LogitsWanted::kNone;
+            r.logits_out = f.logits;
+        }
+        DSV4_RETURN_IF_ERROR(model->run_step(*pool, step));
+        for (const FeedRow& f : rows) f.s->pos += static_cast<int64_t>(f.ids->size());
+        (void)V;
+        return Status::ok();
+    }
+
+    // Moves waiting requests into slots while there are free ones.
+    void admit() {
+        while (!waiting.empty()) {
+            Running& w = waiting.front();
+            if (w.r.session == nullptr) {
+                auto slot = pool->acquire();
+                if (!slot) break;  // full: wait for a slot
+                w.own = std::move(*slot);
+                w.slot = w.own.index();
+                w.pos = 0;
+            }
+            seed(w.slot, w.r.sampling.seed);
+            const RequestId id = w.id;
+            running.emplace(id, std::move(w));
+            waiting.pop_front();
+        }
+    }
+
+    void finish(Running& q, FinishReason why, std::vector<TokenEvent>* events, int32_t token = -1,
+                std::string err = {}) {
+        events->push_back({q.id, token, why, std::move(err)});
+        if (q.r.session != nullptr) q.r.session->impl_->busy = false;
+    }
+
+    Status step(std::vector<TokenEvent>* events);
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -25,29 +164,31 @@ Session::~Session() = default;
 
 Status Session::feed(const std::vector<int32_t>& ids, std::vector<float>* all_logits,
                      std::vector<float>* last_logits) {
-    if (ids.empty()) return error("feed: no tokens");
-    const int64_t V = impl_->model->config().vocab_size;
-    if (all_logits) all_logits->resize(ids.size() * V);
-    if (last_logits) last_logits->resize(V);
-    return impl_->model->forward(*impl_->cache, ids.data(), static_cast<int64_t>(ids.size()),
-                                 all_logits ? all_logits->data() : nullptr,
-                                 last_logits ? last_logits->data() : nullptr);
+    if (all_logits && last_logits) {
+        DSV4_RETURN_IF_ERROR(impl_->engine->feed({{impl_.get(), &ids, true, all_logits}}, nullptr));
+        const int64_t V = impl_->engine->info.vocab_size;
+        last_logits->assign(all_logits->end() - V, all_logits->end());
+        return Status::ok();
+    }
+    return impl_->engine->feed(
+        {{impl_.get(), &ids, all_logits != nullptr, all_logits ? all_logits : last_logits}},
+        nullptr);
 }
 
 Status Session::feed_with_taps(const std::vector<int32_t>& ids, std::vector<float>* all_logits,
                                const std::function<void(int, const float*, int64_t)>& tap) {
-    if (ids.empty()) return error("feed: no tokens");
-    const int64_t V = impl_->model->config().vocab_size;
-    if (all_logits) all_logits->resize(ids.size() * V);
-    return impl_->model->forward(*impl_->cache, ids.data(), static_cast<int64_t>(ids.size()),
-                                 all_logits ? all_logits->data() : nullptr, nullptr, tap);
+    std::vector<float> scratch;
+    return impl_->engine->feed({{impl_.get(), &ids, true, all_logits ? all_logits : &scratch}},
+                               tap);
 }
 
 int64_t Session::position() const {
-    return impl_->cache->position();
+    return impl_->pos;
 }
+
 void Session::reset() {
-    impl_->cache->reset();
+    impl_->engine->pool->reset(impl_->slot.index());
+    impl_->pos = 0;
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -57,6 +198,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
     if (options.max_context <= 0) return error("max_context must be > 0");
+    if (options.max_chunk <= 0) return error("max_chunk must be > 0");
+    if (options.max_seqs <= 0) return error("max_seqs must be > 0");
+    if (options.max_queue < 0) return error("max_queue must be >= 0");
+    if (options.cache_gib < 0) return error("cache budget must be >= 0");
     if (options.threads > 0) set_num_threads(options.threads);
     if (options.device == "cpu") {
         impl->backend = make_cpu_backend();
@@ -67,24 +212,46 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     } else {
         return error("unknown device '", options.device, "' (cpu or cuda)");
     }
-    auto model = Model::load(options.model_dir, *impl->backend, options.max_chunk);
+    auto cfg = load_model_config(options.model_dir + "/config.json");
+    if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
+    // The cache first: its size is the one most likely not to fit, and checking it needs
+    // only the config.
+    CacheLayout layout{options.max_seqs, options.max_context, DType::kF32};
+    const CacheFootprint fp = cache_footprint(*cfg, layout.entry);
+    if (options.cache_gib > 0) {
+        const double per_seq = fp.per_sequence(options.max_context);
+        const double fit = options.cache_gib * (1 << 30) / per_seq;
+        if (fit < 1)
+            return error("a KV-cache budget of ", options.cache_gib, " GiB holds no sequence of ",
+                         options.max_context, " tokens (", per_seq / (1 << 30), " GiB each)");
+        layout.max_seqs = static_cast<int>(std::min(fit, 1e6));
+    }
+    auto pool = CachePool::create(*cfg, *impl->backend, layout);
+    if (!pool) return pool.status();
+    impl->pool = std::move(*pool);
+    auto model =
+        Model::load(options.model_dir, *impl->backend, options.max_chunk + layout.max_seqs);
     if (!model) return model.status().with_context("loading " + options.model_dir);
     impl->model = std::move(*model);
     const ModelConfig& c = impl->model->config();
-    impl->info.vocab_size = c.vocab_size;
-    impl->info.bos_token_id = c.bos_token_id;
-    impl->info.eos_token_id = c.eos_token_id;
-    impl->info.num_layers = c.num_layers;
-    impl->info.hidden_size = c.hidden_size;
-    impl->info.hc_mult = c.hc_mult;
-    impl->info.summary = c.summary();
-    impl->info.weight_bytes = impl->model->weights().bytes;
-    const CacheFootprint fp = cache_footprint(c);
-    impl->info.cache_bytes_per_token = fp.bytes_per_token;
-    impl->info.cache_fixed_bytes = fp.fixed_bytes;
-    impl->info.cache_bytes =
-        fp.fixed_bytes + static_cast<size_t>(fp.bytes_per_token * options.max_context);
-    impl->info.weight_formats = describe_weight_formats(impl->model->weights());
+    ModelInfo& i = impl->info;
+    i.vocab_size = c.vocab_size;
+    i.bos_token_id = c.bos_token_id;
+    i.eos_token_id = c.eos_token_id;
+    i.num_layers = c.num_layers;
+    i.hidden_size = c.hidden_size;
+    i.hc_mult = c.hc_mult;
+    i.summary = c.summary();
+    i.weight_bytes = impl->model->weights().bytes;
+    i.cache_entry_type = std::string(dtype_name(layout.entry));
+    i.max_seqs = layout.max_seqs;
+    i.max_context = layout.max_context;
+    i.cache_bytes_per_token = fp.bytes_per_token;
+    i.cache_fixed_bytes = static_cast<size_t>(fp.fixed_bytes);
+    i.cache_bytes = static_cast<size_t>(fp.per_sequence(options.max_context));
+    i.cache_pool_bytes = impl->pool->bytes();
+    i.step_tokens = impl->model->step_tokens();
+    i.weight_formats = impl->model->weights().formats;
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -92,30 +259,194 @@ const ModelInfo& Engine::info() const {
     return impl_->info;
 }
 
-std::unique_ptr<Session> Engine::new_session() {
+Expected<std::unique_ptr<Session>> Engine::new_session() {
+    DSV4_ASSIGN_OR_RETURN(CacheSlot slot, impl_->pool->acquire());
     auto s = std::make_unique<Session::Impl>();
-    s->model = impl_->model.get();
-    s->cache = std::make_unique<KvCache>(impl_->model->config(), *impl_->backend,
-                                         impl_->options.max_context);
+    s->engine = impl_.get();
+    s->slot = std::move(slot);
     return std::unique_ptr<Session>(new Session(std::move(s)));
+}
+
+Status Engine::feed_batch(std::vector<BatchFeed>& feeds) {
+    if (feeds.empty()) return error("feed_batch: no rows");
+    std::vector<Impl::FeedRow> rows;
+    for (BatchFeed& f : feeds) {
+        if (f.session == nullptr) return error("feed_batch: a row has no session");
+        for (const Impl::FeedRow& r : rows)
+            if (r.s == f.session->impl_.get()) return error("feed_batch: a session appears twice");
+        rows.push_back({f.session->impl_.get(), &f.ids, f.all_logits, f.logits});
+    }
+    return impl_->feed(rows, nullptr);
+}
+
+Expected<RequestId> Engine::submit(Request r) {
+    Impl& e = *impl_;
+    if (r.prompt.empty()) return error("the prompt has no tokens");
+    if (r.max_tokens < 0) return error("max_tokens must be >= 0, got ", r.max_tokens);
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+        if (r.prompt[i] < 0 || r.prompt[i] >= e.info.vocab_size)
+            return error("token id ", r.prompt[i], " at index ", i,
+                         " is outside the vocabulary [0, ", e.info.vocab_size, ")");
+    const int64_t start = r.session ? r.session->impl_->pos : 0;
+    if (start + static_cast<int64_t>(r.prompt.size()) > e.info.max_context)
+        return error("the prompt (", r.prompt.size(), " tokens after ", start,
+                     " already in the sequence) is longer than the context of ",
+                     e.info.max_context, " tokens");
+    if (r.session != nullptr && r.session->impl_->busy)
+        return error("a request is already running on this session");
+    if (e.waiting.size() >= static_cast<size_t>(e.options.max_queue))
+        return error("the request queue is full (", e.options.max_queue, " waiting)");
+    Running q;
+    q.id = e.next_id++;
+    q.r = std::move(r);
+    if (q.r.session != nullptr) {
+        Session::Impl& s = *q.r.session->impl_;
+        s.busy = true;
+        q.slot = s.slot.index();
+        q.pos = s.pos;
+    }
+    const RequestId id = q.id;
+    e.waiting.push_back(std::move(q));
+    return id;
+}
+
+void Engine::cancel(RequestId id) {
+    for (Running& w : impl_->waiting)
+        if (w.id == id) w.cancelled = true;
+    auto it = impl_->running.find(id);
+    if (it != impl_->running.end()) it->second.cancelled = true;
+}
+
+Status Engine::step(std::vector<TokenEvent>* events) {
+    return impl_->step(events);
+}
+
+Status Engine::Impl::step(std::vector<TokenEvent>* events) {
+    // Cancelled requests end first (queued ones never take a slot).
+    for (auto it = waiting.begin(); it != waiting.end();) {
+        if (!it->cancelled) {
+            ++it;
+            continue;
+        }
+        finish(*it, FinishReason::kCancelled, events);
+        it = waiting.erase(it);
+    }
+    for (auto it = running.begin(); it != running.end();) {
+        if (!it->second.cancelled) {
+            ++it;
+            continue;
+        }
+        finish(it->second, FinishReason::kCancelled, events);
+        it = running.erase(it);
+    }
+    admit();
+    if (running.empty()) return Status::ok();
+
+    // Decode rows first (one token each), then prompt chunks in admission order.
+    const int64_t max_context = pool->layout().max_context;
+    int budget = model->step_tokens();
+    std::vector<StepRow> rows;
+    std::vector<Running*> owners;
+    for (auto& [id, q] : running) {
+        if (q.pending < 0) continue;
+        q.sampled = -1;
+        StepRow& r = rows.emplace_back(row(q.slot, q.pos, &q.pending, 1));
+        r.sample = true;
+        r.sampling = q.r.sampling;
+        r.sampled_out = &q.sampled;
+        owners.push_back(&q);
+        --budget;
+    }
+    for (auto& [id, q] : running) {
+        if (q.pending >= 0 || budget <= 0) continue;
+        const int64_t left = static_cast<int64_t>(q.r.prompt.size() - q.fed);
+        const int32_t c = static_cast<int32_t>(
+            std::min<int64_t>({left, budget, static_cast<int64_t>(options.max_chunk)}));
+        const bool last = c == left;
+        q.sampled = -1;
+        StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.r.prompt.data() + q.fed, c));
+        r.sample = last && q.r.max_tokens > 0;
+        r.sampling = q.r.sampling;
+        r.sampled_out = &q.sampled;
+        owners.push_back(&q);
+        budget -= c;
+    }
+    Status st = model->run_step(*pool, rows);
+    if (!st.is_ok()) {
+        // Rows were checked at submit; a failure here ends the step's requests, not the engine.
+        for (Running* q : owners) {
+            const RequestId id = q->id;
+            finish(*q, FinishReason::kError, events, -1, st.message());
+            running.erase(id);
+        }
+        return Status::ok();
+    }
+    for (size_t i = 0; i < rows.size(); ++i) {
+        Running& q = *owners[i];
+        const bool decode_row = q.pending >= 0;
+        q.pos += rows[i].len;
+        if (!decode_row) q.fed += rows[i].len;
+        if (q.r.session != nullptr) q.r.session->impl_->pos = q.pos;
+        q.pending = -1;
+        if (q.fed < q.r.prompt.size()) continue;  // more prompt chunks to come
+        const RequestId id = q.id;
+        if (q.r.max_tokens == 0) {
+            finish(q, FinishReason::kLength, events);
+            running.erase(id);
+            continue;
+        }
+        const int32_t tok = q.sampled;
+        ++q.generated;
+        FinishReason why = FinishReason::kNone;
+        if (q.r.stop_at_eos && tok == info.eos_token_id)
+            why = FinishReason::kEos;
+        else if (q.generated >= q.r.max_tokens || q.pos >= max_context)
+            why = FinishReason::kLength;  // or no room to feed the token: the context is full
+        if (why != FinishReason::kNone) {
+            finish(q, why, events, tok);
+            running.erase(id);
+            continue;
+        }
+        events->push_back({id, tok, FinishReason::kNone, {}});
+        q.pending = tok;
+    }
+    return Status::ok();
+}
+
+bool Engine::idle() const {
+    return impl_->waiting.empty() && impl_->running.empty();
+}
+size_t Engine::queued() const {
+    return impl_->waiting.size();
+}
+size_t Engine::running() const {
+    return impl_->running.size();
+}
+int Engine::free_slots() const {
+    return impl_->pool->free_slots();
 }
 
 Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const std::vector<int32_t>& prompt, int max_tokens,
-                                                const SamplingOptions& sampling, bool stop_at_eos,
+                                                const SamplingParams& sampling, bool stop_at_eos,
                                                 const std::function<bool(int32_t)>& on_token) {
+    if (!idle()) return error("generate: the engine is running other requests");
+    DSV4_ASSIGN_OR_RETURN(RequestId id,
+                          submit({prompt, max_tokens, sampling, stop_at_eos, &session}));
     std::vector<int32_t> out;
-    std::vector<float> logits;
-    DSV4_RETURN_IF_ERROR(session.feed(prompt, nullptr, &logits));
-    Sampler sampler({sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed});
-    const int64_t V = impl_->info.vocab_size;
-    for (int i = 0; i < max_tokens; ++i) {
-        const int32_t tok = sampler.sample(logits.data(), V);
-        out.push_back(tok);
-        if (on_token && !on_token(tok)) break;
-        if (stop_at_eos && tok == impl_->info.eos_token_id) break;
-        if (i + 1 == max_tokens) break;
-        DSV4_RETURN_IF_ERROR(session.feed({tok}, nullptr, &logits));
+    std::vector<TokenEvent> events;
+    for (bool done = false; !done;) {
+        events.clear();
+        DSV4_RETURN_IF_ERROR(step(&events));
+        for (const TokenEvent& ev : events) {
+            if (ev.id != id) continue;
+            if (ev.token >= 0) {
+                out.push_back(ev.token);
+                if (on_token && !on_token(ev.token)) cancel(id);
+            }
+            if (ev.finish == FinishReason::kError) return error(ev.error);
+            if (ev.finish != FinishReason::kNone) done = true;
+        }
     }
     return out;
 }

@@ -9,125 +9,268 @@
 
 namespace dsv4 {
 
-Model::Model(ModelConfig cfg, TensorStore store, Backend& backend, int max_chunk)
-    : cfg_(std::move(cfg)), store_(std::move(store)), backend_(backend), max_chunk_(max_chunk) {}
+Model::Model(ModelConfig cfg, TensorStore store, Backend& backend)
+    : cfg_(std::move(cfg)), store_(std::move(store)), backend_(backend) {}
+
+Model::~Model() {
+    for (void* b : blocks_) backend_.free(b);
+}
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& backend,
-                                             int max_chunk) {
+                                             int step_tokens) {
     namespace fs = std::filesystem;
-    if (max_chunk <= 0) return error("max_chunk must be > 0");
+    if (step_tokens <= 0) return error("step_tokens must be > 0, got ", step_tokens);
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg,
                           load_model_config((fs::path(dir) / "config.json").string()));
     DSV4_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open(dir));
-    std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend, max_chunk));
+    std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend));
     DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend));
     DSV4_LOG_INFO("loaded ", dir, ": ", m->cfg_.summary());
 
     const ModelConfig& c = m->cfg_;
-    auto upload_freq = [&](const RopeParams& p) {
+    auto upload_freq = [&](const RopeParams& p) -> Expected<RopeTable> {
         std::vector<float> f = rope_inv_freq(p, c.rope_dim);
-        float* d = backend.alloc_array<float>(static_cast<int64_t>(f.size()));
+        DSV4_ASSIGN_OR_RETURN(void* d, backend.try_alloc(f.size() * sizeof(float)));
+        m->blocks_.push_back(d);
         backend.upload(d, f.data(), f.size() * sizeof(float));
-        return RopeTable{d, static_cast<float>(p.attention_factor)};
+        return RopeTable{static_cast<const float*>(d), static_cast<float>(p.attention_factor)};
     };
-    m->rope_main_ = upload_freq(c.rope_main);
-    m->rope_compress_ = upload_freq(c.rope_compress);
-
-    const int64_t T = max_chunk, D = c.hidden_size, n = c.hc_mult;
-    const int64_t cw = 2 * std::max(c.head_dim, std::max(c.index_head_dim, 1));
-    auto f = [&](int64_t count) { return backend.alloc_array<float>(count); };
-    Workspace& ws = m->ws_;
-    ws.ids = backend.alloc_array<int32_t>(T);
-    ws.streams = f(T * n * D);
-    ws.streams_next = f(T * n * D);
-    ws.y = f(T * D);
-    ws.xn = f(T * D);
-    ws.post = f(T * n);
-    ws.comb = f(T * n * n);
-    ws.qa = f(T * c.q_lora_rank);
-    ws.q = f(T * c.num_heads * c.head_dim);
-    ws.kv = f(T * c.head_dim);
-    ws.o = f(T * c.num_heads * c.head_dim);
-    ws.u = f(T * c.o_groups * c.o_lora_rank);
-    ws.sub_out = f(T * D);
-    ws.ckv = f(T * cw);
-    ws.cgate = f(T * cw);
-    ws.qi = f(T * std::max(1, c.index_n_heads * c.index_head_dim));
-    ws.wts = f(T * std::max(1, c.index_n_heads));
-    ws.topk = backend.alloc_array<int32_t>(T * std::max(1, c.index_topk));
-    ws.router_logits = f(T * c.n_routed_experts);
-    ws.sel = backend.alloc_array<int32_t>(T * c.num_experts_per_tok);
-    ws.route_w = f(T * c.num_experts_per_tok);
-    ws.sh_g = f(T * c.moe_intermediate_size);
-    ws.sh_u = f(T * c.moe_intermediate_size);
-    ws.sh_out = f(T * D);
-    ws.logits = f(T * c.vocab_size);
+    DSV4_ASSIGN_OR_RETURN(m->rope_main_, upload_freq(c.rope_main));
+    DSV4_ASSIGN_OR_RETURN(m->rope_compress_, upload_freq(c.rope_compress));
+    // Buckets 1, 2, 4, ... and step_tokens itself.
+    for (int cap = 1; cap < step_tokens; cap *= 2) DSV4_RETURN_IF_ERROR(m->make_workspace(cap));
+    DSV4_RETURN_IF_ERROR(m->make_workspace(step_tokens));
+    backend.synchronize();
     return m;
 }
 
-Status Model::validate_ids(const int32_t* ids, int64_t T) const {
-    for (int64_t i = 0; i < T; ++i)
-        if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-            return error("token id ", ids[i], " at index ", i, " is outside the vocabulary [0, ",
-                         cfg_.vocab_size, ")");
-    return Status::ok();
-}
-
-Status Model::forward(KvCache& cache, const int32_t* ids, int64_t T, float* logits,
-                      float* last_logits, const LayerTap& tap) {
-    DSV4_RETURN_IF_ERROR(validate_ids(ids, T));
-    DSV4_RETURN_IF_ERROR(cache.reserve(T));
-    const int64_t V = cfg_.vocab_size;
-    for (int64_t done = 0; done < T;) {
-        const int64_t c = std::min<int64_t>(max_chunk_, T - done);
-        backend_.upload(ws_.ids, ids + done, c * sizeof(int32_t));
-        step(cache, c, tap);
-        if (logits != nullptr)
-            backend_.download(logits + done * V, ws_.logits, c * V * sizeof(float));
-        if (last_logits != nullptr && done + c == T)
-            backend_.download(last_logits, ws_.logits + (c - 1) * V, V * sizeof(float));
-        done += c;
+Status Model::make_workspace(int capacity) {
+    const ModelConfig& c = cfg_;
+    const int64_t T = capacity, D = c.hidden_size, n = c.hc_mult;
+    auto ws = std::make_unique<Workspace>();
+    ws->capacity = capacity;
+    // One block for the whole bucket, carved below (every piece 64-byte aligned).
+    struct Piece {
+        void** dst;
+        int64_t bytes;
+    };
+    std::vector<Piece> pieces;
+    auto f = [&](float** p, int64_t count) {
+        pieces.push_back({reinterpret_cast<void**>(p), count * 4});
+    };
+    auto i32 = [&](int32_t** p, int64_t count) {
+        pieces.push_back({reinterpret_cast<void**>(p), count * 4});
+    };
+    auto i64 = [&](int64_t** p, int64_t count) {
+        pieces.push_back({reinterpret_cast<void**>(p), count * 8});
+    };
+    i32(&ws->ids, T);
+    i32(&ws->tok_row, T);
+    i64(&ws->tok_pos, T);
+    i32(&ws->row_slot, T);
+    i32(&ws->row_start, T);
+    i32(&ws->row_len, T);
+    i64(&ws->row_pos0, T);
+    i32(&ws->logit_idx, T);
+    pieces.push_back({reinterpret_cast<void**>(&ws->sampling),
+                      T * static_cast<int64_t>(sizeof(SamplingParams))});
+    i32(&ws->sample_slot, T);
+    i32(&ws->sampled, T);
+    f(&ws->streams, T * n * D);
+    f(&ws->streams_next, T * n * D);
+    f(&ws->y, T * D);
+    f(&ws->xn, T * D);
+    f(&ws->post, T * n);
+    f(&ws->comb, T * n * n);
+    f(&ws->qa, T * c.q_lora_rank);
+    f(&ws->q, T * c.num_heads * c.head_dim);
+    f(&ws->kv, T * c.head_dim);
+    f(&ws->o, T * c.num_heads * c.head_dim);
+    f(&ws->u, T * c.o_groups * c.o_lora_rank);
+    f(&ws->sub_out, T * D);
+    f(&ws->ckv, T * 2 * c.head_dim);
+    f(&ws->cgate, T * 2 * c.head_dim);
+    f(&ws->ikv, T * 2 * std::max(1, c.index_head_dim));
+    f(&ws->igate, T * 2 * std::max(1, c.index_head_dim));
+    f(&ws->qi, T * std::max(1, c.index_n_heads * c.index_head_dim));
+    f(&ws->wts, T * std::max(1, c.index_n_heads));
+    i32(&ws->topk, T * std::max(1, c.index_topk));
+    f(&ws->router_logits, T * c.n_routed_experts);
+    i32(&ws->sel, T * c.num_experts_per_tok);
+    f(&ws->route_w, T * c.num_experts_per_tok);
+    f(&ws->shared, T * (2 * int64_t{c.moe_intermediate_size} + D));
+    f(&ws->head_streams, T * n * D);
+    f(&ws->head_y, T * D);
+    f(&ws->head_xn, T * D);
+    f(&ws->logits, T * c.vocab_size);
+    int64_t total = 0;
+    for (const Piece& p : pieces) total += (p.bytes + 63) / 64 * 64;
+    auto block = backend_.try_alloc(static_cast<size_t>(total));
+    if (!block) return block.status().with_context("activation workspace for " +
+                                                   std::to_string(capacity) + " tokens");
+    blocks_.push_back(*block);
+    char* at = static_cast<char*>(*block);
+    for (const Piece& p : pieces) {
+        *p.dst = at;
+        at += (p.bytes + 63) / 64 * 64;
     }
+    ws->step = {ws->ids, ws->tok_row, ws->tok_pos, ws->row_slot, ws->row_start, ws->row_len,
+                ws->row_pos0, 0, 0};
+    buckets_.push_back(std::move(ws));
     return Status::ok();
 }
 
-// One chunk of T tokens at the cache position: the layer stack, hc head, norm and logits.
-void Model::step(KvCache& cache, int64_t T, const LayerTap& tap) {
+Status Model::validate(const CachePool& pool, std::span<const StepRow> rows) const {
+    if (rows.empty()) return error("a step needs at least one row");
+    int64_t T = 0;
+    std::vector<bool> seen(pool.layout().max_seqs, false);
+    for (const StepRow& r : rows) {
+        if (r.len <= 0) return error("a step row needs at least one token");
+        if (r.slot < 0 || r.slot >= pool.layout().max_seqs || seen[r.slot])
+            return error("step row slot ", r.slot, " is invalid or used twice");
+        seen[r.slot] = true;
+        if (r.pos0 < 0 || r.pos0 + r.len > pool.layout().max_context)
+            return error("context full: ", r.pos0, " + ", r.len,
+                         " tokens exceed the cache capacity of ", pool.layout().max_context,
+                         " (raise --max-context)");
+        for (int32_t i = 0; i < r.len; ++i)
+            if (r.ids[i] < 0 || r.ids[i] >= cfg_.vocab_size)
+                return error("token id ", r.ids[i], " at index ", i,
+                             " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+        T += r.len;
+    }
+    if (T > step_tokens())
+        return error("a step of ", T, " tokens exceeds the step capacity of ", step_tokens());
+    return Status::ok();
+}
+
+Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const LayerTap& tap) {
+    DSV4_RETURN_IF_ERROR(validate(pool, rows));
+    const ModelConfig& c = cfg_;
+    const int64_t V = c.vocab_size, width = int64_t{c.hc_mult} * c.hidden_size;
+    // The descriptor, and the logit rows: sampled rows' last tokens first (the sampling op
+    // reads the first Rs), then every other token whose logits are asked for.
+    host_.clear();
+    std::vector<int32_t> logit_idx, sample_slot;
+    std::vector<SamplingParams> sampling;
+    for (const StepRow& r : rows) {
+        const int32_t start = host_.T();
+        host_.add_row(r.slot, r.pos0, r.len, r.ids);
+        if (r.sample) {
+            logit_idx.push_back(start + r.len - 1);
+            sample_slot.push_back(r.slot);
+            sampling.push_back(r.sampling);
+        }
+    }
+    const int Rs = static_cast<int>(logit_idx.size());
+    std::vector<int64_t> logits_at(rows.size(), -1);  // first logit row of each step row
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const StepRow& r = rows[i];
+        if (r.logits == LogitsWanted::kNone) continue;
+        logits_at[i] = static_cast<int64_t>(logit_idx.size());
+        const int32_t start = host_.row_start[i];
+        for (int32_t t = r.logits == LogitsWanted::kAll ? 0 : r.len - 1; t < r.len; ++t)
+            logit_idx.push_back(start + t);
+    }
+    const Dims d{host_.T(), host_.B(), static_cast<int>(logit_idx.size()), Rs};
+    const Workspace* ws = nullptr;
+    for (const auto& b : buckets_)
+        if (b->capacity >= d.T) {
+            ws = b.get();
+            break;
+        }
+    if (tap && capture_ == nullptr) {
+        auto cap = backend_.try_alloc(static_cast<size_t>(c.num_layers + 1) * step_tokens() *
+                                      width * sizeof(float));
+        if (!cap) return cap.status().with_context("layer capture buffer");
+        capture_ = static_cast<float*>(*cap);
+        blocks_.push_back(capture_);
+    }
+
+    // One write of the descriptor, the step, then the outputs.
+    auto up = [&](void* dst, const auto& v) {
+        backend_.upload(dst, v.data(), v.size() * sizeof(v[0]));
+    };
+    up(ws->ids, host_.ids);
+    up(ws->tok_row, host_.tok_row);
+    up(ws->tok_pos, host_.tok_pos);
+    up(ws->row_slot, host_.row_slot);
+    up(ws->row_start, host_.row_start);
+    up(ws->row_len, host_.row_len);
+    up(ws->row_pos0, host_.row_pos0);
+    up(ws->logit_idx, logit_idx);
+    if (Rs > 0) {
+        up(ws->sampling, sampling);
+        up(ws->sample_slot, sample_slot);
+    }
+    forward(*ws, pool, d, tap ? capture_ : nullptr);
+    std::vector<int32_t> sampled(Rs);
+    if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const StepRow& r = rows[i];
+        if (logits_at[i] < 0 || r.logits_out == nullptr) continue;
+        const int64_t n = r.logits == LogitsWanted::kAll ? r.len : 1;
+        r.logits_out->resize(n * V);
+        backend_.download(r.logits_out->data(), ws->logits + logits_at[i] * V,
+                          n * V * sizeof(float));
+    }
+    std::vector<float> captured;
+    if (tap) {
+        captured.resize(static_cast<size_t>(c.num_layers + 1) * d.T * width);
+        for (int l = 0; l <= c.num_layers; ++l)
+            backend_.download(captured.data() + l * d.T * width,
+                              capture_ + l * int64_t{step_tokens()} * width,
+                              d.T * width * sizeof(float));
+    }
+    backend_.synchronize();
+    for (int i = 0, s = 0; i < static_cast<int>(rows.size()); ++i)
+        if (rows[i].sample && rows[i].sampled_out) *rows[i].sampled_out = sampled[s++];
+    if (tap)
+        for (int l = 0; l <= c.num_layers; ++l)
+            tap(l, captured.data() + l * d.T * width, l < c.num_layers ? d.T : d.R);
+    return Status::ok();
+}
+
+// One step: the layer stack over all T tokens, then hc head, norm, head and sampling for the
+// R logit rows only. Host values used here are the batch's shape, never positions.
+void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture) {
     const ModelConfig& c = cfg_;
     const int n = c.hc_mult, D = c.hidden_size;
+    const int64_t T = d.T, width = int64_t{n} * D, cap_stride = int64_t{step_tokens()} * width;
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
-    const int64_t pos0 = cache.position();
+    ops::StepDesc st = ws.step;
+    st.T = d.T;
+    st.B = d.B;
+    Workspace w2 = ws;  // the step's view: descriptor sizes set
+    w2.step = st;
     Backend& b = backend_;
-    b.embed({ws_.ids, &w_.embed, ws_.streams, T, n});
+    b.embed({st.ids, &w_.embed, ws.streams, T, n});
     for (int l = 0; l < c.num_layers; ++l) {
         const LayerWeights& w = w_.layers[l];
         // Attention sub-block, then FFN sub-block, each wrapped in mHC pre/post.
-        b.hc_pre({ws_.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws_.y, ws_.post,
-                  ws_.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-        b.rms_norm({ws_.y, w.attn_norm, ws_.xn, T, D, eps});
-        attention_block(w, c.layers[l], cache.layer(l), pos0, T, ws_.xn, ws_.sub_out);
-        b.hc_post({ws_.sub_out, ws_.streams, ws_.post, ws_.comb, ws_.streams_next, T, n, D});
-        b.hc_pre({ws_.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws_.y, ws_.post,
-                  ws_.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-        b.rms_norm({ws_.y, w.ffn_norm, ws_.xn, T, D, eps});
-        ffn_block(w, T, ws_.xn, ws_.sub_out);
-        b.hc_post({ws_.sub_out, ws_.streams_next, ws_.post, ws_.comb, ws_.streams, T, n, D});
-        if (tap) {
-            std::vector<float> host(T * n * D);
-            b.download(host.data(), ws_.streams, host.size() * sizeof(float));
-            tap(l, host.data(), T);
-        }
+        b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post,
+                  ws.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
+        b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps});
+        attention_block(w2, w, c.layers[l], pool.layer(l), T, ws.xn, ws.sub_out);
+        b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D});
+        b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post,
+                  ws.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
+        b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps});
+        ffn_block(w2, w, T, ws.xn, ws.sub_out);
+        b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D});
+        if (capture) b.copy(capture + l * cap_stride, ws.streams, T * width * sizeof(float));
     }
-    b.hc_head({ws_.streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws_.y, T, n, D, eps,
-               hc_eps});
-    b.rms_norm({ws_.y, w_.norm, ws_.xn, T, D, eps});
-    if (tap) {
-        std::vector<float> host(T * D);
-        b.download(host.data(), ws_.xn, host.size() * sizeof(float));
-        tap(c.num_layers, host.data(), T);
-    }
-    b.linear({ws_.xn, &w_.head, ws_.logits, T, c.vocab_size});
-    cache.advance(T);
+    if (d.R == 0) return;
+    b.gather_rows({ws.streams, ws.logit_idx, ws.head_streams, d.R, width});
+    b.hc_head({ws.head_streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws.head_y, d.R,
+               n, D, eps, hc_eps});
+    b.rms_norm({ws.head_y, w_.norm, ws.head_xn, d.R, D, eps});
+    if (capture)
+        b.copy(capture + c.num_layers * cap_stride, ws.head_xn, d.R * int64_t{D} * sizeof(float));
+    b.linear({ws.head_xn, &w_.head, ws.logits, d.R, c.vocab_size});
+    if (d.Rs > 0)
+        b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
+                  c.vocab_size});
 }
 
 }  // namespace dsv4

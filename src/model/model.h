@@ -1,56 +1,87 @@
-// DeepSeek-V4: config + bound weights + activation workspace on one backend, and the forward
-// pass over a chunk of tokens of one sequence.
+// DeepSeek-V4: config + bound weights + activation workspaces on one backend, and the batched
+// forward step: B rows (decode rows and prefill chunks of different sequences, each in its
+// own cache slot) in one pass, logits only for the rows that need them, sampling on the
+// backend. The op sequence of a step depends only on the batch's shape (tokens, rows, logit
+// rows), never on positions: those are in the step descriptor in backend memory.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "dsv4/sampling.h"
 #include "formats/safetensors.h"
+#include "model/cache_pool.h"
 #include "model/config.h"
-#include "model/kv_cache.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 
 namespace dsv4 {
 
-// Called after decoder layer `layer` < L with the residual streams [T, n, D] (host copy), and
-// with layer == L for the final normed hidden state [T, D]. For debugging and conformance only.
-using LayerTap = std::function<void(int layer, const float* streams, int64_t T)>;
+// Called after a step with layer < L and the residual streams after that layer [T, n, D], and
+// with layer == L and the final normed hidden state of the logit rows [R, D]. Debug and
+// conformance only: the step copies the states into a capture buffer; the host reads them
+// after the step.
+using LayerTap = std::function<void(int layer, const float* data, int64_t rows)>;
+
+enum class LogitsWanted : uint8_t { kNone, kLast, kAll };
+
+// One row of a step (host side).
+struct StepRow {
+    int slot = 0;                  // cache slot (held by the caller)
+    int64_t pos0 = 0;              // position of the first token
+    const int32_t* ids = nullptr;  // [len] host
+    int32_t len = 0;
+    LogitsWanted logits = LogitsWanted::kNone;
+    std::vector<float>* logits_out = nullptr;  // receives [len or 1, V] when logits != kNone
+    bool sample = false;                       // sample a token after the last position
+    SamplingParams sampling;
+    int32_t* sampled_out = nullptr;  // receives the sampled token when sample
+};
 
 class Model {
   public:
-    // Loads config.json and the safetensors of `dir`; `max_chunk` bounds the tokens per
-    // internal forward step (longer feeds are split; results do not depend on the split).
+    // Loads config.json and the safetensors of `dir`; `step_tokens` bounds the tokens of one
+    // step (all rows together); workspaces are made for batch-size buckets up to it.
     static Expected<std::unique_ptr<Model>> load(const std::string& dir, Backend& backend,
-                                                 int max_chunk);
+                                                 int step_tokens);
+    ~Model();
 
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
     Backend& backend() { return backend_; }
+    int step_tokens() const { return buckets_.back()->capacity; }
 
-    // Feeds `ids` (host, [T]) at the cache's position and advances it. logits (host,
-    // [T, V]) may be nullptr; last_logits (host, [V]) receives the final position's logits.
-    Status forward(KvCache& cache, const int32_t* ids, int64_t T, float* logits,
-                   float* last_logits = nullptr, const LayerTap& tap = nullptr);
+    // Checks the rows (ids in the vocabulary, positions within the pool's context, distinct
+    // slots, tokens within step_tokens), writes the step descriptor, runs the step, fetches the
+    // sampled ids and requested logits, and synchronizes once at the end.
+    Status run_step(CachePool& pool, std::span<const StepRow> rows, const LayerTap& tap = nullptr);
+
+    // The step itself, for tests that record it: the op sequence for a batch of T tokens in B
+    // rows with R logit rows of which the first Rs are sampled, on the workspace whose
+    // descriptor holds the step (written by run_step).
+    struct Dims {
+        int T = 0, B = 0, R = 0, Rs = 0;
+    };
 
   private:
-    Model(ModelConfig cfg, TensorStore store, Backend& backend, int max_chunk);
-    Status validate_ids(const int32_t* ids, int64_t T) const;
-    void step(KvCache& cache, int64_t T, const LayerTap& tap);
-    void attention_block(const LayerWeights& w, const LayerSpec& spec, LayerCache& lc, int64_t pos0,
-                         int64_t T, const float* x, float* out);
-    void ffn_block(const LayerWeights& w, int64_t T, const float* x, float* out);
-    void compressor(const CompressorWeights& w, CompressorState& s, const LayerSpec& spec,
-                    int width, int64_t pos0, int64_t T, const float* x);
+    struct Workspace;
+    Model(ModelConfig cfg, TensorStore store, Backend& backend);
+    Status validate(const CachePool& pool, std::span<const StepRow> rows) const;
+    void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture);
+    void attention_block(const Workspace& ws, const LayerWeights& w, const LayerSpec& spec,
+                         const LayerCache& lc, int64_t T, const float* x, float* out);
+    void ffn_block(const Workspace& ws, const LayerWeights& w, int64_t T, const float* x,
+                   float* out);
+    Status make_workspace(int capacity);
 
     ModelConfig cfg_;
     TensorStore store_;
     Backend& backend_;
     ModelWeights w_;
-    int max_chunk_;
     struct RopeTable {
         const float* inv_freq = nullptr;  // [rd/2]
         float scale = 1.0f;               // cos/sin multiplier
@@ -60,34 +91,54 @@ class Model {
         return spec.kind == LayerKind::kSliding ? rope_main_ : rope_compress_;
     }
 
-    // Activation workspace for max_chunk tokens (backend memory, allocated once).
+    // Activations and the step descriptor for up to `capacity` tokens (backend memory,
+    // allocated at load; one per batch-size bucket so each bucket's pointers stay fixed).
     struct Workspace {
-        int32_t* ids;          // [T]
-        float* streams;        // [T, n, D]
-        float* streams_next;   // [T, n, D]
-        float* y;              // [T, D] collapsed sub-block input
-        float* xn;             // [T, D] normed
-        float* post;           // [T, n]
-        float* comb;           // [T, n, n]
-        float* qa;             // [T, Rq]
-        float* q;              // [T, H*hd]
-        float* kv;             // [T, hd]
-        float* o;              // [T, H*hd]
-        float* u;              // [T, g*Ro]
-        float* sub_out;        // [T, D]
-        float* ckv;            // [T, 2*max(hd, hi)]
-        float* cgate;          // [T, 2*max(hd, hi)]
-        float* qi;             // [T, Hi*hi]
-        float* wts;            // [T, Hi]
-        int32_t* topk;         // [T, K]
-        float* router_logits;  // [T, E]
-        int32_t* sel;          // [T, k]
-        float* route_w;        // [T, k]
-        float* sh_g;           // [T, I]
-        float* sh_u;           // [T, I]
-        float* sh_out;         // [T, D]
-        float* logits;         // [T, V]
-    } ws_{};
+        int capacity = 0;
+        ops::StepDesc step;        // pointers into desc_* below
+        int32_t* ids;              // [T]
+        int32_t* tok_row;          // [T]
+        int64_t* tok_pos;          // [T]
+        int32_t* row_slot;         // [T] (B <= T)
+        int32_t* row_start;        // [T]
+        int32_t* row_len;          // [T]
+        int64_t* row_pos0;         // [T]
+        int32_t* logit_idx;        // [T] token of each logit row
+        SamplingParams* sampling;  // [T] per sampled row
+        int32_t* sample_slot;      // [T]
+        int32_t* sampled;          // [T]
+        float* streams;            // [T, n, D]
+        float* streams_next;       // [T, n, D]
+        float* y;                  // [T, D] collapsed sub-block input
+        float* xn;                 // [T, D] normed
+        float* post;               // [T, n]
+        float* comb;               // [T, n, n]
+        float* qa;                 // [T, Rq]
+        float* q;                  // [T, H*hd]
+        float* kv;                 // [T, hd]
+        float* o;                  // [T, H*hd]
+        float* u;                  // [T, g*Ro]
+        float* sub_out;            // [T, D]
+        float* ckv;                // [T, 2*hd]
+        float* cgate;              // [T, 2*hd]
+        float* ikv;                // [T, 2*hi]
+        float* igate;              // [T, 2*hi]
+        float* qi;                 // [T, Hi*hi]
+        float* wts;                // [T, Hi]
+        int32_t* topk;             // [T, K]
+        float* router_logits;      // [T, E]
+        int32_t* sel;              // [T, k]
+        float* route_w;            // [T, k]
+        float* shared;             // [T, 2*I + D] shared-expert scratch
+        float* head_streams;       // [T, n, D] streams of the logit rows
+        float* head_y;             // [T, D]
+        float* head_xn;            // [T, D]
+        float* logits;             // [T, V]
+    };
+    std::vector<std::unique_ptr<Workspace>> buckets_;
+    std::vector<void*> blocks_;  // workspace and table memory, freed with the model
+    float* capture_ = nullptr;   // [L+1, step_tokens, n*D] when a tap was asked for
+    ops::HostStep host_;         // the descriptor being built (host)
 };
 
 }  // namespace dsv4

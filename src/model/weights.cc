@@ -6,56 +6,62 @@
 
 namespace dsv4 {
 
-std::vector<std::string> describe_weight_formats(const ModelWeights& w) {
-    std::vector<std::pair<std::string, std::set<std::string>>> groups = {
-        {"embed", {}},   {"head", {}},   {"attention", {}},      {"compressor", {}},
-        {"indexer", {}}, {"router", {}}, {"shared experts", {}}, {"routed experts", {}}};
-    auto add = [&](int g, const QuantWeight& q) {
-        if (!q.valid()) return;
-        std::string f = weight_format_name(q.format);
-        if (q.format == WeightFormat::kDense) f = std::string(dtype_name(q.dtype));
-        groups[g].second.insert(f);
-    };
-    add(0, w.embed);
-    add(1, w.head);
-    for (const LayerWeights& l : w.layers) {
-        for (const QuantWeight* q : {&l.wq_a, &l.wq_b, &l.wkv, &l.wo_a, &l.wo_b}) add(2, *q);
-        for (const QuantWeight* q : {&l.compressor.wkv, &l.compressor.wgate}) add(3, *q);
-        for (const QuantWeight* q : {&l.indexer_compressor.wkv, &l.indexer_compressor.wgate,
-                                     &l.indexer_wq_b, &l.indexer_weights_proj})
-            add(4, *q);
-        add(5, l.gate);
-        for (const QuantWeight* q : {&l.shared_w1, &l.shared_w2, &l.shared_w3}) add(6, *q);
-        for (const auto* v : {&l.w1, &l.w2, &l.w3})
-            for (const QuantWeight& q : *v) add(7, q);
-    }
-    std::vector<std::string> out;
-    for (const auto& [name, formats] : groups) {
-        if (formats.empty()) continue;
-        std::string line = name + ": ";
-        bool first = true;
-        for (const auto& f : formats) {
-            line += (first ? "" : ", ") + f;
-            first = false;
-        }
-        out.push_back(line);
-    }
-    return out;
-}
-
 namespace {
+
+// Format groups reported by `dsv4 info`, in this order.
+constexpr const char* kGroupNames[] = {"embed",  "head",           "attention",     "compressor",
+                                       "indexer", "router", "shared experts", "routed experts"};
+int group_of(ops::WeightRole r) {
+    switch (r) {
+        case ops::WeightRole::kEmbed: return 0;
+        case ops::WeightRole::kHead: return 1;
+        case ops::WeightRole::kAttention: return 2;
+        case ops::WeightRole::kCompressor: return 3;
+        case ops::WeightRole::kIndexer: return 4;
+        case ops::WeightRole::kRouter: return 5;
+        case ops::WeightRole::kSharedExpert: return 6;
+        case ops::WeightRole::kExperts: return 7;
+    }
+    DSV4_UNREACHABLE("weight role");
+}
 
 class Binder {
   public:
     Binder(const TensorStore& store, Backend& backend) : store_(store), backend_(backend) {}
 
-    Expected<QuantWeight> matrix(const std::string& prefix, int64_t rows, int64_t cols) {
+    // A matrix's checkpoint view, checked against its shape (not yet handed to the backend).
+    Expected<QuantWeight> view(const std::string& prefix, int64_t rows, int64_t cols,
+                               ops::WeightRole role) {
         auto w = bind_quant_weight(store_, prefix, rows, cols);
         if (!w) return w.status();
         for (const char* const* s = quant_weight_suffixes(); *s != nullptr; ++s)
             if (store_.find(prefix + *s)) used_.insert(prefix + *s);
         bytes_ += w->nbytes();
-        return backend_.upload_weight(*w);
+        std::string f = weight_format_name(w->format);
+        if (w->format == WeightFormat::kDense) f = std::string(dtype_name(w->dtype));
+        formats_[group_of(role)].insert(f);
+        return w;
+    }
+
+    Expected<ops::Weight> matrix(const std::string& prefix, int64_t rows, int64_t cols,
+                                 ops::WeightPlacement where) {
+        DSV4_ASSIGN_OR_RETURN(QuantWeight w, view(prefix, rows, cols, where.role));
+        return backend_.upload_weight(w, where);
+    }
+
+    std::vector<std::string> formats() const {
+        std::vector<std::string> out;
+        for (int g = 0; g < 8; ++g) {
+            if (formats_[g].empty()) continue;
+            std::string line = std::string(kGroupNames[g]) + ": ";
+            bool first = true;
+            for (const auto& f : formats_[g]) {
+                line += (first ? "" : ", ") + f;
+                first = false;
+            }
+            out.push_back(line);
+        }
+        return out;
     }
 
     // A small float tensor as float32 in backend memory.
@@ -119,20 +125,22 @@ class Binder {
         return error("unexpected tensors not used by this config: ", list);
     }
     size_t bytes() const { return bytes_; }
+    Backend& backend() { return backend_; }
 
   private:
     const TensorStore& store_;
     Backend& backend_;
     std::set<std::string> used_;
+    std::set<std::string> formats_[8];
     size_t bytes_ = 0;
 };
 
 #define DSV4_BIND(lhs, expr) DSV4_ASSIGN_OR_RETURN(lhs, expr)
 
 Status bind_compressor(Binder& b, const std::string& p, int coff, int width, int m, int D,
-                       CompressorWeights& c) {
-    DSV4_BIND(c.wkv, b.matrix(p + "wkv", int64_t{coff} * width, D));
-    DSV4_BIND(c.wgate, b.matrix(p + "wgate", int64_t{coff} * width, D));
+                       ops::WeightPlacement where, CompressorWeights& c) {
+    DSV4_BIND(c.wkv, b.matrix(p + "wkv", int64_t{coff} * width, D, where));
+    DSV4_BIND(c.wgate, b.matrix(p + "wgate", int64_t{coff} * width, D, where));
     DSV4_BIND(c.ape, b.vec(p + "ape", {m, int64_t{coff} * width}));
     DSV4_BIND(c.norm, b.vec(p + "norm.weight", {width}));
     return Status::ok();
@@ -156,31 +164,38 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
     DSV4_RETURN_IF_ERROR(bind_hc(b, p + "hc_attn_", c.hc_mix(), nD, 3, w.hc_attn));
     DSV4_RETURN_IF_ERROR(bind_hc(b, p + "hc_ffn_", c.hc_mix(), nD, 3, w.hc_ffn));
 
+    using R = ops::WeightRole;
+    auto at = [l](R role) { return ops::WeightPlacement{role, l}; };
     const std::string a = p + "attn.";
-    DSV4_BIND(w.wq_a, b.matrix(a + "wq_a", c.q_lora_rank, D));
+    DSV4_BIND(w.wq_a, b.matrix(a + "wq_a", c.q_lora_rank, D, at(R::kAttention)));
     DSV4_BIND(w.q_norm, b.vec(a + "q_norm.weight", {c.q_lora_rank}));
-    DSV4_BIND(w.wq_b, b.matrix(a + "wq_b", int64_t{H} * hd, c.q_lora_rank));
-    DSV4_BIND(w.wkv, b.matrix(a + "wkv", hd, D));
+    DSV4_BIND(w.wq_b, b.matrix(a + "wq_b", int64_t{H} * hd, c.q_lora_rank, at(R::kAttention)));
+    DSV4_BIND(w.wkv, b.matrix(a + "wkv", hd, D, at(R::kAttention)));
     DSV4_BIND(w.kv_norm, b.vec(a + "kv_norm.weight", {hd}));
     DSV4_BIND(w.wo_a, b.matrix(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
-                               int64_t{H} * hd / c.o_groups));
-    DSV4_BIND(w.wo_b, b.matrix(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank));
+                               int64_t{H} * hd / c.o_groups, at(R::kAttention)));
+    DSV4_BIND(w.wo_b, b.matrix(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank,
+                               at(R::kAttention)));
     DSV4_BIND(w.attn_sink, b.vec(a + "attn_sink", {H}));
     if (spec.kind != LayerKind::kSliding) {
         DSV4_RETURN_IF_ERROR(bind_compressor(b, a + "compressor.", spec.coff(), hd,
-                                             spec.compress_rate, D, w.compressor));
+                                             spec.compress_rate, D, at(R::kCompressor),
+                                             w.compressor));
     }
     if (spec.kind == LayerKind::kCsa) {
         const int hi = c.index_head_dim, Hi = c.index_n_heads;
         DSV4_RETURN_IF_ERROR(bind_compressor(b, a + "indexer.compressor.", 2, hi,
-                                             spec.compress_rate, D, w.indexer_compressor));
-        DSV4_BIND(w.indexer_wq_b, b.matrix(a + "indexer.wq_b", int64_t{Hi} * hi, c.q_lora_rank));
-        DSV4_BIND(w.indexer_weights_proj, b.matrix(a + "indexer.weights_proj", Hi, D));
+                                             spec.compress_rate, D, at(R::kIndexer),
+                                             w.indexer_compressor));
+        DSV4_BIND(w.indexer_wq_b,
+                  b.matrix(a + "indexer.wq_b", int64_t{Hi} * hi, c.q_lora_rank, at(R::kIndexer)));
+        DSV4_BIND(w.indexer_weights_proj,
+                  b.matrix(a + "indexer.weights_proj", Hi, D, at(R::kIndexer)));
     }
 
     const std::string f = p + "ffn.";
     const int E = c.n_routed_experts, I = c.moe_intermediate_size;
-    DSV4_BIND(w.gate, b.matrix(f + "gate", E, D));
+    DSV4_BIND(w.gate, b.matrix(f + "gate", E, D, at(R::kRouter)));
     if (spec.hash_routed) {
         DSV4_BIND(w.tid2eid,
                   b.hash_table(f + "gate.tid2eid", c.vocab_size, c.num_experts_per_tok, E));
@@ -189,19 +204,19 @@ Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
         DSV4_BIND(w.gate_bias, b.vec(f + "gate.bias", {E}));
     }
     if (c.n_shared_experts > 0) {
-        DSV4_BIND(w.shared_w1, b.matrix(f + "shared_experts.w1", I, D));
-        DSV4_BIND(w.shared_w2, b.matrix(f + "shared_experts.w2", D, I));
-        DSV4_BIND(w.shared_w3, b.matrix(f + "shared_experts.w3", I, D));
+        DSV4_BIND(w.shared_w1, b.matrix(f + "shared_experts.w1", I, D, at(R::kSharedExpert)));
+        DSV4_BIND(w.shared_w2, b.matrix(f + "shared_experts.w2", D, I, at(R::kSharedExpert)));
+        DSV4_BIND(w.shared_w3, b.matrix(f + "shared_experts.w3", I, D, at(R::kSharedExpert)));
     }
-    w.w1.resize(E);
-    w.w2.resize(E);
-    w.w3.resize(E);
+    std::vector<QuantWeight> w1(E), w2(E), w3(E);
     for (int e = 0; e < E; ++e) {
         const std::string x = f + "experts." + std::to_string(e) + ".";
-        DSV4_BIND(w.w1[e], b.matrix(x + "w1", I, D));
-        DSV4_BIND(w.w2[e], b.matrix(x + "w2", D, I));
-        DSV4_BIND(w.w3[e], b.matrix(x + "w3", I, D));
+        DSV4_BIND(w1[e], b.view(x + "w1", I, D, R::kExperts));
+        DSV4_BIND(w2[e], b.view(x + "w2", D, I, R::kExperts));
+        DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
     }
+    DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E,
+                                                    at(R::kExperts)));
     return Status::ok();
 }
 
@@ -212,9 +227,9 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
     Binder b(store, backend);
     ModelWeights w;
     const int D = c.hidden_size, n = c.hc_mult;
-    DSV4_BIND(w.embed, b.matrix("embed", c.vocab_size, D));
+    DSV4_BIND(w.embed, b.matrix("embed", c.vocab_size, D, {ops::WeightRole::kEmbed, -1}));
     if (b.has("head.weight") || !c.tie_word_embeddings) {
-        DSV4_BIND(w.head, b.matrix("head", c.vocab_size, D));
+        DSV4_BIND(w.head, b.matrix("head", c.vocab_size, D, {ops::WeightRole::kHead, -1}));
     } else {
         w.head = w.embed;
     }
@@ -224,6 +239,7 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
     for (int l = 0; l < c.num_layers; ++l) DSV4_RETURN_IF_ERROR(bind_layer(b, c, l, w.layers[l]));
     DSV4_RETURN_IF_ERROR(b.check_all_used());
     w.bytes = b.bytes();
+    w.formats = b.formats();
     return w;
 }
 

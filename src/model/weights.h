@@ -1,7 +1,8 @@
 // Binding checkpoint tensors to the model by name (release layout, or the same names as
 // transformers writes them), with every shape checked against the config. Small float
 // tensors (norms, mHC, sinks, biases) are converted to float32 in backend memory; matrices
-// stay in their stored format and are dequantized by the ops.
+// are handed to the backend (ops::Weight handles: the CPU reads them in place in their stored
+// format, CUDA repacks them), each layer's routed experts as one stacked object.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,12 @@ struct HcWeights {
     const float* scale = nullptr;  // [3] (or [1])
 };
 
+using ops::ExpertWeights;
+using ops::Weight;
+
 struct CompressorWeights {
-    QuantWeight wkv;              // [coff*width, D]
-    QuantWeight wgate;            // [coff*width, D]
+    Weight wkv;                   // [coff*width, D]
+    Weight wgate;                 // [coff*width, D]
     const float* ape = nullptr;   // [m, coff*width]
     const float* norm = nullptr;  // [width]
 };
@@ -33,37 +37,36 @@ struct LayerWeights {
     const float* attn_norm = nullptr;  // [D]
     const float* ffn_norm = nullptr;   // [D]
     HcWeights hc_attn, hc_ffn;
-    QuantWeight wq_a;                             // [Rq, D]
-    const float* q_norm = nullptr;                // [Rq]
-    QuantWeight wq_b;                             // [H*hd, Rq]
-    QuantWeight wkv;                              // [hd, D]
-    const float* kv_norm = nullptr;               // [hd]
-    QuantWeight wo_a;                             // [g*Ro, H*hd/g]
-    QuantWeight wo_b;                             // [D, g*Ro]
-    const float* attn_sink = nullptr;             // [H]
-    CompressorWeights compressor;                 // CSA / HCA layers
-    CompressorWeights indexer_compressor;         // CSA layers
-    QuantWeight indexer_wq_b;                     // [Hi*hi, Rq]
-    QuantWeight indexer_weights_proj;             // [Hi, D]
-    QuantWeight gate;                             // [E, D]
-    const float* gate_bias = nullptr;             // [E] score-routed layers
-    const int32_t* tid2eid = nullptr;             // [V, k] hash-routed layers
-    QuantWeight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]
-    std::vector<QuantWeight> w1, w2, w3;          // [E] experts
+    Weight wq_a;                             // [Rq, D]
+    const float* q_norm = nullptr;           // [Rq]
+    Weight wq_b;                             // [H*hd, Rq]
+    Weight wkv;                              // [hd, D]
+    const float* kv_norm = nullptr;          // [hd]
+    Weight wo_a;                             // [g*Ro, H*hd/g]
+    Weight wo_b;                             // [D, g*Ro]
+    const float* attn_sink = nullptr;        // [H]
+    CompressorWeights compressor;            // CSA / HCA layers
+    CompressorWeights indexer_compressor;    // CSA layers
+    Weight indexer_wq_b;                     // [Hi*hi, Rq]
+    Weight indexer_weights_proj;             // [Hi, D]
+    Weight gate;                             // [E, D]
+    const float* gate_bias = nullptr;        // [E] score-routed layers
+    const int32_t* tid2eid = nullptr;        // [V, k] hash-routed layers
+    Weight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]; invalid: none
+    ExpertWeights experts;                   // E routed experts
 };
 
 struct ModelWeights {
-    QuantWeight embed;            // [V, D]
-    QuantWeight head;             // [V, D]
+    Weight embed;                 // [V, D]
+    Weight head;                  // [V, D]
     const float* norm = nullptr;  // [D]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
     size_t bytes = 0;  // checkpoint bytes bound
+    // "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,
+    // shared experts, routed experts) for `dsv4 info`, recorded while binding.
+    std::vector<std::string> formats;
 };
-
-// "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,
-// shared experts, routed experts) for `dsv4 info`.
-std::vector<std::string> describe_weight_formats(const ModelWeights& w);
 
 // Binds every tensor the config calls for. Missing, mis-shaped, wrongly typed or unexpected
 // tensors are errors naming the tensor (MTP tensors `mtp.*` are accepted and not used).

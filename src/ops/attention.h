@@ -1,32 +1,38 @@
 // Op contracts: sink attention over window + compressed keys, and the sliding-window ring.
+// Batched over the rows of a step (ops/step.h); every position comes from the descriptor.
 #pragma once
 
 #include <cstdint>
 
+#include "ops/step.h"
+
 namespace dsv4::ops {
 
-// For the query at position p = pos0 + t the keys are: ring positions in [p-W+1, pos0)
-// (written before this chunk), chunk positions in [max(pos0, p-W+1), p], and compressed
-// entries: all b < floor((p+1)/m) when topk is nullptr (HCA), else the topk[t] entries >= 0
-// (CSA). One softmax over all keys, with exp(sink[h]) added to the denominator only.
+// For token t of row b (position p, the row starting at pos0 in slot s) the keys are: slot s's
+// ring positions in [p-W+1, pos0) (written before this step), the row's own step tokens at
+// positions [max(pos0, p-W+1), p], and slot s's compressed entries: all e < floor((p+1)/m)
+// when topk is nullptr (HCA), else the topk[t] entries >= 0 (CSA). One softmax over all keys,
+// with exp(sink[h]) added to the denominator only.
 struct AttentionArgs {
     const float* q = nullptr;        // [T, H, hd]
-    const float* kv = nullptr;       // [T, hd] this chunk's window K=V
-    const float* ring = nullptr;     // [W, hd] window K=V before the chunk, slot = pos % W
-    const float* entries = nullptr;  // [capacity, hd] compressed K=V; nullptr = sliding only
+    const float* kv = nullptr;       // [T, hd] this step's window K=V
+    const float* ring = nullptr;     // [S, W, hd] per slot, slot row = pos % W
+    const float* entries = nullptr;  // [S, n_entries, hd] compressed K=V; nullptr = sliding only
     const int32_t* topk = nullptr;   // [T, K] selected entries, -1 = none; nullptr = all valid
     const float* sink = nullptr;     // [H]
     float* out = nullptr;            // [T, H, hd]
-    int64_t pos0 = 0;
-    int T = 0, H = 0, hd = 0, W = 0, K = 0, compress_rate = 0;
+    StepDesc step;
+    int H = 0, hd = 0, W = 0, K = 0, compress_rate = 0;
+    int64_t n_entries = 0;  // entries per slot
     float softmax_scale = 1.0f;
 };
 
+// Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it).
 struct RingWriteArgs {
     const float* kv = nullptr;  // [T, hd]
-    float* ring = nullptr;      // [W, hd], slot = pos % W
-    int64_t pos0 = 0;
-    int T = 0, W = 0, hd = 0;
+    float* ring = nullptr;      // [S, W, hd], slot row = pos % W
+    StepDesc step;
+    int W = 0, hd = 0;
 };
 
 }  // namespace dsv4::ops

@@ -1,12 +1,18 @@
 // The op table a backend implements. Pointers passed to ops are backend memory (host memory
-// for the CPU backend, device memory for CUDA); the host never reads them inside a forward
-// step, so a step can later be captured as one CUDA graph.
+// for the CPU backend, device memory for CUDA).
+//
+// Ordering: every call below is enqueued in order on the backend's one stream. `upload` copies
+// from host memory that may be reused as soon as it returns; `download` may complete later:
+// the host reads its destination only after `synchronize()`. A forward step is a sequence of
+// op calls whose host-side arguments do not depend on the sequences' positions (those live in
+// the step descriptor, ops/step.h), with no allocation and no synchronisation inside it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
+#include "base/status.h"
 #include "formats/quant_weight.h"
 #include "ops/attention.h"
 #include "ops/compressor.h"
@@ -17,6 +23,8 @@
 #include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops/sample.h"
+#include "ops/weight.h"
 
 namespace dsv4 {
 
@@ -25,22 +33,40 @@ class Backend {
     virtual ~Backend() = default;
     virtual const char* name() const = 0;
 
-    // Memory lives as long as the backend. Allocation happens at load/setup only.
-    virtual void* alloc(size_t bytes) = 0;
+    // Memory: allocation happens at load/setup only, never inside a step. try_alloc fails with
+    // a clear error (never aborts) when the memory is not there; alloc is for internal sizes
+    // already checked and aborts on failure. Contents start zeroed.
+    virtual Expected<void*> try_alloc(size_t bytes) = 0;
+    void* alloc(size_t bytes);
     template <typename T>
     T* alloc_array(int64_t n) {
         return static_cast<T*>(alloc(static_cast<size_t>(n) * sizeof(T)));
     }
+    virtual void free(void* p) = 0;
+    // Bytes this backend could still allocate (host: MemAvailable; CUDA: free device memory).
+    virtual size_t memory_available() const = 0;
+    // Bytes currently allocated through this backend (weights it copied, caches, workspaces).
+    virtual size_t memory_in_use() const = 0;
+
     virtual void upload(void* dst, const void* src, size_t bytes) = 0;
     virtual void download(void* dst, const void* src, size_t bytes) = 0;
+    virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // backend to backend
     virtual void fill(float* dst, float value, int64_t n) = 0;
-    // Makes a weight usable by the ops (the CPU backend reads the mapped file in place).
-    virtual QuantWeight upload_weight(const QuantWeight& w) = 0;
-    // Waits for queued work (a no-op on the CPU).
+    // Waits for everything enqueued (a no-op on the CPU).
     virtual void synchronize() = 0;
+
+    // Weights: handed over once at bind time; the checkpoint's mapping outlives the backend.
+    virtual Expected<ops::Weight> upload_weight(const QuantWeight& w,
+                                                const ops::WeightPlacement& where) = 0;
+    // E experts' w1[e], w3[e] ([I, D]) and w2[e] ([D, I]) as one stacked object.
+    virtual Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1,
+                                                        const QuantWeight* w3,
+                                                        const QuantWeight* w2, int E,
+                                                        const ops::WeightPlacement& where) = 0;
 
     virtual void embed(const ops::EmbedArgs& a) = 0;
     virtual void linear(const ops::LinearArgs& a) = 0;
+    virtual void linear_group(const ops::LinearGroupArgs& a) = 0;
     virtual void swiglu(const ops::SwigluArgs& a) = 0;
     virtual void rms_norm(const ops::RmsNormArgs& a) = 0;
     virtual void rope(const ops::RopeArgs& a) = 0;
@@ -51,12 +77,18 @@ class Backend {
     virtual void ring_write(const ops::RingWriteArgs& a) = 0;
     virtual void compress(const ops::CompressArgs& a) = 0;
     virtual void indexer_topk(const ops::IndexerTopkArgs& a) = 0;
-    virtual void route(const ops::RouteArgs& a) = 0;
+    virtual void router(const ops::RouterArgs& a) = 0;
     virtual void moe(const ops::MoeArgs& a) = 0;
-    // y += x (n elements).
-    virtual void add(float* y, const float* x, int64_t n) = 0;
+    virtual void gather_rows(const ops::GatherRowsArgs& a) = 0;
+    virtual void sample(const ops::SampleArgs& a) = 0;
     // x *= s (n elements).
     virtual void scale(float* x, float s, int64_t n) = 0;
 };
+
+inline void* Backend::alloc(size_t bytes) {
+    auto p = try_alloc(bytes);
+    DSV4_ASSERT(p.has_value(), p.status().message());
+    return *p;
+}
 
 }  // namespace dsv4

@@ -1,22 +1,29 @@
 // Op contract: the KV compressor of CSA (overlapping, coff = 2) and HCA (coff = 1) layers.
-// Consumes one chunk of projected tokens, keeps the open block in `state`, and writes every
-// entry completed in the chunk (entries floor(pos0/m) .. floor((pos0+T)/m) - 1), pooled but
-// not yet normalised or roped.
+// Consumes each row's tokens in order into its slot's open block (`state`); a token at
+// position p with p % m == m - 1 completes entry p / m, which is pooled, RMS-normed with
+// `norm` and roped at the position of its block's first token (entry * m). Which tokens
+// complete a block is decided inside the op from the step descriptor.
 #pragma once
 
 #include <cstdint>
 
+#include "ops/step.h"
+
 namespace dsv4::ops {
 
 struct CompressArgs {
-    const float* kv = nullptr;    // [T, coff*hd] value candidates C_j
-    const float* gate = nullptr;  // [T, coff*hd] gate logits without the position bias
-    const float* ape = nullptr;   // [m, coff*hd] position-in-block bias
-    float* state_kv = nullptr;    // [coff*m, coff*hd] persistent per sequence
-    float* state_gate = nullptr;  // [coff*m, coff*hd] persistent; -inf = empty slot
-    float* entries = nullptr;     // [capacity, hd]
-    int64_t pos0 = 0;
-    int T = 0, m = 0, hd = 0, coff = 1;
+    const float* kv = nullptr;        // [T, coff*hd] value candidates C_j
+    const float* gate = nullptr;      // [T, coff*hd] gate logits without the position bias
+    const float* ape = nullptr;       // [m, coff*hd] position-in-block bias
+    const float* norm = nullptr;      // [hd] entry RMSNorm weight; nullptr: pooled only
+    const float* inv_freq = nullptr;  // [rope_dim / 2] rope of the entries (with norm)
+    float* state_kv = nullptr;        // [S, coff*m, coff*hd] persistent per slot
+    float* state_gate = nullptr;      // [S, coff*m, coff*hd] persistent; -inf = empty slot
+    float* entries = nullptr;         // [S, n_entries, hd]
+    StepDesc step;
+    int64_t n_entries = 0;  // entries per slot
+    int m = 0, hd = 0, coff = 1, rope_dim = 0;
+    float eps = 1e-6f, rope_scale = 1.0f;
 };
 
 }  // namespace dsv4::ops

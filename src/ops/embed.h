@@ -3,14 +3,14 @@
 
 #include <cstdint>
 
-#include "formats/quant_weight.h"
+#include "ops/weight.h"
 
 namespace dsv4::ops {
 
 struct EmbedArgs {
-    const int32_t* ids = nullptr;        // [T]
-    const QuantWeight* table = nullptr;  // [V, D]
-    float* out = nullptr;                // [T, n, D]
+    const int32_t* ids = nullptr;  // [T]
+    const Weight* table = nullptr;  // [V, D]
+    float* out = nullptr;           // [T, n, D]
     int64_t T = 0;
     int n = 1;
 };

@@ -1,18 +1,33 @@
-// Op contract: y = x · Wᵀ over a row range of a (possibly quantized) weight.
+// Op contracts: y = x · Wᵀ over a row range of a weight, the same for several weights that read
+// one x (one launch on CUDA), and SwiGLU.
 #pragma once
 
 #include <cstdint>
 
-#include "formats/quant_weight.h"
+#include "ops/weight.h"
 
 namespace dsv4::ops {
 
 struct LinearArgs {
-    const float* x = nullptr;        // [M, K] rows ldx apart (K = w->cols)
-    const QuantWeight* w = nullptr;  // [N_total, K]; rows [row0, row0 + N) are used
-    float* y = nullptr;              // [M, N] rows ldy apart; overwritten
+    const void* x = nullptr;   // [M, K] of x_type, rows ldx apart (K = w->cols)
+    const Weight* w = nullptr;  // [N_total, K]; rows [row0, row0 + N) are used
+    void* y = nullptr;          // [M, N] of y_type, rows ldy apart; overwritten
     int64_t M = 0, N = 0, row0 = 0;
     int64_t ldx = 0, ldy = 0;  // 0 = dense (K and N)
+    ActType x_type = ActType::kF32, y_type = ActType::kF32;
+};
+
+// Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x
+// for all of them. The CPU reference is the plain sequence of linears.
+struct LinearGroupArgs {
+    static constexpr int kMaxOutputs = 8;
+    const float* x = nullptr;  // [M, K] dense
+    struct Output {
+        const Weight* w = nullptr;  // [N, K]
+        float* y = nullptr;         // [M, N] dense; overwritten
+    } out[kMaxOutputs];
+    int n_out = 0;
+    int64_t M = 0;
 };
 
 // SwiGLU with DeepSeek-V4's clipping: h = silu(min(g, L)) * clamp(u, -L, L); L = 0: no clip.

@@ -1,19 +1,22 @@
-// Op contracts: router (sqrt-softplus scores, bias for selection only, or hash routing) and
-// the routed experts (clipped SwiGLU, weighted sum).
+// Op contracts: the router (gate projection + sqrt-softplus scores + bias for selection only +
+// top-k + normalisation, or hash routing) and the MoE (routed experts w1|w3 + clipped SwiGLU +
+// w2, weighted and combined, plus the shared expert).
 #pragma once
 
 #include <cstdint>
 
-#include "formats/quant_weight.h"
+#include "ops/weight.h"
 
 namespace dsv4::ops {
 
-// Top-k ties: the lower expert index wins.
-struct RouteArgs {
-    const float* logits = nullptr;     // [T, E] gate outputs
+// Top-k ties: the lower expert index wins. The CPU reference: linear, then the scoring.
+struct RouterArgs {
+    const float* x = nullptr;          // [T, D]
+    const Weight* gate = nullptr;      // [E, D]
     const float* bias = nullptr;       // [E] selection bias; nullptr when hash-routed
     const int32_t* tid2eid = nullptr;  // [V, k] hash table; nullptr when score-routed
     const int32_t* ids = nullptr;      // [T] token ids (hash routing)
+    float* logits = nullptr;           // [T, E] scratch: gate outputs
     int32_t* sel = nullptr;            // [T, k] chosen experts
     float* weight = nullptr;           // [T, k] normalised scores * routed_scaling_factor
     int64_t T = 0;
@@ -21,14 +24,31 @@ struct RouteArgs {
     float scale = 1.0f;
 };
 
+// The scoring half of the router on given logits (the reference's building block).
+struct RouteArgs {
+    const float* logits = nullptr;     // [T, E] gate outputs
+    const float* bias = nullptr;       // [E]; nullptr when hash-routed
+    const int32_t* tid2eid = nullptr;  // [V, k]; nullptr when score-routed
+    const int32_t* ids = nullptr;      // [T]
+    int32_t* sel = nullptr;            // [T, k]
+    float* weight = nullptr;           // [T, k]
+    int64_t T = 0;
+    int E = 0, k = 0;
+    float scale = 1.0f;
+};
+
+// out[t] = sum_j weight[t,j] * expert_sel[t,j](x[t]) + shared(x[t]) (when the shared expert is
+// given), summed in j order then the shared expert: independent of the other tokens.
 struct MoeArgs {
-    const float* x = nullptr;         // [T, D]
-    const int32_t* sel = nullptr;     // [T, k]
-    const float* weight = nullptr;    // [T, k]
-    const QuantWeight* w1 = nullptr;  // [E] each [I, D] (gate)
-    const QuantWeight* w3 = nullptr;  // [E] each [I, D] (up)
-    const QuantWeight* w2 = nullptr;  // [E] each [D, I] (down)
-    float* out = nullptr;             // [T, D] overwritten with the routed sum
+    const float* x = nullptr;                // [T, D] f32
+    const int32_t* sel = nullptr;            // [T, k] expert ids, backend memory
+    const float* weight = nullptr;           // [T, k]
+    const ExpertWeights* experts = nullptr;  // E experts of [I, D] / [D, I]
+    const Weight* shared_w1 = nullptr;       // [I, D] or nullptr (no shared expert)
+    const Weight* shared_w3 = nullptr;       // [I, D]
+    const Weight* shared_w2 = nullptr;       // [D, I]
+    float* shared_scratch = nullptr;         // [T, 2*I + D] for the shared expert
+    float* out = nullptr;                    // [T, D] overwritten
     int64_t T = 0;
     int D = 0, I = 0, E = 0, k = 0;
     float swiglu_limit = 0.0f;

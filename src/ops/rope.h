@@ -8,11 +8,11 @@ namespace dsv4::ops {
 struct RopeArgs {
     float* x = nullptr;  // [rows, heads, head_dim]; dims [head_dim - rd, head_dim) rotate
     const float* inv_freq = nullptr;  // [rd / 2] per-pair frequencies (YaRN already folded in)
+    const int64_t* pos = nullptr;     // [rows] position of each row (backend memory)
     int64_t rows = 0;
     int heads = 0, head_dim = 0, rope_dim = 0;
-    int64_t pos0 = 0, pos_step = 1;  // row r sits at position pos0 + r * pos_step
-    bool inverse = false;            // rotate by -angle (de-rotation of the attention output)
-    float scale = 1.0f;              // cos and sin multiplier (RopeParams::attention_factor)
+    bool inverse = false;  // rotate by -angle (de-rotation of the attention output)
+    float scale = 1.0f;    // cos and sin multiplier (RopeParams::attention_factor)
 };
 
 }  // namespace dsv4::ops

@@ -30,7 +30,9 @@ std::vector<float> run_chunked(const std::string& dir, const std::vector<int32_t
     o.max_context = static_cast<int64_t>(ids.size());
     auto engine = Engine::create(o);
     EXPECT_TRUE(engine.has_value()) << (engine ? "" : engine.status().message());
-    auto session = (*engine)->new_session();
+    auto made = (*engine)->new_session();
+    EXPECT_TRUE(made.has_value());
+    auto& session = *made;
     std::vector<float> all, piece;
     size_t pos = 0;
     for (int c : chunks) {

@@ -196,7 +196,9 @@ TEST(BadRequest, TokenOutsideVocabulary) {
     o.model_dir = std::string(DSV4_GOLDEN_DIR) + "/tiny-mix";
     auto e = Engine::create(o);
     ASSERT_TRUE(e.has_value());
-    auto s = (*e)->new_session();
+    auto made = (*e)->new_session();
+    ASSERT_TRUE(made.has_value());
+    auto& s = *made;
     std::vector<float> logits;
     Status st = s->feed({1, 99999}, nullptr, &logits);
     ASSERT_FALSE(st.is_ok());
@@ -210,7 +212,9 @@ TEST(BadRequest, ContextFull) {
     o.max_context = 8;
     auto e = Engine::create(o);
     ASSERT_TRUE(e.has_value());
-    auto s = (*e)->new_session();
+    auto made = (*e)->new_session();
+    ASSERT_TRUE(made.has_value());
+    auto& s = *made;
     std::vector<float> logits;
     EXPECT_TRUE(s->feed({1, 2, 3, 4, 5}, nullptr, &logits).is_ok());
     Status st = s->feed({1, 2, 3, 4}, nullptr, &logits);

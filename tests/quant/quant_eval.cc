@@ -60,8 +60,9 @@ dsv4::Expected<std::vector<float>> run_model(const std::string& dir,
     if (!engine) return engine.status().with_context(dir);
     *vocab = (*engine)->info().vocab_size;
     auto session = (*engine)->new_session();
+    if (!session) return session.status();
     std::vector<float> logits;
-    dsv4::Status st = session->feed(ids, &logits, nullptr);
+    dsv4::Status st = (*session)->feed(ids, &logits, nullptr);
     if (!st) return st.with_context(dir);
     return logits;
 }

@@ -25,8 +25,10 @@ std::vector<float> full_logits(const std::string& dir, const std::vector<int32_t
     if (!engine) return {};
     *vocab = (*engine)->info().vocab_size;
     auto session = (*engine)->new_session();
+    EXPECT_TRUE(session.has_value());
+    if (!session) return {};
     std::vector<float> logits;
-    const Status st = session->feed(ids, &logits, nullptr);
+    const Status st = (*session)->feed(ids, &logits, nullptr);
     EXPECT_TRUE(st.is_ok()) << (st ? "" : st.message());
     return logits;
 }

@@ -2,12 +2,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <deque>
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
 
 namespace dsv4 {
 namespace {
+
+// A one-row step: T tokens from position pos0, in slot 0 (kept alive for the test's duration).
+ops::StepDesc one_row(int64_t pos0, int T) {
+    static std::deque<ops::HostStep> keep;
+    keep.emplace_back().add_row(0, pos0, T);
+    return keep.back().view();
+}
 
 constexpr float kNoSink = -1e4f;  // exp(sink - max) == 0: the softmax is a plain average
 
@@ -19,8 +27,7 @@ TEST(OpsAttention, OneKeyIsScaledBySinkRatio) {
                         .ring = ring.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 0,
-                        .T = 1,
+                        .step = one_row(0, 1),
                         .H = 1,
                         .hd = 2,
                         .W = 4,
@@ -42,8 +49,7 @@ TEST(OpsAttention, SinkOnlyInDenominatorPerHead) {
                         .ring = ring.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 0,
-                        .T = 2,
+                        .step = one_row(0, 2),
                         .H = H,
                         .hd = hd,
                         .W = 4,
@@ -78,8 +84,7 @@ TEST(OpsAttention, WindowRingBeforeChunkPlusChunk) {
                         .ring = ring.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 5,
-                        .T = 2,
+                        .step = one_row(5, 2),
                         .H = 1,
                         .hd = 1,
                         .W = 3,
@@ -97,8 +102,7 @@ TEST(OpsAttention, WindowWithinChunkIsCausal) {
                         .ring = ring.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 0,
-                        .T = 4,
+                        .step = one_row(0, 4),
                         .H = 1,
                         .hd = 1,
                         .W = 2,
@@ -119,12 +123,12 @@ TEST(OpsAttention, HcaSeesEntriesBelowFloorPPlusOneOverM) {
                         .entries = entries.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 0,
-                        .T = 4,
+                        .step = one_row(0, 4),
                         .H = 1,
                         .hd = 1,
                         .W = 1,
                         .compress_rate = 2,
+                        .n_entries = 1000,
                         .softmax_scale = 1.0f});
     EXPECT_NEAR(out[0], 1.0, 1e-4);                     // p = 0: no entry yet
     EXPECT_NEAR(out[1], (2 + 100) / 2.0, 1e-4);         // p = 1: e0
@@ -144,13 +148,13 @@ TEST(OpsAttention, CsaTopkSkipsMinusOneSlots) {
                          .topk = topk.data(),
                          .sink = sink.data(),
                          .out = out.data(),
-                         .pos0 = 5,
-                         .T = 1,
+                         .step = one_row(5, 1),
                          .H = 1,
                          .hd = 1,
                          .W = 1,
                          .K = 3,
                          .compress_rate = 2,
+                         .n_entries = 1000,
                          .softmax_scale = 1.0f};
     cpu_ref::attention(a);
     EXPECT_NEAR(out[0], (1 + 10 + 30) / 3.0, 1e-5);  // entry 1 not selected
@@ -169,12 +173,12 @@ TEST(OpsAttention, WindowAndEntriesShareOneSoftmax) {
                         .entries = entries.data(),
                         .sink = sink.data(),
                         .out = out.data(),
-                        .pos0 = 1,
-                        .T = 1,
+                        .step = one_row(1, 1),
                         .H = 1,
                         .hd = 2,
                         .W = 1,
                         .compress_rate = 2,
+                        .n_entries = 1000,
                         .softmax_scale = 1.0f});
     // z_window = 1, z_entry = 2, sink 0.
     const double d = std::exp(1.0) + std::exp(2.0) + 1.0;
@@ -185,10 +189,10 @@ TEST(OpsAttention, WindowAndEntriesShareOneSoftmax) {
 TEST(OpsRingWrite, SlotIsPosModWAndOnlyLastWOfLongChunk) {
     const int W = 3;
     std::vector<float> ring(W, -1.0f), kv = {40, 50};
-    cpu_ref::ring_write({kv.data(), ring.data(), 4, 2, W, 1});
+    cpu_ref::ring_write({kv.data(), ring.data(), one_row(4, 2), W, 1});
     EXPECT_EQ(ring, (std::vector<float>{-1, 40, 50}));  // positions 4, 5 -> slots 1, 2
     std::vector<float> kv5 = {0, 1, 2, 3, 4};
-    cpu_ref::ring_write({kv5.data(), ring.data(), 0, 5, W, 1});
+    cpu_ref::ring_write({kv5.data(), ring.data(), one_row(0, 5), W, 1});
     EXPECT_EQ(ring, (std::vector<float>{3, 4, 2}));  // positions 2, 3, 4 -> slots 2, 0, 1
 }
 
@@ -205,8 +209,7 @@ TEST(OpsRingWrite, ChunkedDecodeMatchesOneChunk) {
                          .ring = ring.data(),
                          .sink = sink.data(),
                          .out = full.data(),
-                         .pos0 = 0,
-                         .T = S,
+                         .step = one_row(0, S),
                          .H = H,
                          .hd = hd,
                          .W = W,
@@ -217,10 +220,9 @@ TEST(OpsRingWrite, ChunkedDecodeMatchesOneChunk) {
         a.q = q.data() + p * H * hd;
         a.kv = kv.data() + p * hd;
         a.out = part.data() + p * H * hd;
-        a.pos0 = p;
-        a.T = len;
+        a.step = one_row(p, len);
         cpu_ref::attention(a);
-        cpu_ref::ring_write({a.kv, ring.data(), p, len, W, hd});
+        cpu_ref::ring_write({a.kv, ring.data(), one_row(p, len), W, hd});
         p += len;
     }
     for (int i = 0; i < S * H * hd; ++i) EXPECT_NEAR(part[i], full[i], 1e-6) << i;

@@ -31,8 +31,21 @@ struct Comp {
     // Feeds tokens [p0, p0 + T) whose rows start at kv/gate row p0.
     void feed(const std::vector<float>& kv, const std::vector<float>& gate, int p0, int T) {
         const int width = coff * hd;
-        cpu_ref::compress({kv.data() + p0 * width, gate.data() + p0 * width, ape.data(),
-                           state_kv.data(), state_gate.data(), entries.data(), p0, T, m, hd, coff});
+        ops::HostStep step;
+        step.add_row(0, p0, T);
+        ops::CompressArgs a;
+        a.kv = kv.data() + p0 * width;
+        a.gate = gate.data() + p0 * width;
+        a.ape = ape.data();
+        a.state_kv = state_kv.data();
+        a.state_gate = state_gate.data();
+        a.entries = entries.data();
+        a.step = step.view();
+        a.n_entries = static_cast<int64_t>(entries.size()) / hd;
+        a.m = m;
+        a.hd = hd;
+        a.coff = coff;
+        cpu_ref::compress(a);  // norm == nullptr: the pooled entries themselves
     }
 };
 

@@ -12,7 +12,10 @@ std::vector<int32_t> topk(const std::vector<float>& q, const std::vector<float>&
                           const std::vector<float>& keys, int64_t pos0, int T, int Hi, int hi,
                           int K, int m) {
     std::vector<int32_t> out(T * K, 12345);
-    cpu_ref::indexer_topk({q.data(), w.data(), keys.data(), out.data(), pos0, T, Hi, hi, K, m});
+    ops::HostStep step;
+    step.add_row(0, pos0, T);
+    cpu_ref::indexer_topk({q.data(), w.data(), keys.data(), out.data(), step.view(),
+                           static_cast<int64_t>(keys.size()) / hi, Hi, hi, K, m});
     return out;
 }
 

@@ -20,7 +20,8 @@ TEST(OpsLinear, DenseByHand) {
     const QuantWeight w = dense_f32(wv, 2, 3);
     std::vector<float> x = {1, 1, 1, 2, -1, 0.5f};
     std::vector<float> y(4, -99.0f);
-    cpu_ref::linear({x.data(), &w, y.data(), 2, 2, 0, 0, 0});
+    const ops::Weight h = cpu_ref::wrap(w);
+    cpu_ref::linear({x.data(), &h, y.data(), 2, 2, 0, 0, 0});
     EXPECT_FLOAT_EQ(y[0], 6.0f);  // 1 + 2 + 3
     EXPECT_FLOAT_EQ(y[1], 3.0f);  // -1 + 0 + 4
     EXPECT_FLOAT_EQ(y[2], 1.5f);  // 2 - 2 + 1.5
@@ -34,7 +35,8 @@ TEST(OpsLinear, RowRangeAndStridesMatchNaiveLoop) {
     std::vector<float> x = unit::lcg_values(M * ldx, 2);
     const float kSentinel = 12345.0f;
     std::vector<float> y(M * ldy, kSentinel);
-    cpu_ref::linear({x.data(), &w, y.data(), M, N, row0, ldx, ldy});
+    const ops::Weight h = cpu_ref::wrap(w);
+    cpu_ref::linear({x.data(), &h, y.data(), M, N, row0, ldx, ldy});
     for (int64_t m = 0; m < M; ++m) {
         for (int64_t c = 0; c < ldy; ++c) {
             if (c >= N) {
@@ -59,7 +61,8 @@ TEST(OpsLinear, Bf16DenseWeight) {
     w.data = wv.data();
     std::vector<float> x = {2, 1};
     std::vector<float> y(2);
-    cpu_ref::linear({x.data(), &w, y.data(), 1, 2, 0, 0, 0});
+    const ops::Weight h = cpu_ref::wrap(w);
+    cpu_ref::linear({x.data(), &h, y.data(), 1, 2, 0, 0, 0});
     EXPECT_FLOAT_EQ(y[0], 5.0f);   // 2*1 + 1*3
     EXPECT_FLOAT_EQ(y[1], -3.5f);  // 2*-2 + 1*0.5
 }
@@ -105,7 +108,8 @@ TEST(OpsDequant, Fp8BlockScalesPerRowAndColumnBlock) {
     x[0] = 2.0f;
     x[128] = 1.0f;
     std::vector<float> y(1);
-    cpu_ref::linear({x.data(), &w, y.data(), 1, 1, 0, 0, 0});
+    const ops::Weight h = cpu_ref::wrap(w);
+    cpu_ref::linear({x.data(), &h, y.data(), 1, 1, 0, 0, 0});
     EXPECT_FLOAT_EQ(y[0], 2.0f * 0.75f + 3.0f);
 }
 
@@ -192,7 +196,8 @@ TEST(OpsEmbed, RowReplicatedIntoStreams) {
     const QuantWeight table = dense_f32(tv, 3, 2);
     std::vector<int32_t> ids = {2, 0};
     std::vector<float> out(2 * 3 * 2, -1.0f);
-    cpu_ref::embed({ids.data(), &table, out.data(), 2, 3});
+    const ops::Weight h = cpu_ref::wrap(table);
+    cpu_ref::embed({ids.data(), &h, out.data(), 2, 3});
     const std::vector<float> want = {20, 21, 20, 21, 20, 21, 0, 1, 0, 1, 0, 1};
     EXPECT_EQ(out, want);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 #include "unit_util.h"
 
 namespace dsv4 {
@@ -109,6 +110,27 @@ TEST(OpsRoute, HashRoutingCopiesTid2eidRow) {
     EXPECT_NEAR(r.weight[3], d / (c + d) * 1.5, 1e-6);
 }
 
+// The MoE op over per-expert weights (routed experts only).
+void moe_ref(const float* x, const int32_t* sel, const float* weight, const QuantWeight* w1,
+             const QuantWeight* w3, const QuantWeight* w2, float* out, int64_t T, int D, int I,
+             int E, int k, float L) {
+    const cpu_ref::CpuExperts ex{{w1, w1 + E}, {w3, w3 + E}, {w2, w2 + E}};
+    const ops::ExpertWeights h = cpu_ref::wrap(ex, I, D);
+    ops::MoeArgs a;
+    a.x = x;
+    a.sel = sel;
+    a.weight = weight;
+    a.experts = &h;
+    a.out = out;
+    a.T = T;
+    a.D = D;
+    a.I = I;
+    a.E = E;
+    a.k = k;
+    a.swiglu_limit = L;
+    cpu_ref::moe(a);
+}
+
 // expert(x) = W2 · (silu(min(W1 x, L)) * clamp(W3 x, -L, L)), straight from the spec.
 std::vector<double> naive_expert(const std::vector<float>& x, const std::vector<float>& w1,
                                  const std::vector<float>& w3, const std::vector<float>& w2, int D,
@@ -134,15 +156,13 @@ TEST(OpsMoe, OneDenseExpertByHand) {
                       w2 = unit::dense_f32(w2v, 2, 2);
     std::vector<float> x = {1, -1}, weight = {0.5f}, out(2, 99.0f);
     std::vector<int32_t> sel = {0};
-    cpu_ref::moe(
-        {x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 0.0f});
+    moe_ref(x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 0.0f);
     const double h0 = 2 * unit::silu(1.0), h1 = -unit::silu(-1.0);
     EXPECT_NEAR(out[0], 0.5 * (h0 + h1), 1e-6);
     EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
 
     // swiglu_limit 1.5 clamps u0 = 2 to 1.5; the gate -1 is not raised.
-    cpu_ref::moe(
-        {x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 1.5f});
+    moe_ref(x.data(), sel.data(), weight.data(), &w1, &w3, &w2, out.data(), 1, 2, 2, 1, 1, 1.5f);
     const double c0 = 1.5 * unit::silu(1.0);
     EXPECT_NEAR(out[0], 0.5 * (c0 + h1), 1e-6);
     EXPECT_NEAR(out[1], 0.5 * h1, 1e-6);
@@ -173,8 +193,8 @@ TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
     std::vector<int32_t> sel = {0, 1, 1, 0, 1, 0};
     std::vector<float> weight = {0.25f, 1.25f, 0.5f, 1.0f, 2.0f, -0.5f};
     std::vector<float> out(T * D);
-    cpu_ref::moe({x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(),
-                  T, D, I, E, k, L});
+    moe_ref(x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(),
+                  T, D, I, E, k, L);
     for (int t = 0; t < T; ++t) {
         std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
         std::vector<double> want(D, 0.0);
@@ -186,6 +206,88 @@ TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
         for (int d = 0; d < D; ++d)
             EXPECT_NEAR(out[t * D + d], want[d], 1e-5) << "t=" << t << " d=" << d;
     }
+}
+
+TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
+    // The fused entry points against their plain composition, bit for bit.
+    const int D = 5, I = 3, E = 4, k = 2, T = 3;
+    std::vector<float> gv = unit::lcg_values(E * D, 50), x = unit::lcg_values(T * D, 51);
+    std::vector<float> bias = {0.1f, -0.2f, 0.0f, 0.3f};
+    const QuantWeight gq = unit::dense_f32(gv, E, D);
+    const ops::Weight gate = cpu_ref::wrap(gq);
+    std::vector<float> logits(T * E), logits2(T * E), w(T * k), w2v(T * k);
+    std::vector<int32_t> sel(T * k), sel2(T * k);
+    cpu_ref::router({x.data(), &gate, bias.data(), nullptr, nullptr, logits.data(), sel.data(),
+                     w.data(), T, E, k, 1.5f});
+    cpu_ref::linear({x.data(), &gate, logits2.data(), T, E});
+    cpu_ref::route({logits2.data(), bias.data(), nullptr, nullptr, sel2.data(), w2v.data(), T, E,
+                    k, 1.5f});
+    EXPECT_EQ(sel, sel2);
+    EXPECT_EQ(w, w2v);
+
+    std::vector<std::vector<float>> v(3 * E + 3);
+    std::vector<QuantWeight> q1, q3, q2;
+    for (int e = 0; e < E; ++e) {
+        v[3 * e] = unit::lcg_values(I * D, 60 + e);
+        v[3 * e + 1] = unit::lcg_values(I * D, 70 + e);
+        v[3 * e + 2] = unit::lcg_values(D * I, 80 + e);
+    }
+    for (int e = 0; e < E; ++e) {
+        q1.push_back(unit::dense_f32(v[3 * e], I, D));
+        q3.push_back(unit::dense_f32(v[3 * e + 1], I, D));
+        q2.push_back(unit::dense_f32(v[3 * e + 2], D, I));
+    }
+    v[3 * E] = unit::lcg_values(I * D, 90);
+    v[3 * E + 1] = unit::lcg_values(I * D, 91);
+    v[3 * E + 2] = unit::lcg_values(D * I, 92);
+    const QuantWeight s1 = unit::dense_f32(v[3 * E], I, D), s3 = unit::dense_f32(v[3 * E + 1], I, D),
+                      s2 = unit::dense_f32(v[3 * E + 2], D, I);
+    const ops::Weight h1 = cpu_ref::wrap(s1), h3 = cpu_ref::wrap(s3), h2 = cpu_ref::wrap(s2);
+    const cpu_ref::CpuExperts ex{q1, q3, q2};
+    const ops::ExpertWeights experts = cpu_ref::wrap(ex, I, D);
+    std::vector<float> fused(T * D), scratch(T * (2 * I + D));
+    cpu_ref::moe({x.data(), sel.data(), w.data(), &experts, &h1, &h3, &h2, scratch.data(),
+                  fused.data(), T, D, I, E, k, 0.7f});
+    std::vector<float> plain(T * D), g(T * I), u(T * I), y(T * D);
+    moe_ref(x.data(), sel.data(), w.data(), q1.data(), q3.data(), q2.data(), plain.data(), T, D, I,
+            E, k, 0.7f);
+    cpu_ref::linear({x.data(), &h1, g.data(), T, I});
+    cpu_ref::linear({x.data(), &h3, u.data(), T, I});
+    cpu_ref::swiglu({g.data(), u.data(), g.data(), T * I, 0.7f});
+    cpu_ref::linear({g.data(), &h2, y.data(), T, D});
+    for (int i = 0; i < T * D; ++i) plain[i] += y[i];
+    EXPECT_EQ(fused, plain);
+}
+
+TEST(OpsLinearGroup, EachOutputEqualsItsOwnLinear) {
+    const int K = 7, M = 3;
+    std::vector<float> a = unit::lcg_values(5 * K, 1), b = unit::lcg_values(2 * K, 2),
+                       x = unit::lcg_values(M * K, 3);
+    const QuantWeight qa = unit::dense_f32(a, 5, K), qb = unit::dense_f32(b, 2, K);
+    const ops::Weight wa = cpu_ref::wrap(qa), wb = cpu_ref::wrap(qb);
+    std::vector<float> ya(M * 5), yb(M * 2), za(M * 5), zb(M * 2);
+    ops::LinearGroupArgs g{x.data(), {{&wa, ya.data()}, {&wb, yb.data()}}, 2, M};
+    cpu_ref::linear_group(g);
+    cpu_ref::linear({x.data(), &wa, za.data(), M, 5});
+    cpu_ref::linear({x.data(), &wb, zb.data(), M, 2});
+    EXPECT_EQ(ya, za);
+    EXPECT_EQ(yb, zb);
+}
+
+TEST(OpsLinear, Bf16ActivationsInAndOut) {
+    // bf16 x is widened exactly; bf16 y is the f32 result rounded to nearest even.
+    const int K = 9, N = 4, M = 2;
+    std::vector<float> wv = unit::lcg_values(N * K, 4), xf = unit::lcg_values(M * K, 5);
+    const QuantWeight q = unit::dense_f32(wv, N, K);
+    const ops::Weight w = cpu_ref::wrap(q);
+    std::vector<uint16_t> xb(M * K), yb(M * N);
+    std::vector<float> xr(M * K), yf(M * N);
+    for (int i = 0; i < M * K; ++i) xr[i] = bf16_to_f32(xb[i] = f32_to_bf16(xf[i]));
+    cpu_ref::linear({xr.data(), &w, yf.data(), M, N});
+    ops::LinearArgs a{xb.data(), &w, yb.data(), M, N};
+    a.x_type = a.y_type = ops::ActType::kBF16;
+    cpu_ref::linear(a);
+    for (int i = 0; i < M * N; ++i) EXPECT_EQ(yb[i], f32_to_bf16(yf[i])) << i;
 }
 
 }  // namespace

@@ -11,6 +11,14 @@
 namespace dsv4 {
 namespace {
 
+// The rope op with rows at positions pos0 + r * step.
+void rope_rows(float* x, const float* inv, int64_t rows, int heads, int hd, int rd, int64_t pos0,
+               int64_t step, bool inverse) {
+    std::vector<int64_t> pos(rows);
+    for (int64_t r = 0; r < rows; ++r) pos[r] = pos0 + r * step;
+    cpu_ref::rope({x, inv, pos.data(), rows, heads, hd, rd, inverse});
+}
+
 constexpr double kPi = std::numbers::pi;
 
 TEST(OpsRmsNorm, ThreeFourEpsZero) {
@@ -44,7 +52,7 @@ TEST(OpsRope, UnitVectorsByKnownAngles) {
     std::vector<float> inv = {static_cast<float>(kPi / 6), static_cast<float>(kPi / 12)};
     std::vector<float> x = {7, -8, 1, 0, 0, 1,   // head 0
                             5, 6,  0, 2, 1, 0};  // head 1
-    cpu_ref::rope({x.data(), inv.data(), 1, 2, 6, 4, 3, 1, false});
+    rope_rows(x.data(), inv.data(), 1, 2, 6, 4, 3, 1, false);
     const double r = std::sqrt(0.5);
     // Head 0: (1,0) by 90 deg -> (0,1); (0,1) by 45 deg -> (-sin, cos).
     EXPECT_EQ(x[0], 7.0f);
@@ -67,7 +75,7 @@ TEST(OpsRope, PairsAreInterleavedNotHalfSplit) {
     // rope would pair (0,2),(1,3); interleaved pairs (0,1),(2,3).
     std::vector<float> inv = {static_cast<float>(kPi / 2), 0.0f};
     std::vector<float> x = {1, 0, 0, 0};
-    cpu_ref::rope({x.data(), inv.data(), 1, 1, 4, 4, 1, 1, false});
+    rope_rows(x.data(), inv.data(), 1, 1, 4, 4, 1, 1, false);
     EXPECT_NEAR(x[0], 0.0, 1e-6);
     EXPECT_NEAR(x[1], 1.0, 1e-6);  // rotated into its partner 2i+1
     EXPECT_EQ(x[2], 0.0f);
@@ -78,7 +86,7 @@ TEST(OpsRope, RowPositionsPos0AndStep) {
     // Rows at positions 1, 3, 5 (pos0 = 1, step 2); hd = rd = 2, inv_freq 0.25.
     std::vector<float> inv = {0.25f};
     std::vector<float> x = {1, 0, 1, 0, 1, 0};
-    cpu_ref::rope({x.data(), inv.data(), 3, 1, 2, 2, 1, 2, false});
+    rope_rows(x.data(), inv.data(), 3, 1, 2, 2, 1, 2, false);
     for (int r = 0; r < 3; ++r) {
         const double a = (1 + 2 * r) * 0.25;
         EXPECT_NEAR(x[2 * r], std::cos(a), 1e-6) << r;
@@ -91,7 +99,7 @@ TEST(OpsRope, InverseUndoesAndEqualsNegativePosition) {
     std::vector<float> inv = {1.0f, 0.1f, 0.01f};
     const std::vector<float> x0 = unit::lcg_values(rows * heads * hd, 7);
     std::vector<float> x = x0;
-    cpu_ref::rope({x.data(), inv.data(), rows, heads, hd, rd, 5, 1, false});
+    rope_rows(x.data(), inv.data(), rows, heads, hd, rd, 5, 1, false);
     // The rope slice moved, the nope slice did not, and the norm of each pair is kept (no mscale).
     for (int i = 0; i < rows * heads; ++i) {
         for (int d = 0; d < hd - rd; ++d) EXPECT_EQ(x[i * hd + d], x0[i * hd + d]);
@@ -102,13 +110,13 @@ TEST(OpsRope, InverseUndoesAndEqualsNegativePosition) {
         }
     }
     EXPECT_NE(x, x0);
-    cpu_ref::rope({x.data(), inv.data(), rows, heads, hd, rd, 5, 1, true});
+    rope_rows(x.data(), inv.data(), rows, heads, hd, rd, 5, 1, true);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], x0[i], 1e-6) << i;
 
     // Inverse at position p == forward rotation at -p (single row, position 4).
     std::vector<float> a(x0.begin(), x0.begin() + hd), b = a;
-    cpu_ref::rope({a.data(), inv.data(), 1, 1, hd, rd, 4, 1, true});
-    cpu_ref::rope({b.data(), inv.data(), 1, 1, hd, rd, -4, 1, false});
+    rope_rows(a.data(), inv.data(), 1, 1, hd, rd, 4, 1, true);
+    rope_rows(b.data(), inv.data(), 1, 1, hd, rd, -4, 1, false);
     for (int d = 0; d < hd; ++d) EXPECT_NEAR(a[d], b[d], 1e-6) << d;
 }
 
@@ -118,8 +126,8 @@ TEST(OpsRope, DotProductDependsOnlyOnRelativePosition) {
     const std::vector<float> q0 = unit::lcg_values(hd, 3), k0 = unit::lcg_values(hd, 4);
     auto rotated_dot = [&](int pq, int pk) {
         std::vector<float> q = q0, k = k0;
-        cpu_ref::rope({q.data(), inv.data(), 1, 1, hd, hd, pq, 1, false});
-        cpu_ref::rope({k.data(), inv.data(), 1, 1, hd, hd, pk, 1, false});
+        rope_rows(q.data(), inv.data(), 1, 1, hd, hd, pq, 1, false);
+        rope_rows(k.data(), inv.data(), 1, 1, hd, hd, pk, 1, false);
         return cpu_ref::dot(q.data(), k.data(), hd);
     };
     EXPECT_NEAR(rotated_dot(7, 3), rotated_dot(4, 0), 1e-5);

@@ -1,13 +1,29 @@
-// Sampler: greedy (ties to the lower id), seeded temperature sampling, top-k, top-p.
-#include "model/sampler.h"
-
+// The sampling op's row function: greedy (ties to the lower id), seeded temperature sampling,
+// top-k, top-p; and the op over rows with per-slot generators.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/ref/ref_ops.h"
+
 namespace dsv4 {
 namespace {
+
+// One generator driven through the op's row function, as one slot would be.
+class Sampler {
+  public:
+    explicit Sampler(const SamplingParams& p) : p_(p) { ops::seed_rng(p.seed, s_); }
+    int32_t sample(const float* logits, int64_t V) { return cpu_ref::sample_row(logits, V, p_, s_); }
+
+  private:
+    SamplingParams p_;
+    uint64_t s_[4];
+};
+
+int32_t argmax(const float* logits, int64_t V) {
+    return Sampler(SamplingParams{}).sample(logits, V);
+}
 
 std::vector<int> counts(Sampler& s, const std::vector<float>& logits, int draws) {
     std::vector<int> c(logits.size(), 0);
@@ -133,6 +149,27 @@ TEST(Sampler, VeryLowTemperatureIsAlmostGreedy) {
     Sampler s(p);
     const auto c = counts(s, logits, 1000);
     EXPECT_EQ(c[1], 1000);
+}
+
+TEST(SampleOp, RowsUseTheirSlotsGenerators) {
+    // Two rows in slots 2 and 0: each row's draws equal a lone generator seeded like its slot.
+    const int64_t V = 40;
+    std::vector<float> logits(2 * V);
+    for (int64_t i = 0; i < 2 * V; ++i) logits[i] = 0.05f * static_cast<float>(i % V);
+    std::vector<SamplingParams> params(2);
+    params[0].temperature = params[1].temperature = 1.0f;
+    params[0].seed = 7;
+    params[1].seed = 9;
+    std::vector<uint64_t> rng(3 * 4, 0);
+    ops::seed_rng(7, &rng[2 * 4]);
+    ops::seed_rng(9, &rng[0]);
+    std::vector<int32_t> slot = {2, 0}, out(2);
+    Sampler a(params[0]), b(params[1]);
+    for (int step = 0; step < 20; ++step) {
+        cpu_ref::sample({logits.data(), params.data(), slot.data(), rng.data(), out.data(), 2, V});
+        EXPECT_EQ(out[0], a.sample(logits.data(), V));
+        EXPECT_EQ(out[1], b.sample(logits.data() + V, V));
+    }
 }
 
 }  // namespace

@@ -9,24 +9,30 @@
 namespace dsv4::cpu_ref {
 namespace {
 
-// Pointers to the K=V rows that query t may see (see AttentionArgs for the rule).
+// Pointers to the K=V rows that token t may see (see AttentionArgs for the rule).
 void gather_keys(const ops::AttentionArgs& a, int t, std::vector<const float*>& keys) {
     keys.clear();
-    const int64_t p = a.pos0 + t;
+    const ops::StepDesc& st = a.step;
+    const int b = st.tok_row[t];
+    const int64_t p = st.tok_pos[t], pos0 = st.row_pos0[b];
+    const int64_t slot = st.row_slot[b];
+    const float* ring = a.ring + slot * a.W * a.hd;
+    const float* chunk = a.kv + static_cast<int64_t>(st.row_start[b]) * a.hd;
     const int64_t first = std::max<int64_t>(0, p - a.W + 1);
-    for (int64_t q = first; q < a.pos0; ++q) keys.push_back(a.ring + (q % a.W) * a.hd);
-    for (int64_t q = std::max(first, a.pos0); q <= p; ++q)
-        keys.push_back(a.kv + (q - a.pos0) * a.hd);
+    for (int64_t q = first; q < pos0; ++q) keys.push_back(ring + (q % a.W) * a.hd);
+    for (int64_t q = std::max(first, pos0); q <= p; ++q) keys.push_back(chunk + (q - pos0) * a.hd);
     if (a.entries == nullptr) return;
+    const float* entries = a.entries + slot * a.n_entries * a.hd;
     const int64_t valid = (p + 1) / a.compress_rate;
+    DSV4_DASSERT(valid <= a.n_entries, "position ", p, " past the slot's ", a.n_entries, " entries");
     if (a.topk == nullptr) {
-        for (int64_t b = 0; b < valid; ++b) keys.push_back(a.entries + b * a.hd);
+        for (int64_t e = 0; e < valid; ++e) keys.push_back(entries + e * a.hd);
     } else {
         for (int j = 0; j < a.K; ++j) {
-            const int32_t b = a.topk[static_cast<int64_t>(t) * a.K + j];
-            if (b < 0) continue;
-            DSV4_DASSERT(b < valid, "indexer picked entry ", b, " of ", valid);
-            keys.push_back(a.entries + static_cast<int64_t>(b) * a.hd);
+            const int32_t e = a.topk[static_cast<int64_t>(t) * a.K + j];
+            if (e < 0) continue;
+            DSV4_DASSERT(e < valid, "indexer picked entry ", e, " of ", valid);
+            keys.push_back(entries + static_cast<int64_t>(e) * a.hd);
         }
     }
 }
@@ -34,7 +40,7 @@ void gather_keys(const ops::AttentionArgs& a, int t, std::vector<const float*>& 
 }  // namespace
 
 void attention(const ops::AttentionArgs& a) {
-    parallel_for(static_cast<int64_t>(a.T) * a.H, 1, [&](int64_t begin, int64_t end) {
+    parallel_for(static_cast<int64_t>(a.step.T) * a.H, 1, [&](int64_t begin, int64_t end) {
         std::vector<const float*> keys;
         std::vector<float> z;
         std::vector<double> acc(a.hd);
@@ -67,11 +73,13 @@ void attention(const ops::AttentionArgs& a) {
 }
 
 void ring_write(const ops::RingWriteArgs& a) {
-    const int first = std::max(0, a.T - a.W);
-    for (int t = first; t < a.T; ++t) {
-        const int64_t slot = (a.pos0 + t) % a.W;
-        std::copy(a.kv + static_cast<int64_t>(t) * a.hd, a.kv + static_cast<int64_t>(t + 1) * a.hd,
-                  a.ring + slot * a.hd);
+    const ops::StepDesc& st = a.step;
+    for (int b = 0; b < st.B; ++b) {
+        float* ring = a.ring + static_cast<int64_t>(st.row_slot[b]) * a.W * a.hd;
+        for (int i = std::max(0, st.row_len[b] - a.W); i < st.row_len[b]; ++i) {
+            const float* src = a.kv + static_cast<int64_t>(st.row_start[b] + i) * a.hd;
+            std::copy(src, src + a.hd, ring + ((st.row_pos0[b] + i) % a.W) * a.hd);
+        }
     }
 }
 

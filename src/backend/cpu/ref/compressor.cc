@@ -1,45 +1,35 @@
 // Reference KV compressor with the reference's buffer layout: HCA keeps the open block in
 // slots [0, m); CSA keeps the previous complete block in [0, m) (only its first-half
-// channels are read) and the open block in [m, 2m).
+// channels are read) and the open block in [m, 2m). A completed entry is pooled, then
+// RMS-normed and roped by the plain reference ops (the fused op is their composition).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
 namespace {
 
-// Per-channel softmax pooling of one entry from the state rows.
-void pool_entry(const ops::CompressArgs& a, float* entry) {
+// Per-channel softmax pooling of one entry from one slot's state rows.
+void pool_entry(const ops::CompressArgs& a, const float* state_kv, const float* state_gate,
+                float* entry) {
     const int m = a.m, hd = a.hd, width = a.coff * hd;
+    const int slots = a.coff * m;
+    // Column of state row s feeding channel c: CSA reads the previous block's Ca, the open
+    // block's Cb; HCA the one block.
+    auto col = [&](int s, int c) { return a.coff == 2 && s >= m ? hd + c : c; };
     for (int c = 0; c < hd; ++c) {
-        // (row, column) of each slot feeding channel c.
-        auto slot = [&](int s, int* row, int* col) {
-            if (a.coff == 2) {
-                *row = s;
-                *col = s < m ? c : hd + c;  // previous block's Ca, open block's Cb
-            } else {
-                *row = s;
-                *col = c;
-            }
-        };
-        const int slots = a.coff * m;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int s = 0; s < slots; ++s) {
-            int r, col;
-            slot(s, &r, &col);
-            mx = std::max(mx, a.state_gate[r * width + col]);
-        }
+        for (int s = 0; s < slots; ++s) mx = std::max(mx, state_gate[s * width + col(s, c)]);
         double denom = 0, acc = 0;
         for (int s = 0; s < slots; ++s) {
-            int r, col;
-            slot(s, &r, &col);
-            const float g = a.state_gate[r * width + col];
+            const float g = state_gate[s * width + col(s, c)];
             if (g == -std::numeric_limits<float>::infinity()) continue;
             const double e = std::exp(static_cast<double>(g) - mx);
             denom += e;
-            acc += e * a.state_kv[r * width + col];
+            acc += e * state_kv[s * width + col(s, c)];
         }
         entry[c] = static_cast<float>(acc / denom);
     }
@@ -49,23 +39,43 @@ void pool_entry(const ops::CompressArgs& a, float* entry) {
 
 void compress(const ops::CompressArgs& a) {
     const int m = a.m, width = a.coff * a.hd;
-    for (int t = 0; t < a.T; ++t) {
-        const int64_t p = a.pos0 + t;
-        const int i = static_cast<int>(p % m);
-        const int row = a.coff == 2 ? m + i : i;
-        const float* kv = a.kv + static_cast<int64_t>(t) * width;
-        const float* gate = a.gate + static_cast<int64_t>(t) * width;
-        for (int c = 0; c < width; ++c) {
-            a.state_kv[row * width + c] = kv[c];
-            a.state_gate[row * width + c] = gate[c] + a.ape[i * width + c];
+    const int64_t state_size = int64_t{a.coff} * m * width;
+    const ops::StepDesc& st = a.step;
+    // Rows are different slots: independent.
+    parallel_for(st.B, 1, [&](int64_t b_begin, int64_t b_end) {
+        for (int64_t b = b_begin; b < b_end; ++b) {
+            const int64_t slot = st.row_slot[b];
+            float* skv = a.state_kv + slot * state_size;
+            float* sgate = a.state_gate + slot * state_size;
+            float* entries = a.entries + slot * a.n_entries * a.hd;
+            for (int i = 0; i < st.row_len[b]; ++i) {
+                const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
+                const int j = static_cast<int>(p % m);
+                const int row = a.coff == 2 ? m + j : j;
+                const float* kv = a.kv + t * width;
+                const float* gate = a.gate + t * width;
+                for (int c = 0; c < width; ++c) {
+                    skv[row * width + c] = kv[c];
+                    sgate[row * width + c] = gate[c] + a.ape[j * width + c];
+                }
+                if (j != m - 1) continue;
+                const int64_t e = p / m;
+                DSV4_ASSERT(e < a.n_entries, "entry ", e, " past the slot's ", a.n_entries);
+                float* entry = entries + e * a.hd;
+                pool_entry(a, skv, sgate, entry);
+                if (a.norm != nullptr) {
+                    rms_norm({entry, a.norm, entry, 1, a.hd, a.eps});
+                    // Entry e sits at the position of its block's first token, e*m.
+                    const int64_t at = e * m;
+                    rope({entry, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale});
+                }
+                if (a.coff == 2) {
+                    std::copy(skv + m * width, skv + 2 * m * width, skv);
+                    std::copy(sgate + m * width, sgate + 2 * m * width, sgate);
+                }
+            }
         }
-        if (i != m - 1) continue;
-        pool_entry(a, a.entries + (p / m) * a.hd);
-        if (a.coff == 2) {
-            std::copy(a.state_kv + m * width, a.state_kv + 2 * m * width, a.state_kv);
-            std::copy(a.state_gate + m * width, a.state_gate + 2 * m * width, a.state_gate);
-        }
-    }
+    });
 }
 
 }  // namespace dsv4::cpu_ref

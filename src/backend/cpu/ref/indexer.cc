@@ -9,16 +9,19 @@
 namespace dsv4::cpu_ref {
 
 void indexer_topk(const ops::IndexerTopkArgs& a) {
-    parallel_for(a.T, 1, [&](int64_t begin, int64_t end) {
+    const ops::StepDesc& st = a.step;
+    parallel_for(st.T, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> score;
         std::vector<int32_t> order;
         for (int64_t t = begin; t < end; ++t) {
-            const int64_t valid = (a.pos0 + t + 1) / a.m;
+            const int64_t valid = (st.tok_pos[t] + 1) / a.m;
+            const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * a.hi;
+            DSV4_DASSERT(valid <= a.n_entries, "position past the slot's entries");
             score.resize(valid);
             for (int64_t b = 0; b < valid; ++b) {
                 double s = 0;
                 for (int h = 0; h < a.Hi; ++h) {
-                    const double d = dot(a.q + (t * a.Hi + h) * a.hi, a.keys + b * a.hi, a.hi);
+                    const double d = dot(a.q + (t * a.Hi + h) * a.hi, keys + b * a.hi, a.hi);
                     s += static_cast<double>(a.w[t * a.Hi + h]) * std::max(d, 0.0);
                 }
                 score[b] = static_cast<float>(s);

@@ -1,8 +1,10 @@
-// Reference linear (dequantize one weight row at a time, never the whole matrix) and SwiGLU.
+// Reference linear (dequantize one weight row at a time, never the whole matrix), the group of
+// linears over one x, and SwiGLU.
 #include <algorithm>
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 #include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
@@ -21,23 +23,44 @@ double dot(const float* a, const float* b, int64_t n) {
 }
 
 void linear(const ops::LinearArgs& a) {
-    const QuantWeight& w = *a.w;
+    const QuantWeight& w = quant(*a.w);
     const int64_t K = w.cols;
     const int64_t ldx = a.ldx ? a.ldx : K;
     const int64_t ldy = a.ldy ? a.ldy : a.N;
     DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
                 ") outside weight of ", w.rows);
+    // bf16 activations are widened once (exact), so both types share the f32 loop.
+    const float* x = static_cast<const float*>(a.x);
+    std::vector<float> xf;
+    if (a.x_type == ops::ActType::kBF16) {
+        xf.resize(static_cast<size_t>(a.M) * K);
+        const uint16_t* xb = static_cast<const uint16_t*>(a.x);
+        for (int64_t m = 0; m < a.M; ++m)
+            for (int64_t k = 0; k < K; ++k) xf[m * K + k] = bf16_to_f32(xb[m * ldx + k]);
+        x = xf.data();
+    }
+    const int64_t xs = a.x_type == ops::ActType::kBF16 ? K : ldx;
     parallel_for(a.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K * a.M)),
                  [&](int64_t begin, int64_t end) {
                      thread_local std::vector<float> row;
                      row.resize(K);
                      for (int64_t n = begin; n < end; ++n) {
                          dequant_row(w, a.row0 + n, row.data());
-                         for (int64_t m = 0; m < a.M; ++m)
-                             a.y[m * ldy + n] =
-                                 static_cast<float>(dot(a.x + m * ldx, row.data(), K));
+                         for (int64_t m = 0; m < a.M; ++m) {
+                             const float v = static_cast<float>(dot(x + m * xs, row.data(), K));
+                             if (a.y_type == ops::ActType::kBF16)
+                                 static_cast<uint16_t*>(a.y)[m * ldy + n] = f32_to_bf16(v);
+                             else
+                                 static_cast<float*>(a.y)[m * ldy + n] = v;
+                         }
                      }
                  });
+}
+
+void linear_group(const ops::LinearGroupArgs& a) {
+    DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
+    for (int i = 0; i < a.n_out; ++i)
+        linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows});
 }
 
 void swiglu(const ops::SwigluArgs& a) {

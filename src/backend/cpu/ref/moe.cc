@@ -1,5 +1,6 @@
-// Reference router (sqrt-softplus, bias for selection only, or hash routing) and routed
-// experts (clipped SwiGLU), each expert's rows dequantized once per chunk.
+// Reference router (gate projection, sqrt-softplus, bias for selection only, or hash routing)
+// and MoE (routed experts with clipped SwiGLU, each expert's rows dequantized once per step,
+// then the shared expert).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -43,7 +44,13 @@ void route(const ops::RouteArgs& a) {
     }
 }
 
+void router(const ops::RouterArgs& a) {
+    linear({a.x, a.gate, a.logits, a.T, a.E});
+    route({a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k, a.scale});
+}
+
 void moe(const ops::MoeArgs& a) {
+    const CpuExperts& ex = *static_cast<const CpuExperts*>(a.experts->impl);
     const int64_t slots = a.T * a.k;
     // contrib[(t*k + j)*D + d]: expert sel[t][j]'s weighted output for token t; summed in j
     // order afterwards so the result does not depend on which tokens share the chunk.
@@ -60,18 +67,18 @@ void moe(const ops::MoeArgs& a) {
             g.assign(n * a.I, 0.0f);
             u.assign(n * a.I, 0.0f);
             for (int i = 0; i < a.I; ++i) {
-                dequant_row(a.w1[e], i, row.data());
+                dequant_row(ex.w1[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     g[r * a.I + i] =
                         static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
-                dequant_row(a.w3[e], i, row.data());
+                dequant_row(ex.w3[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     u[r * a.I + i] =
                         static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
             }
             swiglu({g.data(), u.data(), g.data(), n * a.I, a.swiglu_limit});
             for (int d = 0; d < a.D; ++d) {
-                dequant_row(a.w2[e], d, row.data());
+                dequant_row(ex.w2[e], d, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     contrib[users[r] * a.D + d] =
                         static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)) *
@@ -87,6 +94,16 @@ void moe(const ops::MoeArgs& a) {
             for (int d = 0; d < a.D; ++d) out[d] += c[d];
         }
     }
+    if (a.shared_w1 == nullptr) return;
+    // The shared expert clips like the routed ones; added after the routed sum.
+    float* g = a.shared_scratch;
+    float* u = g + a.T * a.I;
+    float* y = u + a.T * a.I;
+    linear({a.x, a.shared_w1, g, a.T, a.I});
+    linear({a.x, a.shared_w3, u, a.T, a.I});
+    swiglu({g, u, g, a.T * a.I, a.swiglu_limit});
+    linear({g, a.shared_w2, y, a.T, a.D});
+    for (int64_t i = 0; i < a.T * a.D; ++i) a.out[i] += y[i];
 }
 
 }  // namespace dsv4::cpu_ref

@@ -1,4 +1,6 @@
-// Reference RMSNorm (weighted / unweighted), interleaved partial RoPE and embedding.
+// Reference RMSNorm (weighted / unweighted), interleaved partial RoPE, embedding, row gather.
+#include <algorithm>
+
 #include "backend/cpu/ref/ref_ops.h"
 
 namespace dsv4::cpu_ref {
@@ -18,7 +20,7 @@ void rope(const ops::RopeArgs& a) {
     const int off = a.head_dim - a.rope_dim;
     for (int64_t r = 0; r < a.rows; ++r) {
         // Angles in float32 like transformers (position * inv_freq), cos/sin correctly rounded.
-        const float pos = static_cast<float>(a.pos0 + r * a.pos_step);
+        const float pos = static_cast<float>(a.pos[r]);
         for (int i = 0; i < half; ++i) {
             const float angle = pos * a.inv_freq[i];
             const float c = static_cast<float>(std::cos(static_cast<double>(angle))) * a.scale;
@@ -38,9 +40,15 @@ void embed(const ops::EmbedArgs& a) {
     const int64_t D = a.table->cols;
     for (int64_t t = 0; t < a.T; ++t) {
         float* dst = a.out + t * a.n * D;
-        dequant_row(*a.table, a.ids[t], dst);
+        dequant_row(quant(*a.table), a.ids[t], dst);
         for (int i = 1; i < a.n; ++i) std::copy(dst, dst + D, dst + i * D);
     }
+}
+
+void gather_rows(const ops::GatherRowsArgs& a) {
+    for (int64_t r = 0; r < a.R; ++r)
+        std::copy(a.src + a.idx[r] * a.width, a.src + (a.idx[r] + 1) * a.width,
+                  a.dst + r * a.width);
 }
 
 }  // namespace dsv4::cpu_ref

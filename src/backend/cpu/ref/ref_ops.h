@@ -1,23 +1,34 @@
 // The CPU reference: plain loops in float32 (dot products and norms accumulate in double),
-// one file per op family. This is the oracle every other backend is tested against.
+// one file per op family. This is the oracle every other backend is tested against. Step
+// descriptors, caches and weights are host memory here; a weight handle's impl is the
+// checkpoint's QuantWeight (read in place), an experts handle's impl a CpuExperts.
 #pragma once
 
 #include <cmath>
+#include <vector>
 
-#include "ops/attention.h"
-#include "ops/compressor.h"
-#include "ops/embed.h"
-#include "ops/hyper_conn.h"
-#include "ops/indexer.h"
-#include "ops/linear.h"
-#include "ops/moe.h"
-#include "ops/norm.h"
-#include "ops/rope.h"
+#include "ops/backend.h"
 
 namespace dsv4::cpu_ref {
 
+struct CpuExperts {
+    std::vector<QuantWeight> w1, w3, w2;  // [E] each
+};
+
+inline const QuantWeight& quant(const ops::Weight& w) {
+    return *static_cast<const QuantWeight*>(w.impl);
+}
+// A handle for a QuantWeight the caller keeps alive (CPU backend and tests).
+inline ops::Weight wrap(const QuantWeight& q) {
+    return {q.rows, q.cols, &q};
+}
+inline ops::ExpertWeights wrap(const CpuExperts& e, int I, int D) {
+    return {static_cast<int>(e.w1.size()), I, D, &e};
+}
+
 void embed(const ops::EmbedArgs& a);
 void linear(const ops::LinearArgs& a);
+void linear_group(const ops::LinearGroupArgs& a);
 void swiglu(const ops::SwigluArgs& a);
 void rms_norm(const ops::RmsNormArgs& a);
 void rope(const ops::RopeArgs& a);
@@ -29,7 +40,12 @@ void ring_write(const ops::RingWriteArgs& a);
 void compress(const ops::CompressArgs& a);
 void indexer_topk(const ops::IndexerTopkArgs& a);
 void route(const ops::RouteArgs& a);
+void router(const ops::RouterArgs& a);
 void moe(const ops::MoeArgs& a);
+void gather_rows(const ops::GatherRowsArgs& a);
+void sample(const ops::SampleArgs& a);
+// One draw for one row (the op's body; the state advances only when a draw is needed).
+int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4]);
 
 // Shared scalar helpers.
 double dot(const float* a, const float* b, int64_t n);

@@ -1,0 +1,80 @@
+// Reference sampling: greedy, temperature, top-k, top-p, one xoshiro256** draw per sampled
+// token from the row's slot generator (identical on every platform for a seed).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+
+namespace dsv4::cpu_ref {
+namespace {
+
+uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+// [0, 1) with 53 random bits.
+double uniform(uint64_t s[4]) {
+    const uint64_t result = rotl(s[1] * 5, 7) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return static_cast<double>(result >> 11) * 0x1.0p-53;
+}
+
+int32_t argmax(const float* logits, int64_t V) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+        if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
+int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4]) {
+    if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, V);
+    thread_local std::vector<int32_t> order;
+    thread_local std::vector<double> probs;
+    order.resize(V);
+    std::iota(order.begin(), order.end(), 0);
+    auto by_logit = [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    int64_t keep = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_logit);
+    probs.resize(keep);
+    const double mx = logits[order[0]];
+    double sum = 0;
+    for (int64_t i = 0; i < keep; ++i)
+        sum += (probs[i] = std::exp((logits[order[i]] - mx) / p.temperature));
+    if (p.top_p < 1.0f) {
+        // Smallest prefix whose mass reaches top_p (at least one token).
+        double mass = 0;
+        int64_t cut = 0;
+        while (cut < keep) {
+            mass += probs[cut++] / sum;
+            if (mass >= p.top_p) break;
+        }
+        keep = cut;
+        sum = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+    }
+    const double r = uniform(state) * sum;
+    double acc = 0;
+    for (int64_t i = 0; i < keep; ++i) {
+        acc += probs[i];
+        if (r < acc) return order[i];
+    }
+    return order[keep - 1];
+}
+
+void sample(const ops::SampleArgs& a) {
+    for (int64_t r = 0; r < a.R; ++r)
+        a.out[r] = sample_row(a.logits + r * a.V, a.V, a.params[r], a.rng + 4 * int64_t{a.slot[r]});
+}
+
+}  // namespace dsv4::cpu_ref

@@ -1,0 +1,130 @@
+#include "model/cache_pool.h"
+
+#include <limits>
+
+namespace dsv4 {
+
+CacheFootprint cache_footprint(const ModelConfig& c, DType entry) {
+    const double e = static_cast<double>(dtype_size(entry));
+    CacheFootprint f;
+    for (const LayerSpec& l : c.layers) {
+        f.fixed_bytes += e * c.sliding_window * c.head_dim;
+        if (l.kind == LayerKind::kSliding) continue;
+        // Compressor states stay float32 (they are reduced in f32 whatever the entry type).
+        f.bytes_per_token += e * c.head_dim / l.compress_rate;
+        f.fixed_bytes += 8.0 * l.coff() * l.compress_rate * l.coff() * c.head_dim;
+        if (l.kind == LayerKind::kCsa) {
+            f.bytes_per_token += e * c.index_head_dim / l.compress_rate;
+            f.fixed_bytes += 8.0 * 2 * l.compress_rate * 2 * c.index_head_dim;
+        }
+    }
+    return f;
+}
+
+CacheSlot& CacheSlot::operator=(CacheSlot&& o) noexcept {
+    if (this != &o) {
+        if (pool_) pool_->release(slot_);
+        pool_ = o.pool_;
+        slot_ = o.slot_;
+        o.pool_ = nullptr;
+    }
+    return *this;
+}
+
+CacheSlot::~CacheSlot() {
+    if (pool_) pool_->release(slot_);
+}
+
+Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Backend& backend,
+                                                       const CacheLayout& layout) {
+    if (layout.entry != DType::kF32)
+        return error("cache entry type ", dtype_name(layout.entry),
+                     " is not implemented yet (float32 only)");
+    if (layout.max_seqs <= 0) return error("max_seqs must be > 0, got ", layout.max_seqs);
+    if (layout.max_context <= 0) return error("max_context must be > 0, got ", layout.max_context);
+    if (c.max_position_embeddings > 0 && layout.max_context > c.max_position_embeddings)
+        return error("max_context ", layout.max_context, " exceeds the model's ",
+                     c.max_position_embeddings, " positions");
+    const double need =
+        cache_footprint(c, layout.entry).per_sequence(layout.max_context) * layout.max_seqs;
+    const double avail = static_cast<double>(backend.memory_available());
+    if (need > avail)
+        return error("the KV cache for ", layout.max_seqs, " sequence(s) of ", layout.max_context,
+                     " tokens needs ", need / (1 << 30), " GiB but ", avail / (1 << 30),
+                     " GiB is free on ", backend.name(), " (lower --max-seqs or --max-context)");
+
+    std::unique_ptr<CachePool> p(new CachePool(backend, layout));
+    const int64_t S = layout.max_seqs;
+    auto take = [&](int64_t elems, size_t elem_size) -> Expected<void*> {
+        const size_t bytes = static_cast<size_t>(elems) * elem_size;
+        DSV4_ASSIGN_OR_RETURN(void* m, backend.try_alloc(bytes));
+        p->blocks_.push_back(m);
+        p->bytes_ += bytes;
+        return m;
+    };
+    auto make = [&](CompressorCache& s, int coff, int m, int width) -> Status {
+        s.state_size = int64_t{coff} * m * coff * width;
+        s.n_entries = layout.max_context / m + 1;
+        DSV4_ASSIGN_OR_RETURN(void* kv, take(S * s.state_size, sizeof(float)));
+        DSV4_ASSIGN_OR_RETURN(void* gate, take(S * s.state_size, sizeof(float)));
+        DSV4_ASSIGN_OR_RETURN(void* entries, take(S * s.n_entries * width, sizeof(float)));
+        s.kv = static_cast<float*>(kv);
+        s.gate = static_cast<float*>(gate);
+        s.entries = static_cast<float*>(entries);
+        return Status::ok();
+    };
+    p->layers_.resize(c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) {
+        const LayerSpec& spec = c.layers[l];
+        LayerCache& lc = p->layers_[l];
+        DSV4_ASSIGN_OR_RETURN(void* ring,
+                              take(S * int64_t{c.sliding_window} * c.head_dim, sizeof(float)));
+        lc.ring = static_cast<float*>(ring);
+        if (spec.kind != LayerKind::kSliding)
+            DSV4_RETURN_IF_ERROR(make(lc.main, spec.coff(), spec.compress_rate, c.head_dim));
+        if (spec.kind == LayerKind::kCsa)
+            DSV4_RETURN_IF_ERROR(make(lc.indexer, 2, spec.compress_rate, c.index_head_dim));
+    }
+    DSV4_ASSIGN_OR_RETURN(void* rng, take(S * 4, sizeof(uint64_t)));
+    p->rng_ = static_cast<uint64_t*>(rng);
+    p->in_use_.assign(S, false);
+    return p;
+}
+
+CachePool::~CachePool() {
+    for (void* b : blocks_) backend_.free(b);
+}
+
+Expected<CacheSlot> CachePool::acquire() {
+    for (int s = 0; s < layout_.max_seqs; ++s) {
+        if (in_use_[s]) continue;
+        in_use_[s] = true;
+        reset(s);
+        return CacheSlot(this, s);
+    }
+    return error("all ", layout_.max_seqs, " sequence slots of the KV cache are in use");
+}
+
+void CachePool::release(int slot) {
+    DSV4_ASSERT(slot >= 0 && slot < layout_.max_seqs && in_use_[slot], "release of slot ", slot);
+    in_use_[slot] = false;
+}
+
+int CachePool::free_slots() const {
+    int n = 0;
+    for (bool u : in_use_) n += !u;
+    return n;
+}
+
+void CachePool::reset(int slot) {
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    for (auto& l : layers_) {
+        for (CompressorCache* s : {&l.main, &l.indexer}) {
+            if (s->gate == nullptr) continue;
+            backend_.fill(s->kv + slot * s->state_size, 0.0f, s->state_size);
+            backend_.fill(s->gate + slot * s->state_size, neg_inf, s->state_size);
+        }
+    }
+}
+
+}  // namespace dsv4

@@ -1,0 +1,101 @@
+// The decode state of every sequence slot, allocated once at load from a stated budget: for
+// each layer the sliding-window rings, and for compressed layers the compressor states and
+// the compressed-KV (and indexer-key) entries, each as one [S, ...] array in backend memory so
+// the ops find a slot's part from the slot index in the step descriptor. Sessions and requests
+// hold a slot through CacheSlot (RAII); a full pool is an error for the caller to report or
+// wait on, never an abort.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "model/config.h"
+#include "ops/backend.h"
+
+namespace dsv4 {
+
+struct CacheLayout {
+    int max_seqs = 1;          // slots
+    int64_t max_context = 0;   // tokens per slot
+    DType entry = DType::kF32;  // cache entry type: float32 today (bf16, FP8 layouts next)
+};
+
+struct CompressorCache {
+    float* kv = nullptr;       // [S, coff*m, coff*width]
+    float* gate = nullptr;     // [S, coff*m, coff*width], -inf = empty
+    float* entries = nullptr;  // [S, n_entries, width]
+    int64_t state_size = 0;    // elements of one slot's kv (and gate)
+    int64_t n_entries = 0;     // entries per slot
+};
+
+struct LayerCache {
+    float* ring = nullptr;    // [S, W, hd], slot row = pos % W
+    CompressorCache main;     // CSA / HCA
+    CompressorCache indexer;  // CSA: entries are the indexer keys [S, n_entries, hi]
+};
+
+// Cache sizes per sequence for an entry type: growth per token and the fixed part.
+struct CacheFootprint {
+    double bytes_per_token = 0;
+    double fixed_bytes = 0;
+    double per_sequence(int64_t context) const { return fixed_bytes + bytes_per_token * context; }
+};
+CacheFootprint cache_footprint(const ModelConfig& cfg, DType entry = DType::kF32);
+
+class CachePool;
+
+// One slot held by a session or request; released (and so reusable) when destroyed.
+class CacheSlot {
+  public:
+    CacheSlot() = default;
+    CacheSlot(CachePool* pool, int slot) : pool_(pool), slot_(slot) {}
+    CacheSlot(CacheSlot&& o) noexcept : pool_(o.pool_), slot_(o.slot_) { o.pool_ = nullptr; }
+    CacheSlot& operator=(CacheSlot&& o) noexcept;
+    CacheSlot(const CacheSlot&) = delete;
+    CacheSlot& operator=(const CacheSlot&) = delete;
+    ~CacheSlot();
+    int index() const { return slot_; }
+    bool held() const { return pool_ != nullptr; }
+
+  private:
+    CachePool* pool_ = nullptr;
+    int slot_ = -1;
+};
+
+class CachePool {
+  public:
+    // Checks the bytes against what the backend has before taking any.
+    static Expected<std::unique_ptr<CachePool>> create(const ModelConfig& cfg, Backend& backend,
+                                                       const CacheLayout& layout);
+    ~CachePool();
+    CachePool(const CachePool&) = delete;
+    CachePool& operator=(const CachePool&) = delete;
+
+    // A free slot, emptied for a new sequence; an error when every slot is held.
+    Expected<CacheSlot> acquire();
+    // Empties a held slot (compressor gates back to -inf) for a new sequence.
+    void reset(int slot);
+    int free_slots() const;
+    const CacheLayout& layout() const { return layout_; }
+    const LayerCache& layer(int l) const { return layers_[l]; }
+    uint64_t* rng() const { return rng_; }  // [S, 4] sampling generator per slot
+    size_t bytes() const { return bytes_; }
+
+  private:
+    friend class CacheSlot;
+    CachePool(Backend& backend, const CacheLayout& layout) : backend_(backend), layout_(layout) {}
+    void release(int slot);
+
+    Backend& backend_;
+    CacheLayout layout_;
+    std::vector<LayerCache> layers_;
+    std::vector<void*> blocks_;
+    std::vector<bool> in_use_;
+    uint64_t* rng_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+}  // namespace dsv4
