@@ -127,6 +127,8 @@ class Engine {
     size_t queued() const;  // waiting for a slot
     size_t running() const;
     int free_slots() const;
+    // Bytes allocated through the backend (weights it copied, cache pool, workspaces).
+    size_t memory_in_use() const;
 
     // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
     // is called for each token as it is produced; returning false stops the request.

@@ -425,6 +425,9 @@ size_t Engine::running() const {
 int Engine::free_slots() const {
     return impl_->pool->free_slots();
 }
+size_t Engine::memory_in_use() const {
+    return impl_->backend->memory_in_use();
+}
 
 Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const std::vector<int32_t>& prompt, int max_tokens,
