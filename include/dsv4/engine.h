@@ -49,6 +49,10 @@ struct ModelInfo {
 
 class Engine;
 
+// Checks that a model folder loads: config.json valid, every tensor present with the shape and
+// type the config calls for, nothing unexpected. Reads headers only (the weights are mapped).
+Status check_model_folder(const std::string& dir);
+
 // One sequence holding one cache slot until it is destroyed (it must not outlive its Engine).
 class Session {
   public:

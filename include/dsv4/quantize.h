@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct QuantizeOptions {
     float input_amax = 448.0f;
     bool progress = true;  // progress bar on stderr
     int threads = 0;       // worker threads (0 = DSV4_THREADS or all cores)
+    // An existing non-empty output folder is an error unless force (then it is replaced).
+    bool force = false;
+    // Checks a finished output folder (e.g. dsv4::check_model_folder) before it is moved into
+    // place; the input is checked with it first. Unset: no check.
+    std::function<Status(const std::string& dir)> validate;
 };
 
 struct QuantizeSummary {

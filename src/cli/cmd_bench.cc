@@ -10,8 +10,6 @@
 
 namespace dsv4::cli {
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
-
 namespace {
 
 struct BenchArgs {
@@ -19,15 +17,24 @@ struct BenchArgs {
     int prompt_len = 128;
     int decode_tokens = 32;
     int repeats = 3;
+    bool context_given = false;  // --max-context on the command line: kept as given
 };
 
 int run_bench(BenchArgs a) {
-    a.engine.max_context =
-        std::max<int64_t>(a.engine.max_context, a.prompt_len + a.decode_tokens + 1);
+    const int64_t need = int64_t{a.prompt_len} + a.decode_tokens;
+    if (a.context_given && need > a.engine.max_context) {
+        std::fprintf(stderr,
+                     "error: --prompt-len %d + --decode %d = %lld tokens exceed --max-context "
+                     "%lld\n",
+                     a.prompt_len, a.decode_tokens, static_cast<long long>(need),
+                     static_cast<long long>(a.engine.max_context));
+        return kExitUsage;
+    }
+    if (!a.context_given) a.engine.max_context = need;
     auto engine = Engine::create(a.engine);
     if (!engine) {
         print_error(engine.status());
-        return 1;
+        return kExitError;
     }
     const ModelInfo& info = (*engine)->info();
     std::vector<int32_t> prompt(a.prompt_len);
@@ -35,7 +42,7 @@ int run_bench(BenchArgs a) {
     auto made = (*engine)->new_session();
     if (!made) {
         print_error(made.status());
-        return 1;
+        return kExitError;
     }
     Session* session = made->get();
     using clock = std::chrono::steady_clock;
@@ -51,7 +58,7 @@ int run_bench(BenchArgs a) {
         const auto t2 = clock::now();
         if (!st.is_ok()) {
             print_error(st);
-            return 1;
+            return kExitError;
         }
         best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
         best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
@@ -76,14 +83,17 @@ void add_bench_command(CLI::App& app) {
     add_engine_options(cmd, args->engine);
     cmd->add_option("--prompt-len", args->prompt_len, "Prompt tokens")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(whole_number(1, 1 << 30));
     cmd->add_option("--decode", args->decode_tokens, "Decode steps")
         ->capture_default_str()
-        ->check(CLI::NonNegativeNumber);
+        ->check(whole_number(0, 1 << 30));
     cmd->add_option("--repeats", args->repeats, "Runs; the best is reported")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
-    cmd->callback([args] { set_exit_code(run_bench(*args)); });
+        ->check(whole_number(1, 1000));
+    cmd->callback([args, cmd] {
+        args->context_given = cmd->get_option("--max-context")->count() > 0;
+        set_exit_code(run_bench(*args));
+    });
 }
 
 }  // namespace dsv4::cli

@@ -14,8 +14,6 @@
 
 namespace dsv4::cli {
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
-
 namespace {
 
 struct ChatArgs {
@@ -33,12 +31,12 @@ int run_chat(const ChatArgs& a) {
     auto engine = Engine::create(a.engine);
     if (!engine) {
         print_error(engine.status());
-        return 1;
+        return kExitError;
     }
     auto tok = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
     if (!tok) {
         print_error(tok.status());
-        return 1;
+        return kExitError;
     }
     chat::EncodeOptions opts;
     opts.thinking_mode = a.think ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
@@ -48,7 +46,7 @@ int run_chat(const ChatArgs& a) {
     if (!version) {
         std::fprintf(stderr, "error: unknown --encoding '%s' (v4 or v4-flash-0731)\n",
                      a.encoding.c_str());
-        return 2;
+        return kExitUsage;
     }
     opts.version = *version;
     const int32_t eos = (*engine)->info().eos_token_id;
@@ -56,7 +54,7 @@ int run_chat(const ChatArgs& a) {
     auto made = (*engine)->new_session();
     if (!made) {
         print_error(made.status());
-        return 1;
+        return kExitError;
     }
     Session* session = made->get();
     chat::Json messages = chat::Json::array();
@@ -128,7 +126,7 @@ void add_chat_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("chat", "Interactive chat with the DeepSeek-V4 encoding");
     cmd->footer("Example: dsv4 chat --model DIR --think --effort max");
     add_engine_options(cmd, args->engine);
-    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's)");
+    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json or a folder holding one (default: the model folder's)");
     cmd->add_option("--system", args->system, "System prompt");
     cmd->add_flag("--think,!--no-think", args->think, "Thinking mode (default: chat mode)");
     cmd->add_option("--effort", args->effort, "Reasoning effort in thinking mode: high or max")
@@ -136,11 +134,10 @@ void add_chat_command(CLI::App& app) {
     cmd->add_option("--encoding", args->encoding,
                     "Chat encoding version: v4 or v4-flash-0731 (reasoning-effort texts differ)")
         ->capture_default_str();
-    cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")->capture_default_str();
-    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")
-        ->capture_default_str();
-    cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
-    cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")
+        ->capture_default_str()
+        ->check(whole_number(1, 1 << 30));
+    add_sampling_options(cmd, args->sampling);
     cmd->callback([args] { set_exit_code(run_chat(*args)); });
 }
 

@@ -8,8 +8,6 @@
 
 namespace dsv4::cli {
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
-
 namespace {
 
 struct CheckArgs {
@@ -24,7 +22,7 @@ int run_check(CheckArgs a) {
     auto report = run_conformance_check(a.engine, a.expected, a.tolerance);
     if (!report) {
         print_error(report.status());
-        return 2;
+        return kExitError;
     }
     for (const auto& item : report->items) {
         std::printf("%-16s %s  max_abs=%.3g  tol=%.3g  %s\n", item.name.c_str(),
@@ -32,7 +30,7 @@ int run_check(CheckArgs a) {
                     item.detail.c_str());
     }
     std::printf("%s (%.2f s)\n", report->pass() ? "PASS" : "FAIL", report->seconds);
-    return report->pass() ? 0 : 1;
+    return report->pass() ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace
@@ -45,7 +43,9 @@ void add_check_command(CLI::App& app) {
     add_engine_options(cmd, args->engine);
     cmd->add_option("--expected", args->expected,
                     "expected.safetensors (default: the one in the model folder)");
-    cmd->add_option("--tolerance", args->tolerance, "Max abs logit error")->capture_default_str();
+    cmd->add_option("--tolerance", args->tolerance, "Max abs logit error")
+        ->capture_default_str()
+        ->check(finite_number(0, 1e30));
     cmd->callback([args] { set_exit_code(run_check(*args)); });
 }
 

@@ -14,8 +14,6 @@
 namespace dsv4::cli {
 namespace {
 
-int g_exit_code = 0;
-
 struct GenerateArgs {
     EngineOptions engine;
     std::string prompt_ids;
@@ -48,7 +46,7 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
 int run_generate(const GenerateArgs& a) {
     if (a.prompt.empty() == a.prompt_ids.empty()) {
         std::fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
-        return 2;
+        return kExitUsage;
     }
     std::optional<Tokenizer> tok;
     Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
@@ -56,21 +54,21 @@ int run_generate(const GenerateArgs& a) {
         auto loaded = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
         if (!loaded) {
             print_error(loaded.status());
-            return 1;
+            return kExitError;
         }
         tok.emplace(std::move(*loaded));
     } else {
         ids = parse_ids(a.prompt_ids);
         if (!ids) {
             print_error(ids.status());
-            return 2;
+            return kExitUsage;
         }
     }
     const auto t0 = std::chrono::steady_clock::now();
     auto engine = Engine::create(a.engine);
     if (!engine) {
         print_error(engine.status());
-        return 1;
+        return kExitError;
     }
     if (tok) {
         if (!a.no_bos) ids->push_back((*engine)->info().bos_token_id);
@@ -83,7 +81,7 @@ int run_generate(const GenerateArgs& a) {
     auto session = (*engine)->new_session();
     if (!session) {
         print_error(session.status());
-        return 1;
+        return kExitError;
     }
     std::chrono::steady_clock::time_point first;
     int n = 0;
@@ -102,7 +100,7 @@ int run_generate(const GenerateArgs& a) {
     std::fflush(stdout);
     if (!out) {
         print_error(out.status());
-        return 1;
+        return kExitError;
     }
     const auto t2 = std::chrono::steady_clock::now();
     auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
@@ -116,31 +114,6 @@ int run_generate(const GenerateArgs& a) {
 
 }  // namespace
 
-void print_error(const Status& status) {
-    std::fprintf(stderr, "error: %s\n", status.message().c_str());
-}
-
-int exit_code() {
-    return g_exit_code;
-}
-void set_exit_code(int code) {
-    g_exit_code = code;
-}
-
-void add_engine_options(CLI::App* cmd, EngineOptions& e) {
-    cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
-    cmd->add_option("--device", e.device, "cpu (cuda: later)")->capture_default_str();
-    cmd->add_option("--max-context", e.max_context, "Tokens each sequence's cache holds")
-        ->capture_default_str();
-    cmd->add_option("--max-seqs", e.max_seqs, "Sequence slots in the KV-cache pool")
-        ->capture_default_str();
-    cmd->add_option("--cache-gib", e.cache_gib,
-                    "KV-cache budget in GiB: as many sequence slots as it holds (overrides "
-                    "--max-seqs)");
-    cmd->add_option("--max-chunk", e.max_chunk, "Prompt tokens per forward step")->capture_default_str();
-    cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")->capture_default_str();
-}
-
 void add_generate_command(CLI::App& app) {
     auto args = std::make_shared<GenerateArgs>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
@@ -152,14 +125,12 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--prompt", args->prompt,
                     "Prompt text (tokenized with the model's tokenizer.json)");
     cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids");
-    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (default: the model folder's)");
+    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json or a folder holding one (default: the model folder's)");
     cmd->add_flag("--no-bos", args->no_bos, "Do not start the text prompt with BOS");
-    cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")->capture_default_str();
-    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")
-        ->capture_default_str();
-    cmd->add_option("--top-k", args->sampling.top_k, "0 = off")->capture_default_str();
-    cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
-    cmd->add_option("--seed", args->sampling.seed, "Sampling seed")->capture_default_str();
+    cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")
+        ->capture_default_str()
+        ->check(whole_number(1, 1 << 30));
+    add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
     cmd->callback([args] { set_exit_code(run_generate(*args)); });
 }

@@ -7,15 +7,13 @@
 
 namespace dsv4::cli {
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
-
 namespace {
 
 int run_info(const EngineOptions& o) {
     auto engine = Engine::create(o);
     if (!engine) {
         print_error(engine.status());
-        return 1;
+        return kExitError;
     }
     const ModelInfo& i = (*engine)->info();
     const double gib = 1024.0 * 1024.0 * 1024.0;

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "dsv4/engine.h"
 #include "dsv4/quantize.h"
 
 namespace dsv4::cli {
@@ -25,10 +26,11 @@ int run_quantize(QuantizeArgs a) {
         s.router = a.router || a.all;
     }
     a.options.progress = !a.no_progress;
+    a.options.validate = check_model_folder;
     auto summary = quantize_model(a.options);
     if (!summary) {
         print_error(summary.status());
-        return 1;
+        return kExitError;
     }
     for (const std::string& w : summary->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     const double in_mb = static_cast<double>(summary->bytes_in) / 1e6;
@@ -53,8 +55,11 @@ void add_quantize_command(CLI::App& app) {
         "Example: dsv4 quantize --model models/flash --out models/flash-nvfp4 --shared-experts");
     QuantizeOptions& o = args->options;
     cmd->add_option("--model", o.model_dir, "Input model folder")->required();
-    cmd->add_option("--out", o.out_dir, "Output folder (created; must differ from --model)")
+    cmd->add_option("--out", o.out_dir,
+                    "Output folder (created; must differ from --model; written to a temporary "
+                    "folder beside it and moved into place when complete)")
         ->required();
+    cmd->add_flag("--force", o.force, "Replace an existing non-empty output folder");
     cmd->add_flag("--experts", args->experts, "Routed experts (ffn.experts.E.w1/w2/w3)");
     cmd->add_flag("--shared-experts", args->shared_experts, "Shared experts");
     cmd->add_flag("--attention", args->attention,
@@ -67,8 +72,11 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("--input-amax", o.input_amax,
                     "Activation amax behind the static input_scale = amax/(6*448) written for "
                     "other engines (dsv4 quantizes activations dynamically)")
-        ->capture_default_str();
-    cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")->capture_default_str();
+        ->capture_default_str()
+        ->check(finite_number(0, 1e30, true));
+    cmd->add_option("--threads", o.threads, "CPU threads (0 = all)")
+        ->capture_default_str()
+        ->check(whole_number(0, 4096));
     cmd->add_flag("--no-progress", args->no_progress, "No progress bar on stderr");
     cmd->callback([args] { set_exit_code(run_quantize(*args)); });
 }

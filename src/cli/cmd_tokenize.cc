@@ -46,6 +46,7 @@ Json error_line(const std::string& message) {
 // an error line. Returns 1 when some line was malformed, else 0.
 template <typename F>
 int for_each_request(F&& answer) {
+    note_reading_stdin("requests");
     int status = 0;
     std::string line;
     while (std::getline(std::cin, line)) {
@@ -63,9 +64,7 @@ int for_each_request(F&& answer) {
 }
 
 Expected<Tokenizer> load_tokenizer(const TokenizeArgs& a) {
-    std::filesystem::path path = a.tokenizer;
-    if (std::filesystem::is_directory(path)) path /= "tokenizer.json";
-    DSV4_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(path));
+    DSV4_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(tokenizer_file(a.tokenizer)));
     if (a.v4_added_tokens) {
         DSV4_RETURN_IF_ERROR(
             tokenizer.set_added_tokens(deepseek_v4_added_tokens(), AddedTokensMode::kReplace));
@@ -98,7 +97,7 @@ int run_tokenize(const TokenizeArgs& a) {
     auto tokenizer = load_tokenizer(a);
     if (!tokenizer) {
         print_error(tokenizer.status());
-        return 2;
+        return kExitError;
     }
     const bool parse_special = !a.no_special;
     if (a.has_text) {
@@ -137,7 +136,7 @@ int run_chat_encode(const ChatArgs& a) {
     auto version = encoding_version(a);
     if (!version) {
         print_error(version.status());
-        return 2;
+        return kExitUsage;
     }
     return for_each_request([&](const Json& request) {
         static const Json kNoKwargs = Json::object();
@@ -212,7 +211,9 @@ void add_tokenize_commands(CLI::App& app) {
         "Reads {\"messages\": [...], \"kwargs\": {...}} lines, writes {\"prompt\": ...} or "
         "{\"error\": true, \"message\": ...}. kwargs as in DeepSeek's encode_messages: "
         "thinking_mode (\"chat\" | \"thinking\"), reasoning_effort, drop_thinking, "
-        "add_default_bos_token, context.");
+        "add_default_bos_token, context.\n"
+        "Example: echo '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+        "\"kwargs\": {\"thinking_mode\": \"chat\"}}' | dsv4 chat-encode");
     encode
         ->add_option("--encoding", enc->encoding, "Encoder release: v4 (default) or v4-flash-0731")
         ->capture_default_str();
@@ -223,7 +224,9 @@ void add_tokenize_commands(CLI::App& app) {
     parse->footer(
         "Reads {\"text\": ..., \"thinking_mode\": \"chat\" | \"thinking\"} lines, writes "
         "{\"result\": {role, content, reasoning_content, tool_calls}} or {\"error\": true, "
-        "\"message\": ...}.");
+        "\"message\": ...}.\n"
+        "Example: echo '{\"text\": \"Hello!<｜end▁of▁sentence｜>\", \"thinking_mode\": "
+        "\"chat\"}' | dsv4 chat-parse");
     parse->callback([] { set_exit_code(run_chat_parse()); });
 }
 

@@ -1,30 +1,51 @@
-// Each CLI subcommand lives in its own cmd_*.cc and registers itself here.
+// Each CLI subcommand lives in its own cmd_*.cc and registers itself here; the plumbing they
+// share (engine options, validators, errors, exit codes) is declared once, below.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
+#include "dsv4/engine.h"
 #include "dsv4/status.h"
 
 namespace dsv4::cli {
 
-// Registers `generate` and `check` (cmd_generate.cc, cmd_check.cc).
-void add_generate_command(CLI::App& app);
-void add_check_command(CLI::App& app);
-// `bench` (cmd_bench.cc).
-void add_bench_command(CLI::App& app);
-// `info` (cmd_info.cc).
-void add_info_command(CLI::App& app);
-// `chat` (cmd_chat.cc).
-void add_chat_command(CLI::App& app);
-// `tokenize`, `chat-encode`, `chat-parse` (cmd_tokenize.cc).
-void add_tokenize_commands(CLI::App& app);
-// `quantize` (cmd_quantize.cc).
-void add_quantize_command(CLI::App& app);
+// Exit codes of every subcommand (README, "Exit codes").
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;  // runtime or input-file error (model, fixture, text file)
+inline constexpr int kExitUsage = 2;  // bad command line: unknown flag, value out of range
+inline constexpr int kExitCheckFailed = 3;  // `check` ran and a comparison failed
+
+void add_generate_command(CLI::App& app);     // cmd_generate.cc
+void add_check_command(CLI::App& app);        // cmd_check.cc
+void add_bench_command(CLI::App& app);        // cmd_bench.cc
+void add_info_command(CLI::App& app);         // cmd_info.cc
+void add_chat_command(CLI::App& app);         // cmd_chat.cc
+void add_tokenize_commands(CLI::App& app);    // cmd_tokenize.cc: tokenize, chat-encode, chat-parse
+void add_quantize_command(CLI::App& app);     // cmd_quantize.cc
+void add_perplexity_command(CLI::App& app);   // cmd_perplexity.cc
+
+// --model, --device, --max-context, --max-seqs, --cache-gib, --max-chunk, --threads.
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+// --temperature, --top-k, --top-p, --seed, each range-checked.
+void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k = true);
+
+// Validators whose messages are one short line (CLI11's own print the bounds in full).
+CLI::Validator whole_number(long long lo, long long hi);
+// A finite number in [lo, hi] (lo excluded when lo_open).
+CLI::Validator finite_number(double lo, double hi, bool lo_open = false);
 
 // Prints a user error as the one line `error: <message>` on stderr.
 void print_error(const Status& status);
 
-// The exit status the subcommand's callback chose (0 = success).
+// A tokenizer.json path, or a folder holding one.
+std::string tokenizer_file(const std::string& path_or_dir);
+
+// Tells a person at a terminal that the command reads JSON lines from stdin (it would
+// otherwise seem to hang).
+void note_reading_stdin(const char* what);
+
+// The exit status the subcommand's callback chose.
 int exit_code();
 void set_exit_code(int code);
 

@@ -191,6 +191,17 @@ void Session::reset() {
     impl_->pos = 0;
 }
 
+Status check_model_folder(const std::string& dir) {
+    auto cfg = load_model_config(dir + "/config.json");
+    if (!cfg) return cfg.status().with_context(dir);
+    auto store = TensorStore::open(dir);
+    if (!store) return store.status().with_context(dir);
+    auto backend = make_cpu_backend();
+    auto w = bind_weights(*store, *cfg, *backend);
+    if (!w) return w.status().with_context(dir);
+    return Status::ok();
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -396,6 +407,14 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             continue;
         }
         const int32_t tok = q.sampled;
+        if (tok < 0) {
+            finish(q, FinishReason::kError, events, -1,
+                   str_cat("the model produced non-finite logits at position ", q.pos - 1,
+                           " (generated token ", q.generated + 1,
+                           "): the weights or the activations are not finite"));
+            running.erase(id);
+            continue;
+        }
         ++q.generated;
         FinishReason why = FinishReason::kNone;
         if (q.r.stop_at_eos && tok == info.eos_token_id)

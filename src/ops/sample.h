@@ -18,7 +18,8 @@ struct GatherRowsArgs {
 
 // Greedy (temperature 0 or top_k 1: the lowest id of the maximum), else softmax at the
 // temperature over the top_k best (ties to the lower id), cut to the smallest prefix whose
-// mass reaches top_p, and one uniform draw from the slot's xoshiro256** generator.
+// mass reaches top_p, and one uniform draw from the slot's xoshiro256** generator. A row whose
+// logits are not all finite gets -1 (the engine reports it; nothing is sampled from garbage).
 struct SampleArgs {
     const float* logits = nullptr;           // [R, V]
     const SamplingParams* params = nullptr;  // [R]

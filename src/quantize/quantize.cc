@@ -1,5 +1,7 @@
 #include "dsv4/quantize.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -89,8 +91,36 @@ class Quantizer {
   public:
     explicit Quantizer(const QuantizeOptions& o) : opt_(o) {}
 
+    // Writes into a temporary folder beside the output and moves it into place only when
+    // everything was written (and checked): a failed run leaves no half-written output.
     Expected<QuantizeSummary> run() {
         DSV4_RETURN_IF_ERROR(prepare_dirs());
+        if (opt_.validate) DSV4_RETURN_IF_ERROR(opt_.validate(opt_.model_dir));
+        std::error_code ec;
+        fs::create_directories(out_, ec);
+        if (ec) return error(out_.string(), ": cannot create (", ec.message(), ")");
+        auto summary = write();
+        if (summary && opt_.validate) {
+            Status st = opt_.validate(out_.string());
+            if (!st.is_ok()) summary = st.with_context("the quantized output does not load");
+        }
+        if (!summary) {
+            fs::remove_all(out_, ec);
+            return summary.status();
+        }
+        if (fs::exists(final_)) fs::remove_all(final_, ec);
+        if (!ec) fs::rename(out_, final_, ec);
+        if (ec) {
+            std::error_code ignored;
+            fs::remove_all(out_, ignored);
+            return error(final_.string(), ": cannot move the output into place (", ec.message(),
+                         ")");
+        }
+        return summary;
+    }
+
+  private:
+    Expected<QuantizeSummary> write() {
         DSV4_ASSIGN_OR_RETURN(Json config, read_json(in_ / "config.json"));
         auto store = TensorStore::open(in_.string());
         if (!store) return store.status();
@@ -135,17 +165,24 @@ class Quantizer {
         return summary_;
     }
 
-  private:
     Status prepare_dirs() {
         in_ = fs::path(opt_.model_dir);
-        out_ = fs::path(opt_.out_dir);
         std::error_code ec;
         if (!fs::is_directory(in_, ec)) return error(opt_.model_dir, ": not a model folder");
         if (opt_.out_dir.empty()) return error("no output folder given");
-        fs::create_directories(out_, ec);
-        if (ec) return error(opt_.out_dir, ": cannot create (", ec.message(), ")");
-        if (fs::equivalent(in_, out_, ec))
-            return error("the output folder must differ from the input folder");
+        final_ = fs::absolute(fs::path(opt_.out_dir), ec).lexically_normal();
+        if (final_.filename().empty()) final_ = final_.parent_path();
+        if (fs::exists(final_, ec)) {
+            if (fs::equivalent(in_, final_, ec))
+                return error("the output folder must differ from the input folder");
+            if (!fs::is_directory(final_, ec))
+                return error(opt_.out_dir, ": exists and is not a folder");
+            if (!fs::is_empty(final_, ec) && !opt_.force)
+                return error(opt_.out_dir, ": exists and is not empty (--force replaces it)");
+        }
+        out_ = final_.parent_path() /
+               ("." + final_.filename().string() + ".partial-" + std::to_string(::getpid()));
+        if (fs::exists(out_, ec)) fs::remove_all(out_, ec);
         if (!(opt_.input_amax > 0.0f))
             return error("input amax must be positive, got ", opt_.input_amax);
         return Status::ok();
@@ -279,7 +316,7 @@ class Quantizer {
     }
 
     const QuantizeOptions& opt_;
-    fs::path in_, out_;
+    fs::path in_, out_, final_;  // out_: the temporary folder written, renamed to final_
     std::unique_ptr<TensorStore> store_;
     std::map<std::string, std::vector<std::string>> shards_;  // file -> tensor names
     std::map<std::string, QuantWeight> selected_;             // prefix -> bound input weight

@@ -84,8 +84,64 @@ class CorruptInput : public ::testing::Test {
         EXPECT_NE(err.find(needle), std::string::npos) << err;
     }
 
+    // Runs the CLI with `args`; returns the exit code (-1 when killed by a signal) and stderr.
+    int run_cli(const std::string& args, std::string* err) {
+        const std::string cmd = std::string(DSV4_CLI_PATH) + " " + args + " 2>" +
+                                (dir_ / "stderr.txt").string() + " >/dev/null";
+        const int rc = std::system(cmd.c_str());
+        *err = read_file(dir_ / "stderr.txt");
+        return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    }
+
     fs::path dir_;
 };
+
+TEST_F(CorruptInput, NanWeightsStopGenerationWithAnError) {
+    // NaN in the final norm: every logit is NaN; generation must stop at once, naming where.
+    const std::string bytes = read_file(dir_ / "model.safetensors");
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[i]);
+    const json h = json::parse(bytes.substr(8, n));
+    ASSERT_EQ(h["model.norm.weight"]["dtype"], "F32");
+    std::string out = bytes;
+    const size_t at = 8 + n + h["model.norm.weight"]["data_offsets"][0].get<size_t>();
+    const uint32_t nan_bits = 0x7fc00000u;
+    for (int i = 0; i < 4; ++i) out[at + i] = static_cast<char>((nan_bits >> (8 * i)) & 0xff);
+    write_file(dir_ / "model.safetensors", out);
+    std::string err;
+    EXPECT_EQ(run_cli("generate --model " + dir_.string() + " --prompt-ids 1,2,3", &err), 1);
+    EXPECT_NE(err.find("non-finite logits at position 2 (generated token 1)"), std::string::npos)
+        << err;
+}
+
+TEST_F(CorruptInput, QuantizeRefusesANonEmptyOutputUnlessForced) {
+    const fs::path out = dir_ / "out";
+    fs::create_directories(out);
+    write_file(out / "stale.safetensors", "from an earlier run");
+    std::string err;
+    const std::string args = "quantize --no-progress --model " + dir_.string() + " --out " +
+                             out.string();
+    EXPECT_EQ(run_cli(args, &err), 1);
+    EXPECT_NE(err.find("not empty (--force replaces it)"), std::string::npos) << err;
+    EXPECT_TRUE(fs::exists(out / "stale.safetensors"));
+    EXPECT_EQ(run_cli(args + " --force", &err), 0) << err;
+    EXPECT_FALSE(fs::exists(out / "stale.safetensors"));  // replaced whole, no stale shards
+    EXPECT_TRUE(fs::exists(out / "config.json"));
+}
+
+TEST_F(CorruptInput, QuantizeChecksShapesAndLeavesNothingBehind) {
+    // A tensor whose shape does not match config.json: refused before anything is written.
+    edit_header([](json& h) { h["model.norm.weight"]["shape"] = {32, 2}; });
+    std::string err;
+    const fs::path out = dir_ / "out";
+    EXPECT_EQ(run_cli("quantize --no-progress --model " + dir_.string() + " --out " + out.string(),
+                      &err),
+              1);
+    EXPECT_NE(err.find("norm.weight"), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(out));
+    for (const auto& e : fs::directory_iterator(dir_))
+        EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+}
 
 TEST_F(CorruptInput, TruncatedFile) {
     const std::string bytes = read_file(dir_ / "model.safetensors");

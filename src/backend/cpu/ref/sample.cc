@@ -73,8 +73,13 @@ int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint
 }
 
 void sample(const ops::SampleArgs& a) {
-    for (int64_t r = 0; r < a.R; ++r)
-        a.out[r] = sample_row(a.logits + r * a.V, a.V, a.params[r], a.rng + 4 * int64_t{a.slot[r]});
+    for (int64_t r = 0; r < a.R; ++r) {
+        const float* logits = a.logits + r * a.V;
+        const bool finite =
+            std::all_of(logits, logits + a.V, [](float v) { return std::isfinite(v); });
+        a.out[r] = finite ? sample_row(logits, a.V, a.params[r], a.rng + 4 * int64_t{a.slot[r]})
+                          : -1;
+    }
 }
 
 }  // namespace dsv4::cpu_ref

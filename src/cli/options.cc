@@ -1,0 +1,119 @@
+// The CLI plumbing every subcommand shares: engine and sampling options with their range
+// checks, one-line errors, exit codes.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli/commands.h"
+
+namespace dsv4::cli {
+namespace {
+
+int g_exit_code = kExitOk;
+
+}  // namespace
+
+CLI::Validator whole_number(long long lo, long long hi) {
+    const std::string desc = "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return CLI::Validator(
+        [lo, hi](std::string& s) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            const long long v = std::strtoll(s.c_str(), &end, 10);
+            if (s.empty() || *end != '\0' || errno == ERANGE)
+                return "'" + s + "' is not a whole number";
+            if (v < lo || v > hi)
+                return "'" + s + "' is out of range [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "]";
+            return {};
+        },
+        desc);
+}
+
+CLI::Validator finite_number(double lo, double hi, bool lo_open) {
+    auto fmt = [](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
+    };
+    const std::string range = (lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "]";
+    return CLI::Validator(
+        [lo, hi, lo_open, range](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str(), &end);
+            if (s.empty() || *end != '\0' || !std::isfinite(v))
+                return "'" + s + "' is not a finite number";
+            if (v < lo || v > hi || (lo_open && v == lo))
+                return "'" + s + "' is out of range " + range;
+            return {};
+        },
+        "NUMBER in " + range);
+}
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e) {
+    cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
+    cmd->add_option("--device", e.device, "cpu (cuda: the GEMV kernels only, not the model yet)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_option("--max-context", e.max_context, "Tokens each sequence's cache holds")
+        ->capture_default_str()
+        ->check(whole_number(1, int64_t{1} << 40));
+    cmd->add_option("--max-seqs", e.max_seqs, "Sequence slots in the KV-cache pool")
+        ->capture_default_str()
+        ->check(whole_number(1, 1 << 20));
+    cmd->add_option("--cache-gib", e.cache_gib,
+                    "KV-cache budget in GiB: as many sequence slots as it holds (instead of "
+                    "--max-seqs)")
+        ->check(finite_number(0, 1 << 20, true));
+    cmd->add_option("--max-chunk", e.max_chunk, "Prompt tokens per forward step")
+        ->capture_default_str()
+        ->check(whole_number(1, 1 << 16));
+    cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")
+        ->capture_default_str()
+        ->check(whole_number(0, 4096));
+}
+
+void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k) {
+    cmd->add_option("--temperature", s.temperature, "0 = greedy")
+        ->capture_default_str()
+        ->check(finite_number(0, 100));
+    if (with_top_k)
+        cmd->add_option("--top-k", s.top_k, "Sample among the k best (0 = all)")
+            ->capture_default_str()
+            ->check(whole_number(0, 1 << 30));
+    cmd->add_option("--top-p", s.top_p, "Nucleus: the smallest set holding this mass (1 = all)")
+        ->capture_default_str()
+        ->check(finite_number(0, 1, true));
+    cmd->add_option("--seed", s.seed, "Sampling seed")
+        ->capture_default_str()
+        ->check(whole_number(0, INT64_MAX));
+}
+
+void print_error(const Status& status) {
+    std::fprintf(stderr, "error: %s\n", status.message().c_str());
+}
+
+std::string tokenizer_file(const std::string& path_or_dir) {
+    std::filesystem::path p = path_or_dir;
+    if (std::filesystem::is_directory(p)) p /= "tokenizer.json";
+    return p.string();
+}
+
+void note_reading_stdin(const char* what) {
+    if (isatty(STDIN_FILENO))
+        std::fprintf(stderr, "reading %s from stdin, one JSON object per line (Ctrl-D ends; "
+                             "--help shows the format)\n", what);
+}
+
+int exit_code() {
+    return g_exit_code;
+}
+void set_exit_code(int code) {
+    g_exit_code = code;
+}
+
+}  // namespace dsv4::cli

@@ -1,0 +1,126 @@
+// The command line refuses what it cannot run: every case a one-line error naming the flag or
+// file, with the documented exit code (0 ok, 1 runtime/input error, 2 usage, 3 check failed).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace dsv4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+    int code = -1;  // -1: killed by a signal
+    std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CliRun dsv4(const std::string& args) {
+    const fs::path dir = fs::temp_directory_path();
+    const std::string tag = std::to_string(::getpid());
+    const fs::path out = dir / ("dsv4_cli_out_" + tag), err = dir / ("dsv4_cli_err_" + tag);
+    const std::string cmd = std::string(DSV4_CLI_PATH) + " " + args + " </dev/null >" +
+                            out.string() + " 2>" + err.string();
+    const int rc = std::system(cmd.c_str());
+    CliRun r{WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+}
+
+const std::string kModel = std::string(" --model ") + DSV4_GOLDEN_DIR + "/small-rates";
+
+struct Case {
+    const char* name;
+    std::string args;
+    int code;
+    const char* needle;  // in stderr, which is one line
+};
+
+class CliRefuses : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CliRefuses, OneLineErrorAndExitCode) {
+    const Case& c = GetParam();
+    const CliRun r = dsv4(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_LT(r.err.size(), 200u) << r.err;  // no 310-digit bounds
+}
+
+const std::string gen = "generate" + kModel + " --prompt-ids 1,2";
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, CliRefuses,
+    ::testing::Values(
+        Case{"huge_context", gen + " --max-context 2147483647", 1, "exceeds the model's"},
+        Case{"context_not_a_number", gen + " --max-context 1e400", 2, "--max-context"},
+        Case{"bench_huge_prompt", "bench" + kModel + " --prompt-len 2000000000", 2,
+             "--prompt-len"},
+        Case{"bench_respects_context", "bench" + kModel + " --max-context 10 --prompt-len 20", 2,
+             "exceed --max-context 10"},
+        Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
+        Case{"temperature_negative", gen + " --temperature -1", 2, "--temperature"},
+        Case{"temperature_nan", gen + " --temperature nan", 2, "not a finite number"},
+        Case{"temperature_inf", gen + " --temperature inf", 2, "not a finite number"},
+        Case{"top_p_above_one", gen + " --top-p 2", 2, "--top-p"},
+        Case{"top_p_nan", gen + " --top-p nan", 2, "--top-p"},
+        Case{"top_p_negative", gen + " --top-p -0.5", 2, "--top-p"},
+        Case{"top_k_negative", gen + " --top-k -1", 2, "--top-k"},
+        Case{"seed_negative", gen + " --seed -1", 2, "--seed"},
+        Case{"max_seqs_zero", gen + " --max-seqs 0", 2, "--max-seqs"},
+        Case{"cache_budget_too_small", gen + " --cache-gib 0.0000001", 1, "holds no sequence"},
+        Case{"device_unknown", gen + " --device tpu", 2, "--device"},
+        Case{"tolerance_negative", "check" + kModel + " --tolerance -1", 2, "--tolerance"},
+        Case{"prompt_and_ids", gen + " --prompt hi", 2, "exactly one of"},
+        Case{"unknown_command", "bogus", 2, "unknown command 'bogus'"},
+        Case{"unknown_flag", gen + " --bogus", 2, "--bogus"},
+        Case{"missing_model_folder", "generate --model /nonexistent --prompt-ids 1", 1,
+             "/nonexistent"},
+        Case{"token_outside_vocab", "generate" + kModel + " --prompt-ids 1,99999", 1,
+             "outside the vocabulary"},
+        Case{"perplexity_missing_text",
+             "perplexity" + kModel + " --text /nonexistent.txt", 1, "/nonexistent.txt"},
+        Case{"perplexity_stride_over_context",
+             "perplexity" + kModel + " --text /dev/null --context 8 --stride 9", 2, "--stride"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+TEST(Cli, VersionHelpAndNoArguments) {
+    const CliRun v = dsv4("--version");
+    EXPECT_EQ(v.code, 0);
+    EXPECT_EQ(v.out.rfind("dsv4 ", 0), 0u) << v.out;
+    const CliRun none = dsv4("");
+    EXPECT_EQ(none.code, 2);
+    EXPECT_NE(none.out.find("generate"), std::string::npos) << none.out;  // the command list
+    for (const char* cmd : {"generate", "chat", "check", "perplexity", "info", "bench", "quantize",
+                            "tokenize", "chat-encode", "chat-parse"}) {
+        const CliRun h = dsv4(std::string(cmd) + " --help");
+        EXPECT_EQ(h.code, 0) << cmd;
+        EXPECT_NE(h.out.find("xample"), std::string::npos) << cmd << " --help has no example";
+    }
+}
+
+TEST(Cli, TokenizerMayBeAFolder) {
+    const std::string folder = fs::path(DSV4_TINY_TOKENIZER).parent_path().string();
+    const fs::path tmp = fs::temp_directory_path() / ("dsv4_tokdir_" + std::to_string(::getpid()));
+    fs::create_directories(tmp);
+    fs::copy_file(DSV4_TINY_TOKENIZER, tmp / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+    const CliRun r = dsv4("generate" + kModel + " --tokenizer " + tmp.string() +
+                       " --prompt hello --max-tokens 2 --ignore-eos");
+    EXPECT_EQ(r.code, 0) << r.err;
+    fs::remove_all(tmp);
+}
+
+}  // namespace
+}  // namespace dsv4
