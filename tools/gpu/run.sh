@@ -60,7 +60,8 @@ fi
 if [ "$mode" = test ] || [ "$mode" = full ]; then
   left=$(( 540 - ($(date +%s) - t0) ))
   step ctest timeout $(( left > 60 ? left : 60 )) ctest --preset gpu
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests passed|tests failed" $L/ctest.log | head -30
+  # (ctest -V puts "NUMBER: " in front of each line of a test's output.)
+  grep -E "^[0-9]+: \[  (PASSED|FAILED|SKIPPED) |tests passed|tests failed" $L/ctest.log | head -30
 fi
 if [ "$mode" = full ]; then
   for tool in memcheck racecheck; do
