@@ -1,5 +1,6 @@
 // Helpers shared by the CUDA backend tests: GPU detection (skip with a message where there is
-// none, fail where DSV4_EXPECT_GPU says there must be one), random checkpoint-format weights, and the dequant_row-based CPU reference of a GEMV.
+// none, fail where DSV4_EXPECT_GPU says there must be one), random checkpoint-format weights,
+// and the dequant_row-based CPU reference of a GEMV.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -26,18 +27,18 @@ GpuTestDecision gpu_test_decision(bool gpu_usable, const char* expect_env);
 std::string gpu_unusable_reason();
 
 // Runs, skips or fails the calling test as gpu_test_decision says.
-#define DSV4_REQUIRE_GPU()                                                                      \
-    do {                                                                                        \
-        const std::string dsv4_why_ = ::dsv4::cuda::test::gpu_unusable_reason();                \
-        switch (::dsv4::cuda::test::gpu_test_decision(dsv4_why_.empty(),                        \
-                                                      std::getenv("DSV4_EXPECT_GPU"))) {        \
-            case ::dsv4::cuda::test::GpuTestDecision::kRun:                                     \
-                break;                                                                          \
-            case ::dsv4::cuda::test::GpuTestDecision::kSkip:                                    \
-                GTEST_SKIP() << dsv4_why_ << ": GPU test skipped (run on the H200)";            \
-            case ::dsv4::cuda::test::GpuTestDecision::kFail:                                    \
+#define DSV4_REQUIRE_GPU()                                                                       \
+    do {                                                                                         \
+        const std::string dsv4_why_ = ::dsv4::cuda::test::gpu_unusable_reason();                 \
+        switch (::dsv4::cuda::test::gpu_test_decision(dsv4_why_.empty(),                         \
+                                                      std::getenv("DSV4_EXPECT_GPU"))) {         \
+            case ::dsv4::cuda::test::GpuTestDecision::kRun:                                      \
+                break;                                                                           \
+            case ::dsv4::cuda::test::GpuTestDecision::kSkip:                                     \
+                GTEST_SKIP() << dsv4_why_ << ": GPU test skipped (run on the H200)";             \
+            case ::dsv4::cuda::test::GpuTestDecision::kFail:                                     \
                 FAIL() << dsv4_why_ << ", but DSV4_EXPECT_GPU is set: a GPU test must run here"; \
-        }                                                                                       \
+        }                                                                                        \
     } while (0)
 
 // A checkpoint-format weight with its own storage; `w` points into the vectors.
