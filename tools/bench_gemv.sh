@@ -2,13 +2,13 @@
 # Weight-GEMV benchmark on the GPU machine: bench/gemv_bench (our kernels), then
 # tools/bench_torch_linear.py (bf16 cuBLAS baseline) in the same run, merged into one markdown
 # table (docs/perf.md has the format and the latest results).
-# Usage: tools/bench_gemv.sh [--quick] [BIN_DIR (default build-cuda/bench)] [OUT_DIR (default $OUT
+# Usage: tools/bench_gemv.sh [--quick] [BIN_DIR (default build-gpu/bench)] [OUT_DIR (default $OUT
 # or /tmp/bench_gemv)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=""
 if [ "${1:-}" = "--quick" ]; then quick="--quick"; shift; fi
-bin=${1:-build-cuda/bench}
+bin=${1:-build-gpu/bench}
 out=${2:-${OUT:-/tmp/bench_gemv}}
 mkdir -p "$out"
 

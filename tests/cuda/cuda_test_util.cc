@@ -7,6 +7,22 @@
 
 namespace dsv4::cuda::test {
 
+GpuTestDecision gpu_test_decision(bool gpu_usable, const char* expect_env) {
+    if (gpu_usable) return GpuTestDecision::kRun;
+    const bool expected = expect_env != nullptr && std::strcmp(expect_env, "") != 0 &&
+                          std::strcmp(expect_env, "0") != 0;
+    return expected ? GpuTestDecision::kFail : GpuTestDecision::kSkip;
+}
+
+std::string gpu_unusable_reason() {
+    if (!gpu_available()) return "no CUDA GPU on this machine";
+    const auto dev = query_device(0);
+    if (dev) return {};
+    // An empty reason would read as "usable" to the caller.
+    const std::string& why = dev.status().message();
+    return why.empty() ? "query_device(0) failed" : why;
+}
+
 const char* test_format_name(TestFormat f) {
     switch (f) {
         case TestFormat::kNvfp4:

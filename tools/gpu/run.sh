@@ -1,46 +1,73 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (device tool, `carry: [".devrun"]`): builds tools/gpu, runs a
-# short smoke test, then per MODE:
-#   test   all GPU tests              bench   the full GEMV benchmark (tools/bench_gemv.sh)
+# One call on the GPU machine (device tool, `carry: [".devrun"]`), from the repo root: configures
+# the whole project with the top-level CMake and the `gpu` preset (CI's release preset with the
+# CUDA backend required) against the Debian packages of tools/gpu/deps.sh
+# (tools/gpu/configure.sh), builds everything, runs a short smoke test, then per MODE:
+#   test   ctest --preset gpu: the tests labelled gpu and cuda
+#   bench  the full GEMV benchmark (tools/bench_gemv.sh)
 #   full   benchmark + tests + compute-sanitizer memcheck / racecheck on the GEMV tests
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
-# Logs go to $OUT/logs.tgz (the device tool returns at most 8 files).
+# DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
+# Each step's output is in logs/NAME.log (the prof CSVs in src_SHAPE.log).
+# Exits with the worst (highest) status of its steps, 0 only when every step passed. Logs go to
+# $OUT/logs.tgz (the device tool returns at most 8 files).
 set -o pipefail
 mode=${1:-full}
 t0=$(date +%s)
 L=/tmp/dsv4-gpu-logs; rm -rf $L; mkdir -p $L
+B=build-gpu
+export DSV4_EXPECT_GPU=1
+rc=0
 trap 'tar czf $OUT/logs.tgz -C $L .' EXIT
-B=.devrun/build
-cmake -S tools/gpu -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > $L/cmake.log 2>&1 || { tail -30 $L/cmake.log; exit 1; }
-ninja -C $B -j16 cuda_gpu_test cuda_layout_test gemv_bench > $L/build.log 2>&1 || { grep -E "error" -A5 $L/build.log | head -60; exit 1; }
-echo "build done $(( $(date +%s) - t0 ))s"
+# step NAME CMD...: runs CMD with its output in $L/NAME.log, prints NAME's status (and the log's
+# tail when it failed) and keeps the worst status in rc.
+step() {
+  local name=$1 r
+  shift
+  "$@" > $L/$name.log 2>&1
+  r=$?
+  echo "$name rc=$r ($(( $(date +%s) - t0 ))s)"
+  if [ $r -ne 0 ]; then
+    tail -30 $L/$name.log
+    if [ $r -gt $rc ]; then rc=$r; fi
+  fi
+  return $r
+}
+
+step configure bash tools/gpu/configure.sh gpu || exit $rc
+# -k 0: a target that fails to build does not stop the others (their tests still run; rc keeps
+# the failure).
+step build cmake --build --preset gpu -j16 -- -k 0
+grep -E ": (error|warning)" $L/build.log | head -40
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader
-$B/cuda_layout_test > $L/layout_test.log 2>&1 || { tail -20 $L/layout_test.log; exit 1; }
-timeout 90 $B/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' > $L/smoke.log 2>&1 || { tail -20 $L/smoke.log; exit 1; }
+step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
+  exit $rc
 if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
   for sh in ${SHAPES:-experts_w13 wq_b}; do
-    timeout 150 $N --graph-profiling node --kernel-name regex:gemv_kernel --launch-skip 40 --launch-count 1 \
-      --section WarpStateStats --section SourceCounters --import-source no -o $L/rep_$sh \
-      $B/gemv_bench --shape $sh ${VARIANT:-} > $L/ncu_$sh.txt 2>&1; echo "ncu $sh rc=$?"
-    $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass > $L/src_$sh.csv 2>&1
+    step ncu_$sh timeout 150 $N --graph-profiling node --kernel-name regex:gemv_kernel --launch-skip 40 \
+      --launch-count 1 --section WarpStateStats --section SourceCounters --import-source no \
+      -o $L/rep_$sh $B/bench/gemv_bench --shape $sh ${VARIANT:-}
+    step src_$sh $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass
   done
-  exit 0
+  exit $rc
 fi
 if [ "$mode" = bench ] || [ "$mode" = full ]; then
-  timeout 330 bash tools/bench_gemv.sh $B $L/bench > $L/bench.out 2>&1; echo "bench rc=$?"
+  step bench timeout 330 bash tools/bench_gemv.sh $B/bench $L/bench
   cat $L/bench/table.md
 fi
 if [ "$mode" = test ] || [ "$mode" = full ]; then
-  timeout $(( 540 - ($(date +%s) - t0) )) $B/cuda_gpu_test > $L/gpu_test.log 2>&1; echo "gpu test rc=$?"
-  grep -E "^\[  (PASSED|FAILED)|FAILED" $L/gpu_test.log | head -30
+  left=$(( 540 - ($(date +%s) - t0) ))
+  step ctest timeout $(( left > 60 ? left : 60 )) ctest --preset gpu
+  # (ctest -V puts "NUMBER: " in front of each line of a test's output.)
+  grep -E "^[0-9]+: \[  (PASSED|FAILED|SKIPPED) |tests passed|tests failed" $L/ctest.log | head -30
 fi
 if [ "$mode" = full ]; then
   for tool in memcheck racecheck; do
-    timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 $B/cuda_gpu_test \
-      --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY:GemvGpu.MoeStepChainWithPdl' \
-      > $L/sanitizer_$tool.log 2>&1; echo "$tool rc=$?"
+    step $tool timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/tests/cuda/cuda_gpu_test \
+      --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY:GemvGpu.MoeStepChainWithPdl'
   done
 fi
-true
+exit $rc
