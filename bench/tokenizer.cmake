@@ -2,7 +2,8 @@
 # bench/CMakeLists.txt (or the top level) after the dsv4_tokenizer target exists.
 add_executable(tokenizer_bench ${CMAKE_CURRENT_LIST_DIR}/tokenizer_bench.cc)
 target_include_directories(tokenizer_bench PRIVATE ${PROJECT_SOURCE_DIR}/include)
-target_link_libraries(tokenizer_bench PRIVATE dsv4_tokenizer)
+find_package(benchmark REQUIRED)
+target_link_libraries(tokenizer_bench PRIVATE dsv4_tokenizer benchmark::benchmark)
 target_compile_definitions(tokenizer_bench PRIVATE
   DSV4_TOKENIZER_JSON="${PROJECT_SOURCE_DIR}/third_party/tokenizer/tokenizer.json"
   DSV4_TOKENIZER_CASES="${PROJECT_SOURCE_DIR}/tests/data/tokenizer/cases.jsonl")

@@ -1,12 +1,15 @@
-// Tokenizer throughput (MB/s of UTF-8 input) on English and on CJK text, single thread.
-// The corpora are files already on the machine (licenses and package docs for English; vim's
-// Japanese/Chinese tutors and GnuPG's Japanese help for CJK, else the CJK golden cases), so
-// the numbers can be reproduced anywhere. "cold" is the first pass with an empty piece cache,
-// "warm" the best of later passes.
+// Tokenizer throughput on English and on CJK text, single thread, on Google Benchmark (its
+// bytes_per_second is the MB/s of UTF-8 input). The corpora are files already on the machine
+// (licenses and package docs for English; vim's Japanese/Chinese tutors and GnuPG's Japanese
+// help for CJK, else the CJK golden cases), so the numbers can be reproduced anywhere.
+// Encode/cold is one pass with an empty piece cache (a fresh tokenizer each iteration, its load
+// not timed), Encode/warm the steady state, Decode the way back.
 //
-//   tokenizer_bench [--tokenizer PATH] [--english FILE]... [--cjk FILE]... [--mb N]
+//   tokenizer_bench [benchmark flags] [--tokenizer PATH] [--english FILE]... [--cjk FILE]...
+//                   [--mb N]
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -90,47 +93,69 @@ std::vector<fs::path> english_defaults() {
     return files;
 }
 
-struct Result {
-    double cold_mb_s = 0;
-    double warm_mb_s = 0;
-    double tokens_per_byte = 0;
-    double decode_mb_s = 0;
-};
+// The loaded tokenizer file and the two corpora, set up by main before the benchmarks run.
+struct Setup {
+    std::string tokenizer;
+    std::string english, cjk;
+} g_setup;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-Result run(const std::string& tokenizer_path, const std::string& corpus) {
-    // A fresh tokenizer per corpus, so "cold" starts with an empty piece cache.
-    auto tok = dsv4::Tokenizer::load(tokenizer_path);
+dsv4::Tokenizer load_or_die() {
+    auto tok = dsv4::Tokenizer::load(g_setup.tokenizer);
     if (!tok) {
         std::fprintf(stderr, "error: %s (run tools/setup.sh)\n", tok.status().message().c_str());
         std::exit(1);
     }
-    const double mb = static_cast<double>(corpus.size()) / 1e6;
-    Result r;
-    auto t0 = std::chrono::steady_clock::now();
-    std::vector<int32_t> ids = tok->encode(corpus);
-    r.cold_mb_s = mb / seconds_since(t0);
-    double best = 1e30;
-    for (int i = 0; i < 3; ++i) {
-        t0 = std::chrono::steady_clock::now();
-        ids = tok->encode(corpus);
-        best = std::min(best, seconds_since(t0));
-    }
-    r.warm_mb_s = mb / best;
-    r.tokens_per_byte = static_cast<double>(ids.size()) / static_cast<double>(corpus.size());
-    t0 = std::chrono::steady_clock::now();
-    const std::string back = tok->decode(ids);
-    r.decode_mb_s = static_cast<double>(back.size()) / 1e6 / seconds_since(t0);
-    if (back != corpus) std::fprintf(stderr, "warning: the corpus does not decode back\n");
-    return r;
+    return std::move(*tok);
 }
+
+const std::string& corpus(const benchmark::State& state) {
+    return state.range(0) == 0 ? g_setup.english : g_setup.cjk;
+}
+
+void report(benchmark::State& state, size_t bytes, size_t tokens) {
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.counters["tokens/byte"] = static_cast<double>(tokens) / static_cast<double>(bytes);
+    state.SetLabel(state.range(0) == 0 ? "english" : "cjk");
+}
+
+void BM_EncodeCold(benchmark::State& state) {
+    const std::string& text = corpus(state);
+    size_t tokens = 0;
+    for (auto _ : state) {
+        state.PauseTiming();
+        dsv4::Tokenizer tok = load_or_die();
+        state.ResumeTiming();
+        tokens = tok.encode(text).size();
+    }
+    report(state, text.size(), tokens);
+}
+
+void BM_EncodeWarm(benchmark::State& state) {
+    const std::string& text = corpus(state);
+    dsv4::Tokenizer tok = load_or_die();
+    size_t tokens = tok.encode(text).size();  // fills the piece cache
+    for (auto _ : state) tokens = tok.encode(text).size();
+    report(state, text.size(), tokens);
+}
+
+void BM_Decode(benchmark::State& state) {
+    const std::string& text = corpus(state);
+    dsv4::Tokenizer tok = load_or_die();
+    const std::vector<int32_t> ids = tok.encode(text);
+    std::string back;
+    for (auto _ : state) benchmark::DoNotOptimize(back = tok.decode(ids));
+    if (back != text) state.SkipWithError("the corpus does not decode back");
+    report(state, text.size(), ids.size());
+}
+
+BENCHMARK(BM_EncodeCold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_EncodeWarm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);  // takes its own --benchmark_* flags out of argv
     std::string tokenizer = DSV4_TOKENIZER_JSON;
     std::vector<fs::path> english;
     std::vector<fs::path> cjk;
@@ -147,11 +172,15 @@ int main(int argc, char** argv) {
             megabytes = std::atof(argv[++i]);
         } else {
             std::fprintf(stderr,
-                         "usage: %s [--tokenizer PATH] [--english FILE]... [--cjk FILE]... "
-                         "[--mb N]\n",
+                         "usage: %s [--benchmark_...] [--tokenizer PATH] [--english FILE]... "
+                         "[--cjk FILE]... [--mb N]\n",
                          argv[0]);
             return 2;
         }
+    }
+    if (!(megabytes > 0 && megabytes <= 4096)) {
+        std::fprintf(stderr, "error: --mb must be in (0, 4096]\n");
+        return 2;
     }
     const auto limit = static_cast<size_t>(megabytes * 1e6);
     if (english.empty()) english = english_defaults();
@@ -169,9 +198,8 @@ int main(int argc, char** argv) {
     }
     // Small corpora are repeated up to the requested size (the warm numbers then measure the
     // piece cache, which is what steady-state serving sees).
-    const size_t english_unique = english_text.size();
-    const size_t cjk_unique = cjk_text.size();
     for (std::string* text : {&english_text, &cjk_text}) {
+        std::fprintf(stderr, "corpus: %.2f MB unique\n", static_cast<double>(text->size()) / 1e6);
         const std::string unit = *text;
         while (text->size() < limit) *text += unit;
         text->resize(std::min(text->size(), limit));
@@ -181,20 +209,8 @@ int main(int argc, char** argv) {
         }
         if (!text->empty() && static_cast<unsigned char>(text->back()) >= 0xC0) text->pop_back();
     }
-    std::printf("%-8s %6s %10s %10s %10s %12s %12s\n", "corpus", "MB", "unique MB", "cold MB/s",
-                "warm MB/s", "tokens/byte", "decode MB/s");
-    struct Corpus {
-        const char* name;
-        const std::string* text;
-        size_t unique;
-    };
-    for (const Corpus& c :
-         {Corpus{"english", &english_text, english_unique}, Corpus{"cjk", &cjk_text, cjk_unique}}) {
-        const Result r = run(tokenizer, *c.text);
-        std::printf("%-8s %6.2f %10.2f %10.2f %10.2f %12.3f %12.1f\n", c.name,
-                    static_cast<double>(c.text->size()) / 1e6,
-                    static_cast<double>(std::min(c.unique, c.text->size())) / 1e6, r.cold_mb_s,
-                    r.warm_mb_s, r.tokens_per_byte, r.decode_mb_s);
-    }
+    g_setup = {tokenizer, std::move(english_text), std::move(cjk_text)};
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
     return 0;
 }

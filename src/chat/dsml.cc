@@ -68,10 +68,10 @@ Expected<std::string> encode_arguments_to_dsml(const ToolCall& call) {
         if (!first) out += '\n';
         first = false;
         const bool is_string = value.is_string();
-        out += "<｜DSML｜parameter name=\"" + key + "\" string=\"" +
+        out += std::string(kParameterOpen) + " name=\"" + key + "\" string=\"" +
                (is_string ? "true" : "false") + "\">";
         out += is_string ? value.get<std::string>() : py_json_dumps(value);
-        out += "</｜DSML｜parameter>";
+        out += "<" + std::string(kParameterClose) + ">";
     }
     return out;
 }
@@ -81,8 +81,8 @@ Expected<std::string> render_tool_calls(const std::vector<ToolCall>& calls) {
     for (size_t i = 0; i < calls.size(); ++i) {
         if (i > 0) out += '\n';
         DSV4_ASSIGN_OR_RETURN(std::string parameters, encode_arguments_to_dsml(calls[i]));
-        out += "<｜DSML｜invoke name=\"" + py_str(calls[i].name) + "\">\n" + parameters +
-               "\n</｜DSML｜invoke>";
+        out += std::string(kInvokeOpen) + " name=\"" + py_str(calls[i].name) + "\">\n" +
+               parameters + "\n" + std::string(kInvokeClose) + ">";
     }
     out += "\n" + std::string(kToolCallsClose);
     return out;

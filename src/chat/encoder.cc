@@ -177,7 +177,7 @@ Expected<std::string> render_message(long index, const Messages& messages, const
         prompt += tools_and_format();
     } else if (py_is(role, "developer")) {
         if (!py_truthy(content)) {
-            return error("Invalid message for role `developer`: empty content");
+            return error("Invalid message for role `developer`: ", py_repr(msg));
         }
         if (!content.is_string()) return error("developer content must be a string");
         prompt += std::string(kUser) + content.get<std::string>() + tools_and_format();

@@ -7,6 +7,7 @@
 
 #include "chat/py_value.h"
 #include "chat/templates.h"
+#include "base/utf8.h"
 #include "chat/unicode.h"
 
 namespace dsv4::chat {
@@ -39,12 +40,8 @@ ReadResult read_until_stop(size_t index, std::string_view text,
 size_t whitespace_prefix(std::string_view s) {
     size_t pos = 0;
     while (pos < s.size()) {
-        const auto b0 = static_cast<uint8_t>(s[pos]);
-        size_t len = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
-        if (pos + len > s.size()) break;
-        char32_t cp = len == 1 ? b0 : (b0 & (0x7F >> len));
-        for (size_t i = 1; i < len; ++i) cp = (cp << 6) | (static_cast<uint8_t>(s[pos + i]) & 0x3F);
-        if (!py_isspace(cp)) break;
+        const size_t len = utf8_sequence_length(s, pos);
+        if (len == 0 || !py_isspace(utf8_decode(s, pos, len))) break;  // invalid: not space
         pos += len;
     }
     return pos;
@@ -166,7 +163,6 @@ Expected<std::vector<ParsedCall>> parse_tool_calls(size_t& index, std::string_vi
 }  // namespace
 
 Expected<Json> parse_completion(std::string_view text, ThinkingMode thinking_mode) {
-    constexpr std::string_view kToolCallsStart = "\n\n<｜DSML｜tool_calls";
     std::string_view reasoning;
     size_t index = 0;
     if (thinking_mode == ThinkingMode::kThinking) {

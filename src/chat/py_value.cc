@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/utf8.h"
 #include "chat/unicode.h"
 
 namespace dsv4::chat {
@@ -13,26 +14,12 @@ namespace {
 // Decodes one UTF-8 sequence at s[pos] (advancing pos); invalid bytes come back one at a time
 // as negative values so callers can escape them.
 int64_t next_code_point(std::string_view s, size_t& pos) {
-    const auto b0 = static_cast<uint8_t>(s[pos]);
-    size_t len = b0 < 0x80 ? 1 : b0 < 0xC2 ? 0 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : b0 < 0xF5 ? 4 : 0;
-    if (len == 0 || pos + len > s.size()) {
-        ++pos;
+    const size_t len = utf8_sequence_length(s, pos);
+    if (len == 0) {
+        const auto b0 = static_cast<uint8_t>(s[pos++]);
         return -static_cast<int64_t>(b0) - 1;
     }
-    char32_t cp = len == 1 ? b0 : (b0 & (0x7F >> len));
-    for (size_t i = 1; i < len; ++i) {
-        const auto b = static_cast<uint8_t>(s[pos + i]);
-        if ((b & 0xC0) != 0x80) {
-            ++pos;
-            return -static_cast<int64_t>(b0) - 1;
-        }
-        cp = (cp << 6) | (b & 0x3F);
-    }
-    const bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        ++pos;
-        return -static_cast<int64_t>(b0) - 1;
-    }
+    const char32_t cp = utf8_decode(s, pos, len);
     pos += len;
     return cp;
 }

@@ -16,6 +16,8 @@ inline constexpr std::string_view kAssistant = "<｜Assistant｜>";
 inline constexpr std::string_view kLatestReminder = "<｜latest_reminder｜>";
 
 inline constexpr std::string_view kToolCallsOpen = "<｜DSML｜tool_calls>";
+// What the completion parser stops at: the block's opening without its ">" (as the reference).
+inline constexpr std::string_view kToolCallsStart = "\n\n<｜DSML｜tool_calls";
 inline constexpr std::string_view kToolCallsClose = "</｜DSML｜tool_calls>";
 inline constexpr std::string_view kInvokeOpen = "<｜DSML｜invoke";
 inline constexpr std::string_view kInvokeClose = "</｜DSML｜invoke";

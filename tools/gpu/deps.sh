@@ -2,12 +2,14 @@
 # Run on the dev machine (Debian, network): downloads the Debian packages the build needs into
 # DIR (default .devrun/debs, git-ignored), for the GPU machine, which has nvcc, CMake and ninja
 # but none of these and no network. tools/gpu/configure.sh unpacks them there into a prefix.
-# Of tools/setup.sh's libraries, libgmock-dev, libbenchmark-dev and libcpp-httplib-dev are left
-# out: nothing in the build uses them yet (httplib would also drag in libssl-dev, zlib, brotli).
+# Of tools/setup.sh's libraries, libgmock-dev and libcpp-httplib-dev are left out: nothing in
+# the build uses them yet (httplib would also drag in libssl-dev, zlib, brotli).
 set -euo pipefail
 dir=${1:-.devrun/debs}
 packages=(
   nlohmann-json3-dev libcli11-dev libgtest-dev
+  # Google Benchmark (bench/tokenizer_bench): headers, CMake config and the shared library.
+  libbenchmark-dev libbenchmark1debian
   # PCRE2: the -dev package holds the headers, .pc files and .so links; the tokenizer uses the
   # 8-bit library, the chat parser the 32-bit one.
   libpcre2-dev libpcre2-8-0 libpcre2-32-0
