@@ -19,12 +19,15 @@ namespace dsv4 {
 struct EngineOptions {
     std::string model_dir;
     std::string device = "cpu";
-    int64_t max_context = 4096;  // tokens per sequence the caches hold
+    int64_t max_context = 0;     // tokens per sequence the caches hold; 0: min(4096, the model's)
     int max_seqs = 1;            // sequence slots in the cache pool (sessions + requests)
     double cache_gib = 0;        // > 0: as many slots as this KV-cache budget holds
     int max_chunk = 128;         // prompt tokens per step; a step holds this + max_seqs tokens
     int max_queue = 1024;        // requests waiting for a slot before submit refuses more
     int threads = 0;             // 0 = DSV4_THREADS or all cores
+    // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
+    // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
+    std::string numerics = "float";
 };
 
 struct ModelInfo {
@@ -44,6 +47,7 @@ struct ModelInfo {
     size_t cache_fixed_bytes = 0;             // rings + compressor states per sequence
     size_t cache_pool_bytes = 0;              // all slots, allocated at load
     int step_tokens = 0;                      // tokens one step holds (all rows)
+    bool has_mtp = false;                     // the checkpoint's MTP block is loaded
     std::vector<std::string> weight_formats;  // "group: format" lines
 };
 
@@ -65,6 +69,10 @@ class Session {
     // that layer [n_tokens, hc, D]; layer == L gives the final normed hidden state [n_tokens, D].
     Status feed_with_taps(const std::vector<int32_t>& ids, std::vector<float>* all_logits,
                           const std::function<void(int, const float*, int64_t)>& tap);
+    // Feeds ids with the MTP block on every position: next[i] is the token after ids[i].
+    // `logits` receives [n, V]; `mtp_logits` [n, V], the MTP's logits for the token after next.
+    Status feed_with_mtp(const std::vector<int32_t>& ids, const std::vector<int32_t>& next,
+                         std::vector<float>* logits, std::vector<float>* mtp_logits);
     int64_t position() const;
     void reset();
 

@@ -59,9 +59,15 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     cmd->add_option("--device", e.device, "cpu (cuda: the GEMV kernels only, not the model yet)")
         ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda"}));
-    cmd->add_option("--max-context", e.max_context, "Tokens each sequence's cache holds")
-        ->capture_default_str()
+    cmd->add_option("--max-context", e.max_context,
+                    "Tokens each sequence's cache holds (default: 4096, or fewer if the model "
+                    "has fewer positions)")
         ->check(whole_number(1, int64_t{1} << 40));
+    cmd->add_option("--numerics", e.numerics,
+                    "float (transformers' numerics) or reference-fp32 (DeepSeek's quantization "
+                    "points: FP8 activations, FP8 KV, Hadamard + FP4 indexer keys)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"float", "reference-fp32"}));
     cmd->add_option("--max-seqs", e.max_seqs, "Sequence slots in the KV-cache pool")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 20));

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
 
@@ -41,16 +44,68 @@ CheckItem compare(const std::string& name, const std::vector<float>& got,
 
 }  // namespace
 
+// Which outputs of a fixture a numerics mode is checked against. transformers fixtures hold
+// float outputs under the plain names; DeepSeek-reference (dsref) fixtures hold one set per
+// mode: `*_f32` (float), `*_q32` (the quantization points in fp32), plain (DeepSeek's bf16
+// configuration), with the greedy tokens of each mode in fixture.json.
+struct Keys {
+    std::string full, incr, mtp;  // logits tensors ("" = not checked)
+    bool incr_vs_full = false;    // the cached pass is compared with `full` (no own tensor)
+    std::string greedy_json;      // fixture.json greedy.<this>; "" = gen_tokens
+};
+
+Expected<Keys> keys_for(const SafetensorsFile& f, const std::string& mode) {
+    const bool dsref = f.find("logits_full_f32") != nullptr;
+    if (!dsref) {
+        if (mode != "float")
+            return error(f.path(), " holds transformers' float outputs only; check it with "
+                                   "--numerics float");
+        return Keys{"logits_full", "logits_incr", "", false, ""};
+    }
+    const bool mtp = f.find("mtp_logits") != nullptr;
+    if (mode == "float") return Keys{"logits_full_f32", "", mtp ? "mtp_logits_f32" : "", true, "f32"};
+    if (mode == "reference-fp32")
+        return Keys{"logits_full_q32", "", mtp ? "mtp_logits_q32" : "", true, "q32"};
+    return Keys{"logits_full", "logits_incr", mtp ? "mtp_logits" : "", false, ""};
+}
+
+Expected<std::vector<int32_t>> greedy_from_json(const std::string& fixture_json,
+                                                const std::string& key) {
+    std::ifstream in(fixture_json);
+    if (!in) return error(fixture_json, ": cannot read (it holds the greedy tokens per mode)");
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("greedy") || !j["greedy"].contains(key) ||
+        !j["greedy"][key].is_array())
+        return error(fixture_json, ": no greedy.", key, " token list");
+    std::vector<int32_t> out;
+    for (const auto& v : j["greedy"][key]) {
+        if (!v.is_number_integer()) return error(fixture_json, ": greedy.", key, " is not ids");
+        out.push_back(v.get<int32_t>());
+    }
+    return out;
+}
+
 Expected<CheckReport> run_conformance_check(EngineOptions options, const std::string& expected_path,
                                             double tol) {
     const auto start = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto expected, SafetensorsFile::open(expected_path));
+    DSV4_ASSIGN_OR_RETURN(const Keys keys, keys_for(*expected, options.numerics));
     DSV4_ASSIGN_OR_RETURN(auto ids, read_ids(*expected, "input_ids"));
     DSV4_ASSIGN_OR_RETURN(auto chunks, read_ids(*expected, "chunks"));
     DSV4_ASSIGN_OR_RETURN(auto prompt, read_ids(*expected, "gen_prompt"));
-    DSV4_ASSIGN_OR_RETURN(auto gen, read_ids(*expected, "gen_tokens"));
-    DSV4_ASSIGN_OR_RETURN(auto logits_full, read_f32(*expected, "logits_full"));
-    DSV4_ASSIGN_OR_RETURN(auto logits_incr, read_f32(*expected, "logits_incr"));
+    std::vector<int32_t> gen;
+    if (keys.greedy_json.empty()) {
+        DSV4_ASSIGN_OR_RETURN(gen, read_ids(*expected, "gen_tokens"));
+    } else {
+        const std::string json =
+            (std::filesystem::path(expected_path).parent_path() / "fixture.json").string();
+        DSV4_ASSIGN_OR_RETURN(gen, greedy_from_json(json, keys.greedy_json));
+    }
+    DSV4_ASSIGN_OR_RETURN(auto logits_full, read_f32(*expected, keys.full));
+    std::vector<float> logits_incr = logits_full;
+    if (!keys.incr.empty()) {
+        DSV4_ASSIGN_OR_RETURN(logits_incr, read_f32(*expected, keys.incr));
+    }
     int64_t chunk_sum = 0;
     for (int32_t c : chunks) {
         if (c <= 0) return error(expected_path, ": chunk sizes must be > 0");
@@ -59,8 +114,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
     if (chunk_sum != static_cast<int64_t>(ids.size()))
         return error(expected_path, ": chunks sum to ", chunk_sum, " but input_ids has ",
                      ids.size());
-    options.max_context = std::max<int64_t>(options.max_context,
-                                            std::max(ids.size(), prompt.size() + gen.size()) + 1);
+    options.max_context = std::max<int64_t>(
+        options.max_context, static_cast<int64_t>(std::max(ids.size(), prompt.size() + gen.size())) + 1);
     DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(options));
     const int L = engine->info().num_layers;
     DSV4_ASSIGN_OR_RETURN(auto session, engine->new_session());
@@ -75,7 +130,7 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
             const int64_t width = l < L ? n * D : D;
             hidden[l].insert(hidden[l].end(), x, x + T * width);
         }));
-    report.items.push_back(compare("logits_full", logits, logits_full, tol));
+    report.items.push_back(compare(keys.full, logits, logits_full, tol));
     // Hidden states: residual streams after each layer but the last; the fixture's last entry
     // is the final normed hidden state. Streams grow with depth, so the bound scales with them.
     for (int l = 0; l < L; ++l) {
@@ -97,9 +152,23 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
         incr.insert(incr.end(), piece.begin(), piece.end());
         pos += c;
     }
-    report.items.push_back(compare("logits_incr", incr, logits_incr, tol));
+    report.items.push_back(compare(keys.incr_vs_full ? "logits_incr (vs " + keys.full + ")"
+                                                     : keys.incr,
+                                   incr, logits_incr, tol));
 
-    // 3. Greedy continuation of gen_prompt (prefilled as one chunk, then 1-token steps).
+    // 3. The MTP block: logits for token t+2 from the streams at t and token t+1, t < S-1.
+    if (!keys.mtp.empty()) {
+        if (!engine->info().has_mtp)
+            return error(expected_path, " has MTP outputs but the model has no MTP block");
+        DSV4_ASSIGN_OR_RETURN(auto want, read_f32(*expected, keys.mtp));
+        session->reset();
+        const std::vector<int32_t> head(ids.begin(), ids.end() - 1), next(ids.begin() + 1, ids.end());
+        std::vector<float> mtp;
+        DSV4_RETURN_IF_ERROR(session->feed_with_mtp(head, next, nullptr, &mtp));
+        report.items.push_back(compare(keys.mtp, mtp, want, tol));
+    }
+
+    // 4. Greedy continuation of gen_prompt (prefilled as one chunk, then 1-token steps).
     session->reset();
     auto got = engine->generate(*session, prompt, static_cast<int>(gen.size()), SamplingParams{},
                                 false, nullptr);

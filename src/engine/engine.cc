@@ -64,6 +64,8 @@ struct Engine::Impl {
         const std::vector<int32_t>* ids = nullptr;
         bool all = false;
         std::vector<float>* logits = nullptr;
+        const std::vector<int32_t>* mtp_next = nullptr;  // [ids] when the MTP runs
+        std::vector<float>* mtp_logits = nullptr;
     };
 
     EngineOptions options;
@@ -102,7 +104,10 @@ struct Engine::Impl {
         if (rows.size() == 1) {
             const FeedRow& f = rows[0];
             const int64_t n = static_cast<int64_t>(f.ids->size());
-            std::vector<float> all, piece;
+            if (f.mtp_next && f.mtp_next->size() != f.ids->size())
+                return error("feed_with_mtp: ", f.mtp_next->size(), " next tokens for ",
+                             f.ids->size(), " tokens");
+            std::vector<float> all, piece, mtp_all, mtp_piece;
             for (int64_t done = 0; done < n;) {
                 const int32_t c = static_cast<int32_t>(std::min<int64_t>(cap, n - done));
                 StepRow r = row(f.s->slot.index(), f.s->pos, f.ids->data() + done, c);
@@ -110,12 +115,18 @@ struct Engine::Impl {
                                  : (done + c == n && f.logits ? LogitsWanted::kLast
                                                               : LogitsWanted::kNone);
                 r.logits_out = &piece;
+                if (f.mtp_next) {
+                    r.mtp_next = f.mtp_next->data() + done;
+                    r.mtp_logits_out = &mtp_piece;
+                }
                 DSV4_RETURN_IF_ERROR(model->run_step(*pool, {&r, 1}, tap));
                 f.s->pos += c;
                 if (f.all) all.insert(all.end(), piece.begin(), piece.end());
+                if (f.mtp_next) mtp_all.insert(mtp_all.end(), mtp_piece.begin(), mtp_piece.end());
                 done += c;
             }
             if (f.logits) *f.logits = f.all ? std::move(all) : std::move(piece);
+            if (f.mtp_logits) *f.mtp_logits = std::move(mtp_all);
             return Status::ok();
         }
         std::vector<StepRow> step;
@@ -182,6 +193,15 @@ Status Session::feed_with_taps(const std::vector<int32_t>& ids, std::vector<floa
                                tap);
 }
 
+Status Session::feed_with_mtp(const std::vector<int32_t>& ids, const std::vector<int32_t>& next,
+                              std::vector<float>* logits, std::vector<float>* mtp_logits) {
+    std::vector<float> scratch;
+    Engine::Impl::FeedRow row{impl_.get(), &ids, true, logits ? logits : &scratch};
+    row.mtp_next = &next;
+    row.mtp_logits = mtp_logits;
+    return impl_->engine->feed({row}, nullptr);
+}
+
 int64_t Session::position() const {
     return impl_->pos;
 }
@@ -208,7 +228,7 @@ Engine::~Engine() = default;
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
-    if (options.max_context <= 0) return error("max_context must be > 0");
+    if (options.max_context < 0) return error("max_context must be >= 0");
     if (options.max_chunk <= 0) return error("max_chunk must be > 0");
     if (options.max_seqs <= 0) return error("max_seqs must be > 0");
     if (options.max_queue < 0) return error("max_queue must be >= 0");
@@ -227,14 +247,21 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
     // The cache first: its size is the one most likely not to fit, and checking it needs
     // only the config.
-    CacheLayout layout{options.max_seqs, options.max_context, DType::kF32};
-    const CacheFootprint fp = cache_footprint(*cfg, layout.entry);
+    // The MTP block's caches when the config has one (a checkpoint without its tensors then
+    // keeps one unused window ring per slot).
+    int64_t context = options.max_context;
+    if (context == 0)
+        context = cfg->max_position_embeddings > 0
+                      ? std::min<int64_t>(4096, cfg->max_position_embeddings)
+                      : 4096;
+    CacheLayout layout{options.max_seqs, context, DType::kF32, cfg->num_mtp_layers > 0};
+    const CacheFootprint fp = cache_footprint(*cfg, layout.entry, layout.mtp);
     if (options.cache_gib > 0) {
-        const double per_seq = fp.per_sequence(options.max_context);
+        const double per_seq = fp.per_sequence(context);
         const double fit = options.cache_gib * (1 << 30) / per_seq;
         if (fit < 1)
             return error("a KV-cache budget of ", options.cache_gib, " GiB holds no sequence of ",
-                         options.max_context, " tokens (", per_seq / (1 << 30), " GiB each)");
+                         context, " tokens (", per_seq / (1 << 30), " GiB each)");
         layout.max_seqs = static_cast<int>(std::min(fit, 1e6));
     }
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
@@ -259,10 +286,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     i.max_context = layout.max_context;
     i.cache_bytes_per_token = fp.bytes_per_token;
     i.cache_fixed_bytes = static_cast<size_t>(fp.fixed_bytes);
-    i.cache_bytes = static_cast<size_t>(fp.per_sequence(options.max_context));
+    i.cache_bytes = static_cast<size_t>(fp.per_sequence(context));
     i.cache_pool_bytes = impl->pool->bytes();
     i.step_tokens = impl->model->step_tokens();
     i.weight_formats = impl->model->weights().formats;
+    i.has_mtp = impl->model->has_mtp();
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

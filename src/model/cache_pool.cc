@@ -4,10 +4,17 @@
 
 namespace dsv4 {
 
-CacheFootprint cache_footprint(const ModelConfig& c, DType entry) {
+// The layers whose caches a pool holds: the decoder layers, then the MTP block's when used.
+std::vector<LayerSpec> cached_layers(const ModelConfig& c, bool mtp) {
+    std::vector<LayerSpec> layers = c.layers;
+    if (mtp) layers.push_back(c.mtp_spec);
+    return layers;
+}
+
+CacheFootprint cache_footprint(const ModelConfig& c, DType entry, bool mtp) {
     const double e = static_cast<double>(dtype_size(entry));
     CacheFootprint f;
-    for (const LayerSpec& l : c.layers) {
+    for (const LayerSpec& l : cached_layers(c, mtp)) {
         f.fixed_bytes += e * c.sliding_window * c.head_dim;
         if (l.kind == LayerKind::kSliding) continue;
         // Compressor states stay float32 (they are reduced in f32 whatever the entry type).
@@ -46,7 +53,8 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         return error("max_context ", layout.max_context, " exceeds the model's ",
                      c.max_position_embeddings, " positions");
     const double need =
-        cache_footprint(c, layout.entry).per_sequence(layout.max_context) * layout.max_seqs;
+        cache_footprint(c, layout.entry, layout.mtp).per_sequence(layout.max_context) *
+        layout.max_seqs;
     const double avail = static_cast<double>(backend.memory_available());
     if (need > avail)
         return error("the KV cache for ", layout.max_seqs, " sequence(s) of ", layout.max_context,
@@ -73,9 +81,10 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         s.entries = static_cast<float*>(entries);
         return Status::ok();
     };
-    p->layers_.resize(c.num_layers);
-    for (int l = 0; l < c.num_layers; ++l) {
-        const LayerSpec& spec = c.layers[l];
+    const std::vector<LayerSpec> specs = cached_layers(c, layout.mtp);
+    p->layers_.resize(specs.size());
+    for (size_t l = 0; l < specs.size(); ++l) {
+        const LayerSpec& spec = specs[l];
         LayerCache& lc = p->layers_[l];
         DSV4_ASSIGN_OR_RETURN(void* ring,
                               take(S * int64_t{c.sliding_window} * c.head_dim, sizeof(float)));

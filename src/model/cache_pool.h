@@ -21,6 +21,7 @@ struct CacheLayout {
     int max_seqs = 1;          // slots
     int64_t max_context = 0;   // tokens per slot
     DType entry = DType::kF32;  // cache entry type: float32 today (bf16, FP8 layouts next)
+    bool mtp = false;           // also the MTP block's caches (layer index num_layers)
 };
 
 struct CompressorCache {
@@ -43,7 +44,8 @@ struct CacheFootprint {
     double fixed_bytes = 0;
     double per_sequence(int64_t context) const { return fixed_bytes + bytes_per_token * context; }
 };
-CacheFootprint cache_footprint(const ModelConfig& cfg, DType entry = DType::kF32);
+CacheFootprint cache_footprint(const ModelConfig& cfg, DType entry = DType::kF32,
+                               bool mtp = false);
 
 class CachePool;
 
@@ -80,7 +82,7 @@ class CachePool {
     void reset(int slot);
     int free_slots() const;
     const CacheLayout& layout() const { return layout_; }
-    const LayerCache& layer(int l) const { return layers_[l]; }
+    const LayerCache& layer(int l) const { return layers_[l]; }  // l == num_layers: MTP
     uint64_t* rng() const { return rng_; }  // [S, 4] sampling generator per slot
     size_t bytes() const { return bytes_; }
 

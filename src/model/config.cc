@@ -195,6 +195,12 @@ void parse_layers(const json& j, ModelConfig& c, std::vector<std::string>& error
                                : m == 4 ? LayerKind::kCsa
                                         : LayerKind::kHca;
         }
+        // An entry past the decoder layers is the MTP block's.
+        if (static_cast<int>(cr.size()) > L && cr[L].is_number_integer() && cr[L].get<int>() > 0) {
+            const int m = cr[L].get<int>();
+            c.mtp_spec.compress_rate = m;
+            c.mtp_spec.kind = m == 4 ? LayerKind::kCsa : LayerKind::kHca;
+        }
     } else {
         errors.push_back(
             "config needs \"layer_types\" (+ \"compress_rates\") or \"compress_ratios\"");

@@ -66,6 +66,9 @@ struct ModelConfig {
     RopeParams rope_main;      // sliding-only layers
     RopeParams rope_compress;  // CSA / HCA layers
     std::vector<LayerSpec> layers;
+    // The MTP block's attention (release: compress_ratios[num_layers], else window-only); its
+    // MoE is score-routed.
+    LayerSpec mtp_spec;
 
     int hc_mix() const { return (2 + hc_mult) * hc_mult; }
     const RopeParams& rope_for(const LayerSpec& l) const {

@@ -7,13 +7,14 @@
 
 namespace dsv4 {
 
-void Model::attention_block(const Workspace& ws, const LayerWeights& w, const LayerSpec& spec,
-                            const LayerCache& lc, int64_t T, const float* x, float* out) {
+void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+                            const LayerSpec& spec, const LayerCache& lc, const float* x,
+                            float* out) {
+    const int64_t T = st.T;
     const ModelConfig& c = cfg_;
     const int H = c.num_heads, hd = c.head_dim, rd = c.rope_dim, Rq = c.q_lora_rank;
     const int Hi = c.index_n_heads, hi = c.index_head_dim, m = spec.compress_rate;
     const float eps = static_cast<float>(c.rms_norm_eps);
-    const ops::StepDesc& st = ws.step;
     const RopeTable& rope = rope_for(spec);
     // Rotates the trailing rd dims of `heads` heads of width `dim` of each token at its position.
     auto rope_at = [&](float* v, int heads, int dim, bool inverse) {
@@ -85,13 +86,14 @@ void Model::attention_block(const Workspace& ws, const LayerWeights& w, const La
     b.linear({ws.u, &w.wo_b, out, T, c.hidden_size});
 }
 
-void Model::ffn_block(const Workspace& ws, const LayerWeights& w, int64_t T, const float* x,
-                      float* out) {
+void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+                      const float* x, float* out) {
+    const int64_t T = st.T;
     const ModelConfig& c = cfg_;
     const int E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     const bool shared = c.n_shared_experts > 0;
     Backend& b = backend_;
-    b.router({x, &w.gate, w.gate_bias, w.tid2eid, ws.step.ids, ws.router_logits, ws.sel,
+    b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel,
               ws.route_w, T, E, k, static_cast<float>(c.routed_scaling_factor)});
     b.moe({x, ws.sel, ws.route_w, &w.experts, shared ? &w.shared_w1 : nullptr,
            shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, out, T,

@@ -103,6 +103,12 @@ Status Model::make_workspace(int capacity) {
     f(&ws->head_y, T * D);
     f(&ws->head_xn, T * D);
     f(&ws->logits, T * c.vocab_size);
+    for (int32_t** p : {&ws->m_ids, &ws->m_tok_row, &ws->m_row_slot, &ws->m_row_start,
+                        &ws->m_row_len, &ws->m_src})
+        i32(p, T);
+    i64(&ws->m_tok_pos, T);
+    i64(&ws->m_row_pos0, T);
+    f(&ws->mtp_logits, has_mtp() ? T * c.vocab_size : 1);
     int64_t total = 0;
     for (const Piece& p : pieces) total += (p.bytes + 63) / 64 * 64;
     auto block = backend_.try_alloc(static_cast<size_t>(total));
@@ -116,6 +122,9 @@ Status Model::make_workspace(int capacity) {
     }
     ws->step = {ws->ids, ws->tok_row, ws->tok_pos, ws->row_slot, ws->row_start, ws->row_len,
                 ws->row_pos0, 0, 0};
+    ws->mtp_step = {ws->m_ids,       ws->m_tok_row, ws->m_tok_pos, ws->m_row_slot,
+                    ws->m_row_start, ws->m_row_len, ws->m_row_pos0, 0,
+                    0};
     buckets_.push_back(std::move(ws));
     return Status::ok();
 }
@@ -133,10 +142,18 @@ Status Model::validate(const CachePool& pool, std::span<const StepRow> rows) con
             return error("context full: ", r.pos0, " + ", r.len,
                          " tokens exceed the cache capacity of ", pool.layout().max_context,
                          " (raise --max-context)");
-        for (int32_t i = 0; i < r.len; ++i)
+        for (int32_t i = 0; i < r.len; ++i) {
             if (r.ids[i] < 0 || r.ids[i] >= cfg_.vocab_size)
                 return error("token id ", r.ids[i], " at index ", i,
                              " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+            if (r.mtp_next && (r.mtp_next[i] < 0 || r.mtp_next[i] >= cfg_.vocab_size))
+                return error("next token id ", r.mtp_next[i], " at index ", i,
+                             " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+        }
+        if (r.mtp_next && !has_mtp())
+            return error("this checkpoint has no MTP block (release-layout mtp.0.* tensors)");
+        if (r.mtp_next && !pool.layout().mtp)
+            return error("the cache pool was made without the MTP block's caches");
         T += r.len;
     }
     if (T > step_tokens())
@@ -172,7 +189,16 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         for (int32_t t = r.logits == LogitsWanted::kAll ? 0 : r.len - 1; t < r.len; ++t)
             logit_idx.push_back(start + t);
     }
-    const Dims d{host_.T(), host_.B(), static_cast<int>(logit_idx.size()), Rs};
+    // The MTP rows, over the same slots and positions, reading h from their step tokens.
+    mtp_host_.clear();
+    std::vector<int32_t> mtp_src;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (rows[i].mtp_next == nullptr) continue;
+        mtp_host_.add_row(rows[i].slot, rows[i].pos0, rows[i].len, rows[i].mtp_next);
+        for (int32_t t = 0; t < rows[i].len; ++t) mtp_src.push_back(host_.row_start[i] + t);
+    }
+    const Dims d{host_.T(), host_.B(), static_cast<int>(logit_idx.size()), Rs, mtp_host_.T(),
+                 mtp_host_.B()};
     const Workspace* ws = nullptr;
     for (const auto& b : buckets_)
         if (b->capacity >= d.T) {
@@ -203,6 +229,16 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         up(ws->sampling, sampling);
         up(ws->sample_slot, sample_slot);
     }
+    if (d.Tm > 0) {
+        up(ws->m_ids, mtp_host_.ids);
+        up(ws->m_tok_row, mtp_host_.tok_row);
+        up(ws->m_tok_pos, mtp_host_.tok_pos);
+        up(ws->m_row_slot, mtp_host_.row_slot);
+        up(ws->m_row_start, mtp_host_.row_start);
+        up(ws->m_row_len, mtp_host_.row_len);
+        up(ws->m_row_pos0, mtp_host_.row_pos0);
+        up(ws->m_src, mtp_src);
+    }
     forward(*ws, pool, d, tap ? capture_ : nullptr);
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
@@ -213,6 +249,16 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         r.logits_out->resize(n * V);
         backend_.download(r.logits_out->data(), ws->logits + logits_at[i] * V,
                           n * V * sizeof(float));
+    }
+    for (int64_t i = 0, at = 0; i < static_cast<int64_t>(rows.size()); ++i) {
+        const StepRow& r = rows[i];
+        if (r.mtp_next == nullptr) continue;
+        if (r.mtp_logits_out) {
+            r.mtp_logits_out->resize(r.len * V);
+            backend_.download(r.mtp_logits_out->data(), ws->mtp_logits + at * V,
+                              r.len * V * sizeof(float));
+        }
+        at += r.len;
     }
     std::vector<float> captured;
     if (tap) {
@@ -232,7 +278,8 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
 }
 
 // One step: the layer stack over all T tokens, then hc head, norm, head and sampling for the
-// R logit rows only. Host values used here are the batch's shape, never positions.
+// R logit rows only, then the MTP block on its rows. Host values used here are the batch's
+// shape, never positions.
 void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture) {
     const ModelConfig& c = cfg_;
     const int n = c.hc_mult, D = c.hidden_size;
@@ -241,36 +288,74 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
     ops::StepDesc st = ws.step;
     st.T = d.T;
     st.B = d.B;
-    Workspace w2 = ws;  // the step's view: descriptor sizes set
-    w2.step = st;
     Backend& b = backend_;
     b.embed({st.ids, &w_.embed, ws.streams, T, n});
     for (int l = 0; l < c.num_layers; ++l) {
-        const LayerWeights& w = w_.layers[l];
-        // Attention sub-block, then FFN sub-block, each wrapped in mHC pre/post.
-        b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post,
-                  ws.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-        b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps});
-        attention_block(w2, w, c.layers[l], pool.layer(l), T, ws.xn, ws.sub_out);
-        b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D});
-        b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post,
-                  ws.comb, T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-        b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps});
-        ffn_block(w2, w, T, ws.xn, ws.sub_out);
-        b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D});
+        block(ws, st, w_.layers[l], c.layers[l], pool.layer(l));
         if (capture) b.copy(capture + l * cap_stride, ws.streams, T * width * sizeof(float));
     }
-    if (d.R == 0) return;
-    b.gather_rows({ws.streams, ws.logit_idx, ws.head_streams, d.R, width});
-    b.hc_head({ws.head_streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws.head_y, d.R,
-               n, D, eps, hc_eps});
-    b.rms_norm({ws.head_y, w_.norm, ws.head_xn, d.R, D, eps});
-    if (capture)
-        b.copy(capture + c.num_layers * cap_stride, ws.head_xn, d.R * int64_t{D} * sizeof(float));
-    b.linear({ws.head_xn, &w_.head, ws.logits, d.R, c.vocab_size});
-    if (d.Rs > 0)
-        b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
-                  c.vocab_size});
+    if (d.R > 0) {
+        b.gather_rows({ws.streams, ws.logit_idx, ws.head_streams, d.R, width});
+        b.hc_head({ws.head_streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws.head_y,
+                   d.R, n, D, eps, hc_eps});
+        b.rms_norm({ws.head_y, w_.norm, ws.head_xn, d.R, D, eps});
+        if (capture)
+            b.copy(capture + c.num_layers * cap_stride, ws.head_xn,
+                   d.R * int64_t{D} * sizeof(float));
+        b.linear({ws.head_xn, &w_.head, ws.logits, d.R, c.vocab_size});
+        if (d.Rs > 0)
+            b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
+                      c.vocab_size});
+    }
+    if (d.Tm > 0) mtp_forward(ws, pool, d);
+}
+
+// One decoder block: attention sub-block, then FFN sub-block, each wrapped in mHC pre/post.
+void Model::block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+                  const LayerSpec& spec, const LayerCache& lc) {
+    const ModelConfig& c = cfg_;
+    const int n = c.hc_mult, D = c.hidden_size;
+    const int64_t T = st.T;
+    const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
+    Backend& b = backend_;
+    b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb,
+              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
+    b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps});
+    attention_block(ws, st, w, spec, lc, ws.xn, ws.sub_out);
+    b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D});
+    b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post, ws.comb,
+              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
+    b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps});
+    ffn_block(ws, st, w, ws.xn, ws.sub_out);
+    b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D});
+}
+
+// The MTP block: h = the main model's last streams at each MTP token, e = the next token's
+// embedding; streams = e_proj(enorm(e)) (on every stream) + h_proj(hnorm(h)); one block on the
+// MTP's own cache; its hc head and norm; the shared head. Runs after the main head (it reuses
+// the stream buffers).
+void Model::mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d) {
+    const ModelConfig& c = cfg_;
+    const MtpWeights& m = w_.mtp[0];
+    const int n = c.hc_mult, D = c.hidden_size;
+    const int64_t Tm = d.Tm, width = int64_t{n} * D;
+    const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
+    ops::StepDesc st = ws.mtp_step;
+    st.T = d.Tm;
+    st.B = d.Bm;
+    Backend& b = backend_;
+    b.gather_rows({ws.streams, ws.m_src, ws.streams_next, Tm, width});
+    b.rms_norm({ws.streams_next, m.hnorm, ws.streams_next, Tm * n, D, eps});
+    b.linear({ws.streams_next, &m.h_proj, ws.streams, Tm * n, D});
+    b.embed({st.ids, &w_.embed, ws.y, Tm, 1});
+    b.rms_norm({ws.y, m.enorm, ws.y, Tm, D, eps});
+    b.linear({ws.y, &m.e_proj, ws.xn, Tm, D});
+    b.add_to_streams({ws.xn, ws.streams, Tm, n, D});
+    block(ws, st, m.block, c.mtp_spec, pool.layer(c.num_layers));
+    b.hc_head({ws.streams, m.hc_head.fn, m.hc_head.base, m.hc_head.scale, ws.head_y, Tm, n, D, eps,
+               hc_eps});
+    b.rms_norm({ws.head_y, m.norm, ws.head_xn, Tm, D, eps});
+    b.linear({ws.head_xn, &w_.head, ws.mtp_logits, Tm, c.vocab_size});
 }
 
 }  // namespace dsv4

@@ -40,6 +40,11 @@ struct StepRow {
     bool sample = false;                       // sample a token after the last position
     SamplingParams sampling;
     int32_t* sampled_out = nullptr;  // receives the sampled token when sample
+    // MTP: the token after each of the row's positions ([len], host); when set, the MTP block
+    // runs on the row (its own cache in the slot) and mtp_logits_out receives [len, V], the
+    // logits of the token after next.
+    const int32_t* mtp_next = nullptr;
+    std::vector<float>* mtp_logits_out = nullptr;
 };
 
 class Model {
@@ -52,6 +57,7 @@ class Model {
 
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
+    bool has_mtp() const { return !w_.mtp.empty(); }
     Backend& backend() { return backend_; }
     int step_tokens() const { return buckets_.back()->capacity; }
 
@@ -65,6 +71,7 @@ class Model {
     // descriptor holds the step (written by run_step).
     struct Dims {
         int T = 0, B = 0, R = 0, Rs = 0;
+        int Tm = 0, Bm = 0;  // MTP tokens and rows
     };
 
   private:
@@ -72,10 +79,14 @@ class Model {
     Model(ModelConfig cfg, TensorStore store, Backend& backend);
     Status validate(const CachePool& pool, std::span<const StepRow> rows) const;
     void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture);
-    void attention_block(const Workspace& ws, const LayerWeights& w, const LayerSpec& spec,
-                         const LayerCache& lc, int64_t T, const float* x, float* out);
-    void ffn_block(const Workspace& ws, const LayerWeights& w, int64_t T, const float* x,
-                   float* out);
+    void mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d);
+    // One decoder block on ws.streams [T, n, D] in place (streams_next is its scratch).
+    void block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+               const LayerSpec& spec, const LayerCache& lc);
+    void attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+                         const LayerSpec& spec, const LayerCache& lc, const float* x, float* out);
+    void ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
+                   const float* x, float* out);
     Status make_workspace(int capacity);
 
     ModelConfig cfg_;
@@ -134,11 +145,17 @@ class Model {
         float* head_y;             // [T, D]
         float* head_xn;            // [T, D]
         float* logits;             // [T, V]
+        // The MTP block's step: its own descriptor over the MTP rows, the step token each MTP
+        // token reads its h from, and its logits.
+        ops::StepDesc mtp_step;
+        int32_t *m_ids, *m_tok_row, *m_row_slot, *m_row_start, *m_row_len, *m_src;  // [T]
+        int64_t *m_tok_pos, *m_row_pos0;                                         // [T]
+        float* mtp_logits;                                                        // [T, V]
     };
     std::vector<std::unique_ptr<Workspace>> buckets_;
     std::vector<void*> blocks_;  // workspace and table memory, freed with the model
     float* capture_ = nullptr;   // [L+1, step_tokens, n*D] when a tap was asked for
-    ops::HostStep host_;         // the descriptor being built (host)
+    ops::HostStep host_, mtp_host_;  // the descriptors being built (host)
 };
 
 }  // namespace dsv4

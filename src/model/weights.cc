@@ -154,9 +154,9 @@ Status bind_hc(Binder& b, const std::string& p, int rows, int64_t width, int nsc
     return Status::ok();
 }
 
-Status bind_layer(Binder& b, const ModelConfig& c, int l, LayerWeights& w) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const LayerSpec& spec = c.layers[l];
+// One decoder block under prefix p ("layers.3." or "mtp.0."); l places its weights.
+Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const LayerSpec& spec,
+                  int l, LayerWeights& w) {
     const int D = c.hidden_size, n = c.hc_mult, H = c.num_heads, hd = c.head_dim;
     const int64_t nD = int64_t{n} * D;
     DSV4_BIND(w.attn_norm, b.vec(p + "attn_norm.weight", {D}));
@@ -236,7 +236,21 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
     DSV4_BIND(w.norm, b.vec("norm.weight", {D}));
     DSV4_RETURN_IF_ERROR(bind_hc(b, "hc_head_", n, int64_t{n} * D, 1, w.hc_head));
     w.layers.resize(c.num_layers);
-    for (int l = 0; l < c.num_layers; ++l) DSV4_RETURN_IF_ERROR(bind_layer(b, c, l, w.layers[l]));
+    for (int l = 0; l < c.num_layers; ++l)
+        DSV4_RETURN_IF_ERROR(
+            bind_layer(b, c, "layers." + std::to_string(l) + ".", c.layers[l], l, w.layers[l]));
+    if (c.num_mtp_layers > 0 && b.has("mtp.0.e_proj.weight")) {
+        MtpWeights& m = w.mtp.emplace_back();
+        const std::string p = "mtp.0.";
+        const ops::WeightPlacement at{ops::WeightRole::kAttention, c.num_layers};
+        DSV4_RETURN_IF_ERROR(bind_layer(b, c, p, c.mtp_spec, c.num_layers, m.block));
+        DSV4_BIND(m.e_proj, b.matrix(p + "e_proj", D, D, at));
+        DSV4_BIND(m.h_proj, b.matrix(p + "h_proj", D, D, at));
+        DSV4_BIND(m.enorm, b.vec(p + "enorm.weight", {D}));
+        DSV4_BIND(m.hnorm, b.vec(p + "hnorm.weight", {D}));
+        DSV4_BIND(m.norm, b.vec(p + "norm.weight", {D}));
+        DSV4_RETURN_IF_ERROR(bind_hc(b, p + "hc_head_", n, int64_t{n} * D, 1, m.hc_head));
+    }
     DSV4_RETURN_IF_ERROR(b.check_all_used());
     w.bytes = b.bytes();
     w.formats = b.formats();

@@ -56,20 +56,35 @@ struct LayerWeights {
     ExpertWeights experts;                   // E routed experts
 };
 
+// The MTP block (release `mtp.0.*`): a decoder block plus the projections that merge the main
+// model's last streams h with the next token's embedding, and its own hc head and norm. It
+// shares the model's embedding and head.
+struct MtpWeights {
+    LayerWeights block;
+    Weight e_proj, h_proj;         // [D, D]
+    const float* enorm = nullptr;  // [D]
+    const float* hnorm = nullptr;  // [D]
+    const float* norm = nullptr;   // [D]
+    HcWeights hc_head;
+};
+
 struct ModelWeights {
     Weight embed;                 // [V, D]
     Weight head;                  // [V, D]
     const float* norm = nullptr;  // [D]
     HcWeights hc_head;
     std::vector<LayerWeights> layers;
-    size_t bytes = 0;  // checkpoint bytes bound
+    std::vector<MtpWeights> mtp;  // 0 or 1 block (mtp.0; further blocks are not used)
+    size_t bytes = 0;             // checkpoint bytes bound
     // "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,
     // shared experts, routed experts) for `dsv4 info`, recorded while binding.
     std::vector<std::string> formats;
 };
 
 // Binds every tensor the config calls for. Missing, mis-shaped, wrongly typed or unexpected
-// tensors are errors naming the tensor (MTP tensors `mtp.*` are accepted and not used).
+// tensors are errors naming the tensor. The MTP block `mtp.0.*` is bound when the config has
+// one and the checkpoint carries it (a transformers-saved folder has none); other `mtp.*`
+// tensors are accepted and not used.
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend);
 
 }  // namespace dsv4

@@ -73,6 +73,7 @@ class Backend {
     virtual void hc_pre(const ops::HcPreArgs& a) = 0;
     virtual void hc_post(const ops::HcPostArgs& a) = 0;
     virtual void hc_head(const ops::HcHeadArgs& a) = 0;
+    virtual void add_to_streams(const ops::AddToStreamsArgs& a) = 0;
     virtual void attention(const ops::AttentionArgs& a) = 0;
     virtual void ring_write(const ops::RingWriteArgs& a) = 0;
     virtual void compress(const ops::CompressArgs& a) = 0;

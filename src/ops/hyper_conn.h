@@ -29,6 +29,15 @@ struct HcPostArgs {
     int n = 0, D = 0;
 };
 
+// streams[t, i] += x[t] for every stream i (the MTP block's input: the next token's projected
+// embedding added to each of the projected streams).
+struct AddToStreamsArgs {
+    const float* x = nullptr;  // [T, D]
+    float* streams = nullptr;  // [T, n, D]
+    int64_t T = 0;
+    int n = 0, D = 0;
+};
+
 struct HcHeadArgs {
     const float* x = nullptr;      // [T, n, D]
     const float* fn = nullptr;     // [n, n*D]

@@ -159,6 +159,7 @@ class RecordingBackend final : public Backend {
     DSV4_REC_OP(hc_pre, HcPreArgs)
     DSV4_REC_OP(hc_post, HcPostArgs)
     DSV4_REC_OP(hc_head, HcHeadArgs)
+    DSV4_REC_OP(add_to_streams, AddToStreamsArgs)
     DSV4_REC_OP(attention, AttentionArgs)
     DSV4_REC_OP(ring_write, RingWriteArgs)
     DSV4_REC_OP(compress, CompressArgs)

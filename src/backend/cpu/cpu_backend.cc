@@ -91,6 +91,7 @@ class CpuBackend final : public Backend {
     void hc_pre(const ops::HcPreArgs& a) override { cpu_ref::hc_pre(a); }
     void hc_post(const ops::HcPostArgs& a) override { cpu_ref::hc_post(a); }
     void hc_head(const ops::HcHeadArgs& a) override { cpu_ref::hc_head(a); }
+    void add_to_streams(const ops::AddToStreamsArgs& a) override { cpu_ref::add_to_streams(a); }
     void attention(const ops::AttentionArgs& a) override { cpu_ref::attention(a); }
     void ring_write(const ops::RingWriteArgs& a) override { cpu_ref::ring_write(a); }
     void compress(const ops::CompressArgs& a) override { cpu_ref::compress(a); }

@@ -105,4 +105,13 @@ void hc_head(const ops::HcHeadArgs& a) {
     }
 }
 
+void add_to_streams(const ops::AddToStreamsArgs& a) {
+    for (int64_t t = 0; t < a.T; ++t)
+        for (int i = 0; i < a.n; ++i) {
+            float* s = a.streams + (t * a.n + i) * a.D;
+            const float* x = a.x + t * a.D;
+            for (int d = 0; d < a.D; ++d) s[d] = x[d] + s[d];
+        }
+}
+
 }  // namespace dsv4::cpu_ref

@@ -35,6 +35,7 @@ void rope(const ops::RopeArgs& a);
 void hc_pre(const ops::HcPreArgs& a);
 void hc_post(const ops::HcPostArgs& a);
 void hc_head(const ops::HcHeadArgs& a);
+void add_to_streams(const ops::AddToStreamsArgs& a);
 void attention(const ops::AttentionArgs& a);
 void ring_write(const ops::RingWriteArgs& a);
 void compress(const ops::CompressArgs& a);
