@@ -267,8 +267,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
     impl->pool = std::move(*pool);
-    auto model =
-        Model::load(options.model_dir, *impl->backend, options.max_chunk + layout.max_seqs);
+    Numerics numerics = Numerics::kFloat;
+    if (options.numerics == "reference-fp32")
+        numerics = Numerics::kReferenceFp32;
+    else if (options.numerics != "float")
+        return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
+    auto model = Model::load(options.model_dir, *impl->backend,
+                             options.max_chunk + layout.max_seqs, numerics);
     if (!model) return model.status().with_context("loading " + options.model_dir);
     impl->model = std::move(*model);
     const ModelConfig& c = impl->model->config();

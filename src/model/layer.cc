@@ -21,10 +21,13 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         backend_.rope({v, rope.inv_freq, st.tok_pos, T, heads, dim, rd, inverse, rope.scale});
     };
     Backend& b = backend_;
+    const ops::ActType f32 = ops::ActType::kF32;
 
     // Every projection of x in one group: q latent, the shared K=V, compressor inputs.
     ops::LinearGroupArgs proj{x, {}, 0, T};
-    auto project = [&](const Weight& wt, float* y) { proj.out[proj.n_out++] = {&wt, y}; };
+    auto project = [&](const Weight& wt, float* y) {
+        proj.out[proj.n_out++] = {&wt, y, fp8_act(wt)};
+    };
     project(w.wq_a, ws.qa);
     project(w.wkv, ws.kv);
     if (spec.kind != LayerKind::kSliding) {
@@ -40,30 +43,37 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
 
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims.
     b.rms_norm({ws.qa, w.q_norm, ws.qa, T, Rq, eps});
-    b.linear({ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd});
+    b.linear({ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b)});
     b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps});
     rope_at(ws.q, H, hd, false);
     // The one shared K=V head.
     b.rms_norm({ws.kv, w.kv_norm, ws.kv, T, hd, eps});
     rope_at(ws.kv, 1, hd, false);
+    // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format).
+    if (reference()) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
     // Compressors: pool completed blocks into entries (normed and roped at their position).
     auto compress = [&](const CompressorWeights& cw, const CompressorCache& cc, const float* kv,
-                        const float* gate, int width, int coff) {
+                        const float* gate, int width, int coff, ops::RoundTrip entry_rt) {
         b.compress({kv, gate, cw.ape, cw.norm, rope_compress_.inv_freq, cc.kv, cc.gate, cc.entries,
-                    st, cc.n_entries, m, width, coff, rd, eps, rope_compress_.scale});
+                    st, cc.n_entries, m, width, coff, rd, eps, rope_compress_.scale,
+                    reference() ? entry_rt : ops::RoundTrip::kNone});
     };
     const float* entries = nullptr;
     const int32_t* topk = nullptr;
     if (spec.kind != LayerKind::kSliding) {
-        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff());
+        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(), ops::RoundTrip::kFp8);
         entries = lc.main.entries;
     }
     if (spec.kind == LayerKind::kCsa) {
         // Lightning indexer: its own compressed keys, queries from the q latent.
-        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2);
-        b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi});
+        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
+                 ops::RoundTrip::kHadamardFp4);
+        b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
+                  fp8_act(w.indexer_wq_b)});
         rope_at(ws.qi, Hi, hi, false);
+        if (reference())
+            b.round_trip({ws.qi, T * Hi, hi, hi, 32, ops::RoundTrip::kHadamardFp4});
         b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
         b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
                         hi, c.index_topk, m});
@@ -82,8 +92,8 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const int64_t group_width = int64_t{H} * hd / g;
     for (int j = 0; j < g; ++j)
         b.linear({ws.o + j * group_width, &w.wo_a, ws.u + int64_t{j} * Ro, T, Ro, int64_t{j} * Ro,
-                  int64_t{H} * hd, int64_t{g} * Ro});
-    b.linear({ws.u, &w.wo_b, out, T, c.hidden_size});
+                  int64_t{H} * hd, int64_t{g} * Ro, f32, f32, fp8_act(w.wo_a)});
+    b.linear({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b)});
 }
 
 void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
@@ -97,7 +107,8 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
               ws.route_w, T, E, k, static_cast<float>(c.routed_scaling_factor)});
     b.moe({x, ws.sel, ws.route_w, &w.experts, shared ? &w.shared_w1 : nullptr,
            shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, out, T,
-           c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit)});
+           c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
+           reference() && w.experts.fp8_activations});
 }
 
 }  // namespace dsv4

@@ -17,13 +17,14 @@ Model::~Model() {
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& backend,
-                                             int step_tokens) {
+                                             int step_tokens, Numerics numerics) {
     namespace fs = std::filesystem;
     if (step_tokens <= 0) return error("step_tokens must be > 0, got ", step_tokens);
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg,
                           load_model_config((fs::path(dir) / "config.json").string()));
     DSV4_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open(dir));
     std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend));
+    m->numerics_ = numerics;
     DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend));
     DSV4_LOG_INFO("loaded ", dir, ": ", m->cfg_.summary());
 
@@ -345,11 +346,13 @@ void Model::mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& 
     st.B = d.Bm;
     Backend& b = backend_;
     b.gather_rows({ws.streams, ws.m_src, ws.streams_next, Tm, width});
+    const ops::ActType f32 = ops::ActType::kF32;
     b.rms_norm({ws.streams_next, m.hnorm, ws.streams_next, Tm * n, D, eps});
-    b.linear({ws.streams_next, &m.h_proj, ws.streams, Tm * n, D});
+    b.linear({ws.streams_next, &m.h_proj, ws.streams, Tm * n, D, 0, 0, 0, f32, f32,
+              fp8_act(m.h_proj)});
     b.embed({st.ids, &w_.embed, ws.y, Tm, 1});
     b.rms_norm({ws.y, m.enorm, ws.y, Tm, D, eps});
-    b.linear({ws.y, &m.e_proj, ws.xn, Tm, D});
+    b.linear({ws.y, &m.e_proj, ws.xn, Tm, D, 0, 0, 0, f32, f32, fp8_act(m.e_proj)});
     b.add_to_streams({ws.xn, ws.streams, Tm, n, D});
     block(ws, st, m.block, c.mtp_spec, pool.layer(c.num_layers));
     b.hc_head({ws.streams, m.hc_head.fn, m.hc_head.base, m.hc_head.scale, ws.head_y, Tm, n, D, eps,

@@ -29,6 +29,11 @@ using LayerTap = std::function<void(int layer, const float* data, int64_t rows)>
 
 enum class LogitsWanted : uint8_t { kNone, kLast, kAll };
 
+// kFloat: plain float32 (transformers' numerics). kReferenceFp32: DeepSeek's reference rounding
+// points (FP8 activations into FP8/FP4 weights, FP8 KV NoPE dims per 64, Hadamard + FP4
+// indexer queries and keys per 32), float32 everywhere else (docs/numerics.md).
+enum class Numerics : uint8_t { kFloat, kReferenceFp32 };
+
 // One row of a step (host side).
 struct StepRow {
     int slot = 0;                  // cache slot (held by the caller)
@@ -52,7 +57,8 @@ class Model {
     // Loads config.json and the safetensors of `dir`; `step_tokens` bounds the tokens of one
     // step (all rows together); workspaces are made for batch-size buckets up to it.
     static Expected<std::unique_ptr<Model>> load(const std::string& dir, Backend& backend,
-                                                 int step_tokens);
+                                                 int step_tokens,
+                                                 Numerics numerics = Numerics::kFloat);
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }
@@ -89,7 +95,14 @@ class Model {
                    const float* x, float* out);
     Status make_workspace(int capacity);
 
+    // Whether x is rounded to FP8 before a product with w (reference numerics only).
+    bool fp8_act(const Weight& w) const {
+        return numerics_ == Numerics::kReferenceFp32 && w.fp8_activations;
+    }
+    bool reference() const { return numerics_ == Numerics::kReferenceFp32; }
+
     ModelConfig cfg_;
+    Numerics numerics_ = Numerics::kFloat;
     TensorStore store_;
     Backend& backend_;
     ModelWeights w_;

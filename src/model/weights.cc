@@ -46,7 +46,16 @@ class Binder {
     Expected<ops::Weight> matrix(const std::string& prefix, int64_t rows, int64_t cols,
                                  ops::WeightPlacement where) {
         DSV4_ASSIGN_OR_RETURN(QuantWeight w, view(prefix, rows, cols, where.role));
-        return backend_.upload_weight(w, where);
+        DSV4_ASSIGN_OR_RETURN(ops::Weight h, backend_.upload_weight(w, where));
+        // wo_a is the reference's exception: converted to bf16, applied without rounding x.
+        const bool wo_a = prefix.size() >= 4 && prefix.compare(prefix.size() - 4, 4, "wo_a") == 0;
+        h.fp8_activations = low_precision(w.format) && !wo_a;
+        return h;
+    }
+
+    // Formats DeepSeek's reference applies as FP8 / FP4 GEMMs (activations rounded to FP8).
+    static bool low_precision(WeightFormat f) {
+        return f == WeightFormat::kFp8Block || f == WeightFormat::kMxfp4;
     }
 
     std::vector<std::string> formats() const {
@@ -217,6 +226,7 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     }
     DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E,
                                                     at(R::kExperts)));
+    w.experts.fp8_activations = Binder::low_precision(w1[0].format);
     return Status::ok();
 }
 

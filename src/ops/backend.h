@@ -22,6 +22,7 @@
 #include "ops/linear.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
+#include "ops/quant.h"
 #include "ops/rope.h"
 #include "ops/sample.h"
 #include "ops/weight.h"
@@ -82,6 +83,7 @@ class Backend {
     virtual void moe(const ops::MoeArgs& a) = 0;
     virtual void gather_rows(const ops::GatherRowsArgs& a) = 0;
     virtual void sample(const ops::SampleArgs& a) = 0;
+    virtual void round_trip(const ops::RoundTripArgs& a) = 0;
     // x *= s (n elements).
     virtual void scale(float* x, float s, int64_t n) = 0;
 };

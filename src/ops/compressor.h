@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/quant.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
@@ -24,6 +25,9 @@ struct CompressArgs {
     int64_t n_entries = 0;  // entries per slot
     int m = 0, hd = 0, coff = 1, rope_dim = 0;
     float eps = 1e-6f, rope_scale = 1.0f;
+    // Reference numerics: a completed entry's round trip after its rope (the main compressor's
+    // NoPE dims to FP8 per 64, the indexer's keys Hadamard + FP4 per 32).
+    RoundTrip entry_round_trip = RoundTrip::kNone;
 };
 
 }  // namespace dsv4::ops

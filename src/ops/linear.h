@@ -15,6 +15,7 @@ struct LinearArgs {
     int64_t M = 0, N = 0, row0 = 0;
     int64_t ldx = 0, ldy = 0;  // 0 = dense (K and N)
     ActType x_type = ActType::kF32, y_type = ActType::kF32;
+    bool act_fp8 = false;  // x rounded to FP8 per 128 along K first (reference numerics)
 };
 
 // Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x
@@ -25,6 +26,7 @@ struct LinearGroupArgs {
     struct Output {
         const Weight* w = nullptr;  // [N, K]
         float* y = nullptr;         // [M, N] dense; overwritten
+        bool act_fp8 = false;       // as LinearArgs
     } out[kMaxOutputs];
     int n_out = 0;
     int64_t M = 0;

@@ -52,6 +52,9 @@ struct MoeArgs {
     int64_t T = 0;
     int D = 0, I = 0, E = 0, k = 0;
     float swiglu_limit = 0.0f;
+    // Reference numerics: every expert input rounded to FP8 per 128, and the routing weight
+    // applied to the SwiGLU output before w2 (as DeepSeek's reference orders it).
+    bool act_fp8 = false;
 };
 
 }  // namespace dsv4::ops

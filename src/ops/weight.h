@@ -11,6 +11,9 @@ namespace dsv4::ops {
 struct Weight {
     int64_t rows = 0, cols = 0;  // logical [out, in]
     const void* impl = nullptr;  // backend-defined
+    // Stored in FP8 or FP4 and applied as such by DeepSeek's reference, which first rounds the
+    // activations to FP8 per 128 (the reference numerics mode does the same).
+    bool fp8_activations = false;
     bool valid() const { return impl != nullptr; }
 };
 
@@ -19,6 +22,7 @@ struct Weight {
 struct ExpertWeights {
     int E = 0, I = 0, D = 0;
     const void* impl = nullptr;  // backend-defined
+    bool fp8_activations = false;  // as Weight
     bool valid() const { return impl != nullptr; }
 };
 

@@ -168,6 +168,7 @@ class RecordingBackend final : public Backend {
     DSV4_REC_OP(moe, MoeArgs)
     DSV4_REC_OP(gather_rows, GatherRowsArgs)
     DSV4_REC_OP(sample, SampleArgs)
+    DSV4_REC_OP(round_trip, RoundTripArgs)
 #undef DSV4_REC_OP
     void scale(float* x, float s, int64_t n) override {
         rec("scale", x, s, n);

@@ -100,6 +100,7 @@ class CpuBackend final : public Backend {
     void moe(const ops::MoeArgs& a) override { cpu_ref::moe(a); }
     void gather_rows(const ops::GatherRowsArgs& a) override { cpu_ref::gather_rows(a); }
     void sample(const ops::SampleArgs& a) override { cpu_ref::sample(a); }
+    void round_trip(const ops::RoundTripArgs& a) override { cpu_ref::round_trip(a); }
     void scale(float* x, float s, int64_t n) override {
         for (int64_t i = 0; i < n; ++i) x[i] *= s;
     }

@@ -69,6 +69,10 @@ void compress(const ops::CompressArgs& a) {
                     const int64_t at = e * m;
                     rope({entry, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale});
                 }
+                if (a.entry_round_trip == ops::RoundTrip::kFp8)
+                    round_trip({entry, 1, a.hd, a.hd - a.rope_dim, 64, ops::RoundTrip::kFp8});
+                else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
+                    round_trip({entry, 1, a.hd, a.hd, 32, ops::RoundTrip::kHadamardFp4});
                 if (a.coff == 2) {
                     std::copy(skv + m * width, skv + 2 * m * width, skv);
                     std::copy(sgate + m * width, sgate + 2 * m * width, sgate);

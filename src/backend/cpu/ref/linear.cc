@@ -39,7 +39,14 @@ void linear(const ops::LinearArgs& a) {
             for (int64_t k = 0; k < K; ++k) xf[m * K + k] = bf16_to_f32(xb[m * ldx + k]);
         x = xf.data();
     }
-    const int64_t xs = a.x_type == ops::ActType::kBF16 ? K : ldx;
+    int64_t xs = a.x_type == ops::ActType::kBF16 ? K : ldx;
+    std::vector<float> xq;
+    if (a.act_fp8) {
+        xq.resize(static_cast<size_t>(a.M) * K);
+        fp8_activations(x, a.M, K, xs, xq.data());
+        x = xq.data();
+        xs = K;
+    }
     parallel_for(a.N, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, K * a.M)),
                  [&](int64_t begin, int64_t end) {
                      thread_local std::vector<float> row;
@@ -60,7 +67,8 @@ void linear(const ops::LinearArgs& a) {
 void linear_group(const ops::LinearGroupArgs& a) {
     DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
     for (int i = 0; i < a.n_out; ++i)
-        linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows});
+        linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0,
+                ops::ActType::kF32, ops::ActType::kF32, a.out[i].act_fp8});
 }
 
 void swiglu(const ops::SwigluArgs& a) {

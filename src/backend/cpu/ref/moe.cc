@@ -55,6 +55,14 @@ void moe(const ops::MoeArgs& a) {
     // contrib[(t*k + j)*D + d]: expert sel[t][j]'s weighted output for token t; summed in j
     // order afterwards so the result does not depend on which tokens share the chunk.
     std::vector<float> contrib(static_cast<size_t>(slots) * a.D);
+    // Reference numerics: the experts read x rounded to FP8 per 128.
+    std::vector<float> xq;
+    const float* x = a.x;
+    if (a.act_fp8) {
+        xq.resize(static_cast<size_t>(a.T) * a.D);
+        fp8_activations(a.x, a.T, a.D, a.D, xq.data());
+        x = xq.data();
+    }
     parallel_for(a.E, 1, [&](int64_t e_begin, int64_t e_end) {
         std::vector<float> row(std::max(a.D, a.I)), g, u;
         std::vector<int64_t> users;
@@ -70,19 +78,27 @@ void moe(const ops::MoeArgs& a) {
                 dequant_row(ex.w1[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     g[r * a.I + i] =
-                        static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D));
                 dequant_row(ex.w3[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
                     u[r * a.I + i] =
-                        static_cast<float>(dot(a.x + (users[r] / a.k) * a.D, row.data(), a.D));
+                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D));
             }
             swiglu({g.data(), u.data(), g.data(), n * a.I, a.swiglu_limit});
+            if (a.act_fp8) {
+                // The reference weights the SwiGLU output, then rounds it for w2.
+                for (int64_t r = 0; r < n; ++r) {
+                    float* h = g.data() + r * a.I;
+                    for (int i = 0; i < a.I; ++i) h[i] *= a.weight[users[r]];
+                    fp8_activations(h, 1, a.I, a.I, h);
+                }
+            }
             for (int d = 0; d < a.D; ++d) {
                 dequant_row(ex.w2[e], d, row.data());
-                for (int64_t r = 0; r < n; ++r)
-                    contrib[users[r] * a.D + d] =
-                        static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)) *
-                        a.weight[users[r]];
+                for (int64_t r = 0; r < n; ++r) {
+                    const float v = static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I));
+                    contrib[users[r] * a.D + d] = a.act_fp8 ? v : v * a.weight[users[r]];
+                }
             }
         }
     });
@@ -99,10 +115,11 @@ void moe(const ops::MoeArgs& a) {
     float* g = a.shared_scratch;
     float* u = g + a.T * a.I;
     float* y = u + a.T * a.I;
-    linear({a.x, a.shared_w1, g, a.T, a.I});
-    linear({a.x, a.shared_w3, u, a.T, a.I});
+    const ops::ActType f32 = ops::ActType::kF32;
+    linear({a.x, a.shared_w1, g, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8});
+    linear({a.x, a.shared_w3, u, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8});
     swiglu({g, u, g, a.T * a.I, a.swiglu_limit});
-    linear({g, a.shared_w2, y, a.T, a.D});
+    linear({g, a.shared_w2, y, a.T, a.D, 0, 0, 0, f32, f32, a.act_fp8});
     for (int64_t i = 0; i < a.T * a.D; ++i) a.out[i] += y[i];
 }
 

@@ -45,6 +45,10 @@ void router(const ops::RouterArgs& a);
 void moe(const ops::MoeArgs& a);
 void gather_rows(const ops::GatherRowsArgs& a);
 void sample(const ops::SampleArgs& a);
+void round_trip(const ops::RoundTripArgs& a);
+// x [rows, K] (rows ldx apart) rounded to FP8 per 128 along K into out [rows, K] (the
+// reference's act_quant; a last block shorter than 128 is its own block).
+void fp8_activations(const float* x, int64_t rows, int64_t K, int64_t ldx, float* out);
 // One draw for one row (the op's body; the state advances only when a draw is needed).
 int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4]);
 

@@ -1,0 +1,79 @@
+// Reference round trips through DeepSeek's reference formats (FP8 E4M3 and E2M1 with UE8M0
+// block scales, the Hadamard rotation), written after its kernels: fp32 block amax, the scale
+// rounded up to a power of two, division by it (exact), rounding, and the product back.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
+
+namespace dsv4::cpu_ref {
+namespace {
+
+// 2^ceil(log2(v)) for positive normal v, from the exponent bits (the reference's
+// fast_round_scale).
+float pow2_ceil(float v) {
+    const uint32_t bits = f32_to_bits(v);
+    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0);
+    return bits_to_f32(static_cast<uint32_t>(e + 127) << 23);
+}
+
+void fp8_block(float* x, int n) {
+    float amax = 0;
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = pow2_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
+    for (int i = 0; i < n; ++i)
+        x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -448.0f, 448.0f))) * s;
+}
+
+void fp4_block(float* x, int n) {
+    float amax = 0;
+    for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = pow2_ceil(std::max(amax, 6.0f * 0x1p-126f) * static_cast<float>(1.0 / 6.0));
+    for (int i = 0; i < n; ++i)
+        x[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(x[i] / s, -6.0f, 6.0f))) * s;
+}
+
+// Natural-order (Sylvester) Walsh-Hadamard in fp32 butterflies, then times n^-1/2 (in fp32).
+void hadamard(float* x, int n) {
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; ++j) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+    for (int i = 0; i < n; ++i) x[i] *= scale;
+}
+
+}  // namespace
+
+void round_trip(const ops::RoundTripArgs& a) {
+    if (a.kind == ops::RoundTrip::kNone) return;
+    DSV4_ASSERT(a.block > 0 && a.dims % a.block == 0 && a.dims <= a.width, "round trip of ",
+                a.dims, " dims in blocks of ", a.block);
+    DSV4_ASSERT(a.kind != ops::RoundTrip::kHadamardFp4 ||
+                    (a.dims == a.width && (a.width & (a.width - 1)) == 0),
+                "Hadamard of width ", a.width);
+    for (int64_t r = 0; r < a.rows; ++r) {
+        float* row = a.x + r * a.width;
+        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard(row, a.width);
+        for (int b = 0; b < a.dims; b += a.block) {
+            if (a.kind == ops::RoundTrip::kFp8)
+                fp8_block(row + b, a.block);
+            else
+                fp4_block(row + b, a.block);
+        }
+    }
+}
+
+void fp8_activations(const float* x, int64_t rows, int64_t K, int64_t ldx, float* out) {
+    for (int64_t r = 0; r < rows; ++r) {
+        std::copy(x + r * ldx, x + r * ldx + K, out + r * K);
+        for (int64_t b = 0; b < K; b += 128) fp8_block(out + r * K + b, static_cast<int>(std::min<int64_t>(128, K - b)));
+    }
+}
+
+}  // namespace dsv4::cpu_ref
