@@ -117,9 +117,7 @@ ops::HostStep mixed_step() {
     return s;
 }
 
-#define GPU_TEST(suite, name) TEST(suite, name)
-
-GPU_TEST(CudaBackendGpu, MemoryAndCopies) {
+TEST(CudaBackendGpu, MemoryAndCopies) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     const size_t before = be->memory_in_use();
@@ -145,7 +143,7 @@ GPU_TEST(CudaBackendGpu, MemoryAndCopies) {
     EXPECT_EQ(be->memory_in_use(), before);
 }
 
-GPU_TEST(CudaOpsGpu, EmbedF32AndBf16) {
+TEST(CudaOpsGpu, EmbedF32AndBf16) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(2);
@@ -174,7 +172,7 @@ GPU_TEST(CudaOpsGpu, EmbedF32AndBf16) {
     }
 }
 
-GPU_TEST(CudaOpsGpu, RmsNorm) {
+TEST(CudaOpsGpu, RmsNorm) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(3);
@@ -192,7 +190,7 @@ GPU_TEST(CudaOpsGpu, RmsNorm) {
     }
 }
 
-GPU_TEST(CudaOpsGpu, RopeForwardAndInverse) {
+TEST(CudaOpsGpu, RopeForwardAndInverse) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(4);
@@ -214,7 +212,7 @@ GPU_TEST(CudaOpsGpu, RopeForwardAndInverse) {
     }
 }
 
-GPU_TEST(CudaOpsGpu, SwigluGatherRows) {
+TEST(CudaOpsGpu, SwigluGatherRows) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(5);
@@ -239,7 +237,7 @@ GPU_TEST(CudaOpsGpu, SwigluGatherRows) {
     EXPECT_EQ(ddst.get(), ref);
 }
 
-GPU_TEST(CudaOpsGpu, HyperConnections) {
+TEST(CudaOpsGpu, HyperConnections) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(6);
@@ -319,24 +317,24 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
                                                  2e-5 * max_abs(ring));
 }
 
-GPU_TEST(CudaOpsGpu, AttentionSlidingOnly) {
+TEST(CudaOpsGpu, AttentionSlidingOnly) {
     DSV4_REQUIRE_GPU();
     attention_case("attention sliding H=3 hd=72", 3, 72, false, false);
 }
-GPU_TEST(CudaOpsGpu, AttentionHca) {
+TEST(CudaOpsGpu, AttentionHca) {
     DSV4_REQUIRE_GPU();
     attention_case("attention HCA H=5 hd=40", 5, 40, true, false);
 }
-GPU_TEST(CudaOpsGpu, AttentionCsa) {
+TEST(CudaOpsGpu, AttentionCsa) {
     DSV4_REQUIRE_GPU();
     attention_case("attention CSA H=7 hd=129", 7, 129, true, true);
 }
-GPU_TEST(CudaOpsGpu, AttentionV4HeadDimManyHeads) {
+TEST(CudaOpsGpu, AttentionV4HeadDimManyHeads) {
     DSV4_REQUIRE_GPU();
     attention_case("attention CSA H=70 hd=512", 70, 512, true, true);
 }
 
-GPU_TEST(CudaOpsGpu, RingWrite) {
+TEST(CudaOpsGpu, RingWrite) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(8);
@@ -399,22 +397,22 @@ void compress_case(const char* what, int coff, int m, bool with_norm) {
     expect_close(what, dent.get(), entries, 1e-6, 1e-6 * max_abs(entries));
 }
 
-GPU_TEST(CudaOpsGpu, CompressCsaWithNormRope) {
+TEST(CudaOpsGpu, CompressCsaWithNormRope) {
     DSV4_REQUIRE_GPU();
     compress_case("compress CSA m=4 norm+rope", 2, 4, true);
 }
-GPU_TEST(CudaOpsGpu, CompressHcaPooledOnly) {
+TEST(CudaOpsGpu, CompressHcaPooledOnly) {
     DSV4_REQUIRE_GPU();
     compress_case("compress HCA m=7 pooled", 1, 7, false);
 }
-GPU_TEST(CudaOpsGpu, CompressHcaWithNormRope) {
+TEST(CudaOpsGpu, CompressHcaWithNormRope) {
     DSV4_REQUIRE_GPU();
     compress_case("compress HCA m=7 norm+rope", 1, 7, true);
 }
 
 // Exact match, including exact ties: some keys are repeated rows (equal scores) and some are
 // -q-like so every head's dot is negative (score 0 after the ReLU).
-GPU_TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
+TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(10);
@@ -448,7 +446,7 @@ GPU_TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     EXPECT_EQ(got, ref);
 }
 
-GPU_TEST(CudaOpsGpu, SampleMatchesExactly) {
+TEST(CudaOpsGpu, SampleMatchesExactly) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(11);
@@ -491,7 +489,7 @@ GPU_TEST(CudaOpsGpu, SampleMatchesExactly) {
 }
 
 // Dense linear: f32 and bf16 weights, f32 and bf16 activations and outputs, a row range, strides.
-GPU_TEST(CudaOpsGpu, DenseLinear) {
+TEST(CudaOpsGpu, DenseLinear) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(12);
@@ -549,7 +547,7 @@ GPU_TEST(CudaOpsGpu, DenseLinear) {
 // Score routing (gate f32 and bf16) and hash routing. Inputs are redrawn until the k-th and
 // (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32 gate
 // sums cannot reorder them: the selections must match exactly.
-GPU_TEST(CudaOpsGpu, RouterMatchesSelections) {
+TEST(CudaOpsGpu, RouterMatchesSelections) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(13);
@@ -598,7 +596,7 @@ GPU_TEST(CudaOpsGpu, RouterMatchesSelections) {
     }
 }
 
-GPU_TEST(CudaBackendGpu, QuantizedWeightsAndExpertsAreRefused) {
+TEST(CudaBackendGpu, QuantizedWeightsAndExpertsAreRefused) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(14);
@@ -613,7 +611,7 @@ GPU_TEST(CudaBackendGpu, QuantizedWeightsAndExpertsAreRefused) {
 // A decode-like sequence (norm, rope, attention, ring write, indexer, sample) captured into a
 // CUDA graph under global capture mode (any host synchronisation would break the capture) and
 // replayed twice from the same starting state: bitwise the direct run's results.
-GPU_TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
+TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(15);
