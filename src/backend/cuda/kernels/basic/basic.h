@@ -1,0 +1,40 @@
+// Launchers of the small op kernels: embedding lookup (dense tables), RMSNorm, RoPE, SwiGLU,
+// row gather, scale, fill, and the dense-weight linear. Raw device pointers (inside the ops::
+// Args) and a stream; no allocation, no host synchronisation (capturable).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/rope.h"
+#include "ops/sample.h"
+
+namespace dsv4::cuda {
+
+// out[t, i, :] = table[ids[t], :] for i < n. table: [V, D] f32 (bf16 == false) or bf16.
+void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_t D, float* out,
+                        int64_t T, int n, cudaStream_t stream);
+void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream);
+void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
+void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream);
+void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream);
+void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
+void launch_fill(float* x, float v, int64_t n, cudaStream_t stream);
+
+// y[m, n] = x[m, :] . w[row0 + n, :] for a dense weight w [rows, K] (f32 or bf16), x and y f32
+// or bf16 with row strides ldx / ldy (elements). FP32 accumulation.
+struct DenseLinearArgs {
+    const void* x = nullptr;  // [M, K], rows ldx apart
+    bool x_bf16 = false;
+    const void* w = nullptr;  // [rows, K]
+    bool w_bf16 = false;
+    void* y = nullptr;  // [M, N], rows ldy apart
+    bool y_bf16 = false;
+    int64_t M = 0, N = 0, K = 0, row0 = 0, ldx = 0, ldy = 0;
+};
+void launch_dense_linear(const DenseLinearArgs& a, cudaStream_t stream);
+
+}  // namespace dsv4::cuda

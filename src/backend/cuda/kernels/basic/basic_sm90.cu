@@ -1,0 +1,178 @@
+// The small op kernels (basic.h). Numerics follow the CPU reference (backend/cpu/ref/): norms
+// accumulate in double like the reference; the element-wise float steps use explicit
+// round-to-nearest intrinsics where the reference's order matters, so nvcc does not contract
+// them into FMAs (the CPU build does not contract: -std=c++20 implies -ffp-contract=off).
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/kernels/basic/basic.h"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/rope_sm90.cuh"
+#include "base/check.h"
+#include "base/fp_codes.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n, int per_block = kThreads) {
+    const int64_t b = (n + per_block - 1) / per_block;
+    return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
+}
+
+// One block per (token, copy); grid-stride over D.
+__global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, int64_t D,
+                             float* out, int n) {
+    const int64_t t = blockIdx.x;
+    const int64_t row = ids[t];
+    float* dst = out + (t * n + blockIdx.y) * D;
+    if (bf16) {
+        const uint16_t* src = static_cast<const uint16_t*>(table) + row * D;
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) dst[i] = bf16_to_f32(src[i]);
+    } else {
+        const float* src = static_cast<const float*>(table) + row * D;
+        for (int64_t i = threadIdx.x; i < D; i += blockDim.x) dst[i] = src[i];
+    }
+}
+
+// One block per row: sum of squares in double (the reference's dot), inv = 1/sqrt(ms + eps) in
+// double rounded to float, y = x * inv * w in float.
+__global__ void rms_norm_kernel(ops::RmsNormArgs a) {
+    __shared__ double red[32];
+    const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.dim;
+    float* y = a.out + static_cast<int64_t>(blockIdx.x) * a.dim;
+    const float inv = dev::block_rms_inv(x, a.dim, a.eps, red);
+    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
+        const float v = __fmul_rn(x[i], inv);
+        y[i] = a.weight ? __fmul_rn(v, a.weight[i]) : v;
+    }
+}
+
+// One thread per (row, pair); loops over heads. Angle in float (pos * inv_freq), cos/sin in
+// double rounded to float, like the reference.
+__global__ void rope_kernel(ops::RopeArgs a) {
+    const int half = a.rope_dim / 2;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= a.rows * half) return;
+    const int64_t r = idx / half;
+    const int i = static_cast<int>(idx % half);
+    const dev::RopeCs cs = dev::rope_cos_sin(a.pos[r], a.inv_freq[i], a.scale, a.inverse);
+    const int off = a.head_dim - a.rope_dim;
+    for (int h = 0; h < a.heads; ++h)
+        dev::rope_rotate(a.x + (r * a.heads + h) * a.head_dim + off + 2 * i, cs);
+}
+
+__global__ void swiglu_kernel(ops::SwigluArgs a) {
+    const float L = a.limit;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        float g = a.gate[i], u = a.up[i];
+        if (L > 0) {
+            g = fminf(g, L);
+            u = fminf(fmaxf(u, -L), L);
+        }
+        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+        a.out[i] = __fmul_rn(__fmul_rn(g, sig), u);
+    }
+}
+
+__global__ void gather_rows_kernel(ops::GatherRowsArgs a) {
+    const float* src = a.src + static_cast<int64_t>(a.idx[blockIdx.x]) * a.width;
+    float* dst = a.dst + static_cast<int64_t>(blockIdx.x) * a.width;
+    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void fill_kernel(float* x, float v, int64_t n) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] = v;
+}
+
+__device__ __forceinline__ float load_act(const void* p, bool bf16, int64_t i) {
+    return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+
+// Block = 8 warps; block (n, mb) computes y[mb*8 + warp, n]: each warp one token's dot with
+// weight row row0 + n (lanes stride over K, FP32 sums, warp reduction). The weight row is read
+// once per 8 tokens from L2/L1.
+constexpr int kLinWarps = 8;
+__global__ void dense_linear_kernel(DenseLinearArgs a) {
+    const int64_t n = blockIdx.x;
+    const int64_t m = static_cast<int64_t>(blockIdx.y) * kLinWarps + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (m >= a.M) return;
+    const int64_t wrow = (a.row0 + n) * a.K;
+    const int64_t xrow = m * a.ldx;
+    float s = 0;
+    for (int64_t k = lane; k < a.K; k += 32)
+        s = fmaf(load_act(a.x, a.x_bf16, xrow + k), load_act(a.w, a.w_bf16, wrow + k), s);
+    s = dev::warp_sum(s);
+    if (lane != 0) return;
+    if (a.y_bf16)
+        static_cast<uint16_t*>(a.y)[m * a.ldy + n] = f32_to_bf16(s);
+    else
+        static_cast<float*>(a.y)[m * a.ldy + n] = s;
+}
+
+}  // namespace
+
+void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_t D, float* out,
+                        int64_t T, int n, cudaStream_t stream) {
+    if (T == 0) return;
+    embed_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(n)), kThreads, 0, stream>>>(
+        ids, table, bf16, D, out, n);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
+    if (a.rows == 0) return;
+    rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_rope(const ops::RopeArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.rope_dim % 2 == 0 && a.rope_dim <= a.head_dim, a.rope_dim, " ", a.head_dim);
+    const int64_t n = a.rows * (a.rope_dim / 2);
+    if (n == 0) return;
+    rope_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream) {
+    if (a.n == 0) return;
+    swiglu_kernel<<<grid_for(a.n), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream) {
+    if (a.R == 0) return;
+    gather_rows_kernel<<<static_cast<unsigned>(a.R), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_fill(float* x, float v, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, v, n);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_dense_linear(const DenseLinearArgs& a, cudaStream_t stream) {
+    if (a.M == 0 || a.N == 0) return;
+    DSV4_ASSERT(a.N <= 0x7fffffff && (a.M + kLinWarps - 1) / kLinWarps <= 65535, a.M, " ", a.N);
+    dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>((a.M + kLinWarps - 1) / kLinWarps));
+    dense_linear_kernel<<<grid, kLinWarps * 32, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,44 @@
+// The reference's rotation of one interleaved pair (backend/cpu/ref/norm_rope.cc): angle in
+// float (position * inv_freq), cos and sin in double rounded to float, times scale, then the
+// rotation in float with explicit roundings (no FMA contraction, as on the CPU).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda::dev {
+
+// sin and cos of a float angle in double, to within a few double ulps (so rounding them to float
+// gives the reference's correctly rounded values except within ~1e-16 of a float rounding
+// boundary). CUDA's sin/cos of large arguments reduce through a local-memory table (a spill,
+// which this build forbids), so the angle is reduced here: k = rint(x / 2π), r = x - k·2π with
+// 2π split in two doubles (the fma makes k·P1 exact), then sincospi(r / π), which needs no
+// reduction table.
+__device__ __forceinline__ void sincos_angle(float angle, double* s, double* c) {
+    const double x = angle;
+    const double k = rint(x * 0.15915494309189535);
+    const double r = fma(-k, 6.283185307179586, x) - k * 2.4492935982947064e-16;
+    sincospi(r * 0.3183098861837907, s, c);
+}
+
+struct RopeCs {
+    float c, s;
+};
+
+__device__ __forceinline__ RopeCs rope_cos_sin(int64_t pos, float inv_freq, float scale,
+                                               bool inverse) {
+    const float angle = __fmul_rn(static_cast<float>(pos), inv_freq);
+    double sd, cd;
+    sincos_angle(angle, &sd, &cd);
+    const float s = __fmul_rn(static_cast<float>(sd), scale);
+    return {__fmul_rn(static_cast<float>(cd), scale), inverse ? -s : s};
+}
+
+__device__ __forceinline__ void rope_rotate(float* p, RopeCs cs) {
+    const float x0 = p[0], x1 = p[1];
+    p[0] = __fsub_rn(__fmul_rn(x0, cs.c), __fmul_rn(x1, cs.s));
+    p[1] = __fadd_rn(__fmul_rn(x0, cs.s), __fmul_rn(x1, cs.c));
+}
+
+}  // namespace dsv4::cuda::dev

@@ -1,0 +1,93 @@
+// Fused compressor (compress.h): one block per row (rows are distinct slots: independent), the
+// row's tokens consumed in order (each may complete its slot's block, and the next token writes
+// the state the completion read). Per token: the state row p % m (CSA: m + p % m) takes kv and
+// gate + ape; when p % m == m - 1 entry p / m is pooled per channel (softmax over the state rows
+// of the gate, in double like the reference's pool_entry), RMS-normed and roped at e * m, and a
+// CSA state shifts its open block into the previous-block rows. Layout and order as in
+// backend/cpu/ref/compressor.cc.
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/rope_sm90.cuh"
+#include "backend/cuda/kernels/compressor/compress.h"
+#include "base/check.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void compress_kernel(ops::CompressArgs a) {
+    __shared__ double red[32];
+    const ops::StepDesc& st = a.step;
+    const int b = blockIdx.x;
+    const int m = a.m, hd = a.hd, width = a.coff * a.hd, slots = a.coff * m;
+    const int64_t state_size = static_cast<int64_t>(a.coff) * m * width;
+    const int64_t slot = st.row_slot[b];
+    float* skv = a.state_kv + slot * state_size;
+    float* sgate = a.state_gate + slot * state_size;
+    float* entries = a.entries + slot * a.n_entries * hd;
+    const float neg_inf = -__int_as_float(0x7f800000);
+    for (int i = 0; i < st.row_len[b]; ++i) {
+        const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
+        const int j = static_cast<int>(p % m);
+        const int row = a.coff == 2 ? m + j : j;
+        const float* kv = a.kv + t * width;
+        const float* gate = a.gate + t * width;
+        for (int c = threadIdx.x; c < width; c += blockDim.x) {
+            skv[row * width + c] = kv[c];
+            sgate[row * width + c] = __fadd_rn(gate[c], a.ape[j * width + c]);
+        }
+        __syncthreads();
+        if (j != m - 1) continue;  // block-uniform
+        const int64_t e = p / m;
+        if (e >= a.n_entries) __trap();  // the cache was sized for fewer entries (a bug)
+        float* entry = entries + e * hd;
+        for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+            // State row s feeds channel c from column c, or hd + c for a CSA open-block row.
+            auto at = [&](int s) { return s * width + (a.coff == 2 && s >= m ? hd + c : c); };
+            float mx = neg_inf;
+            for (int s = 0; s < slots; ++s) mx = fmaxf(mx, sgate[at(s)]);
+            double denom = 0, acc = 0;
+            for (int s = 0; s < slots; ++s) {
+                const float g = sgate[at(s)];
+                if (g == neg_inf) continue;
+                const double ex = exp(static_cast<double>(g) - mx);
+                denom = __dadd_rn(denom, ex);
+                acc = __dadd_rn(acc, __dmul_rn(ex, static_cast<double>(skv[at(s)])));
+            }
+            entry[c] = static_cast<float>(acc / denom);
+        }
+        __syncthreads();
+        if (a.norm != nullptr) {
+            const float inv = dev::block_rms_inv(entry, hd, a.eps, red);
+            for (int c = threadIdx.x; c < hd; c += blockDim.x)
+                entry[c] = __fmul_rn(__fmul_rn(entry[c], inv), a.norm[c]);
+            __syncthreads();
+            const int off = hd - a.rope_dim;
+            for (int q = threadIdx.x; q < a.rope_dim / 2; q += blockDim.x)
+                dev::rope_rotate(entry + off + 2 * q,
+                                 dev::rope_cos_sin(e * m, a.inv_freq[q], a.rope_scale, false));
+            __syncthreads();
+        }
+        if (a.coff == 2) {
+            for (int k = threadIdx.x; k < m * width; k += blockDim.x) {
+                skv[k] = skv[m * width + k];
+                sgate[k] = sgate[m * width + k];
+            }
+            __syncthreads();
+        }
+    }
+}
+
+}  // namespace
+
+void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.coff == 1 || a.coff == 2, "compress: coff ", a.coff);
+    DSV4_ASSERT(a.m >= 1 && a.rope_dim % 2 == 0 && a.rope_dim <= a.hd, "compress: m ", a.m,
+                " rope_dim ", a.rope_dim);
+    if (a.step.B == 0) return;
+    compress_kernel<<<static_cast<unsigned>(a.step.B), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda

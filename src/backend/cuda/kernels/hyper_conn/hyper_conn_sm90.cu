@@ -1,0 +1,166 @@
+// mHC kernels (hyper_conn.h). The mixing dots and the RMS accumulate in double like the
+// reference (backend/cpu/ref/hyper_conn.cc); the gates, Sinkhorn and the collapse run in float
+// in the reference's order with explicit round-to-nearest intrinsics (no FMA contraction), so
+// the only differences from the CPU are the summation order of the double dots and expf
+// (CUDA's is within 2 ulp, not correctly rounded). Tolerances: docs/numerics-cuda.md.
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
+#include "base/check.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxN = 8;                      // residual streams (V4: 4)
+constexpr int kMaxMix = (2 + kMaxN) * kMaxN;  // mixing rows
+
+__device__ __forceinline__ float sigmoidf_ref(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// mix[k] = (fn_k . x) / rms(x) for k < rows (x: one token's n*D streams). Each warp takes rows
+// k = warp, warp + warps, ...; lanes stride over the width; double sums.
+__device__ void hc_mix(const float* x, const float* fn, int rows, int64_t width, float eps,
+                       float* mix, double* red) {
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+        const double v = x[i];
+        ss = __dadd_rn(ss, __dmul_rn(v, v));
+    }
+    ss = dev::block_sum(ss, red);
+    const double inv = 1.0 / sqrt(ss / static_cast<double>(width) + eps);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int k = warp; k < rows; k += nw) {
+        const float* f = fn + k * width;
+        double s = 0;
+        for (int64_t i = lane; i < width; i += 32)
+            s = __dadd_rn(s, __dmul_rn(static_cast<double>(f[i]), static_cast<double>(x[i])));
+        s = dev::warp_sum(s);
+        if (lane == 0) mix[k] = static_cast<float>(s * inv);
+    }
+    __syncthreads();
+}
+
+// The reference's Sinkhorn on one n x n matrix, by one thread.
+__device__ void sinkhorn(float* C, int n, int iters, float eps) {
+    auto col_norm = [&] {
+        for (int k = 0; k < n; ++k) {
+            float s = 0;
+            for (int j = 0; j < n; ++j) s = __fadd_rn(s, C[j * n + k]);
+            for (int j = 0; j < n; ++j) C[j * n + k] = __fdiv_rn(C[j * n + k], __fadd_rn(s, eps));
+        }
+    };
+    for (int j = 0; j < n; ++j) {
+        float* row = C + j * n;
+        float mx = row[0];
+        for (int k = 1; k < n; ++k) mx = row[k] > mx ? row[k] : mx;
+        float s = 0;
+        for (int k = 0; k < n; ++k) s = __fadd_rn(s, (row[k] = expf(__fsub_rn(row[k], mx))));
+        for (int k = 0; k < n; ++k) row[k] = __fadd_rn(__fdiv_rn(row[k], s), eps);
+    }
+    col_norm();
+    for (int it = 1; it < iters; ++it) {
+        for (int j = 0; j < n; ++j) {
+            float s = 0;
+            for (int k = 0; k < n; ++k) s = __fadd_rn(s, C[j * n + k]);
+            for (int k = 0; k < n; ++k) C[j * n + k] = __fdiv_rn(C[j * n + k], __fadd_rn(s, eps));
+        }
+        col_norm();
+    }
+}
+
+// y[d] = sum_i pre[i] * x[i*D + d], in i order.
+__device__ void collapse(const float* x, const float* pre, int n, int D, float* y) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0;
+        for (int i = 0; i < n; ++i) s = __fadd_rn(s, __fmul_rn(pre[i], x[static_cast<int64_t>(i) * D + d]));
+        y[d] = s;
+    }
+}
+
+__global__ void hc_pre_kernel(ops::HcPreArgs a) {
+    __shared__ double red[32];
+    __shared__ float mix[kMaxMix];
+    __shared__ float pre[kMaxN];
+    __shared__ float C[kMaxN * kMaxN];  // shared, not a local array (no local memory)
+    const int n = a.n;
+    const int64_t t = blockIdx.x;
+    const int64_t width = static_cast<int64_t>(n) * a.D;
+    const float* x = a.x + t * width;
+    hc_mix(x, a.fn, (2 + n) * n, width, a.norm_eps, mix, red);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i) {
+            pre[i] = __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])),
+                               a.hc_eps);
+            a.post[t * n + i] = __fmul_rn(
+                2.0f, sigmoidf_ref(__fadd_rn(__fmul_rn(mix[n + i], a.scale[1]), a.base[n + i])));
+        }
+        for (int jk = 0; jk < n * n; ++jk)
+            C[jk] = __fadd_rn(__fmul_rn(mix[2 * n + jk], a.scale[2]), a.base[2 * n + jk]);
+        sinkhorn(C, n, a.sinkhorn_iters, a.hc_eps);
+        for (int jk = 0; jk < n * n; ++jk) a.comb[t * n * n + jk] = C[jk];
+    }
+    __syncthreads();
+    collapse(x, pre, n, a.D, a.y + t * a.D);
+}
+
+__global__ void hc_head_kernel(ops::HcHeadArgs a) {
+    __shared__ double red[32];
+    __shared__ float mix[kMaxN];
+    __shared__ float pre[kMaxN];
+    const int n = a.n;
+    const int64_t t = blockIdx.x;
+    const int64_t width = static_cast<int64_t>(n) * a.D;
+    const float* x = a.x + t * width;
+    hc_mix(x, a.fn, n, width, a.norm_eps, mix, red);
+    if (threadIdx.x < n) {
+        const int i = threadIdx.x;
+        pre[i] = __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])),
+                           a.hc_eps);
+    }
+    __syncthreads();
+    collapse(x, pre, n, a.D, a.out + t * a.D);
+}
+
+// One thread per (token, d): out[k][d] = post[k] f[d] + sum_j C[j][k] x[j][d], in j order.
+__global__ void hc_post_kernel(ops::HcPostArgs a) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= a.T * a.D) return;
+    const int n = a.n;
+    const int64_t t = idx / a.D, d = idx % a.D;
+    const float* x = a.x + t * n * a.D;
+    const float* C = a.comb + t * n * n;
+    const float fd = a.f[t * a.D + d];
+    for (int k = 0; k < n; ++k) {
+        float s = __fmul_rn(a.post[t * n + k], fd);
+        for (int j = 0; j < n; ++j) s = __fadd_rn(s, __fmul_rn(C[j * n + k], x[j * a.D + d]));
+        a.out[(t * n + k) * a.D + d] = s;
+    }
+}
+
+}  // namespace
+
+void launch_hc_pre(const ops::HcPreArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_pre: n = ", a.n, " (at most ", kMaxN, ")");
+    if (a.T == 0) return;
+    hc_pre_kernel<<<static_cast<unsigned>(a.T), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_hc_head(const ops::HcHeadArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_head: n = ", a.n, " (at most ", kMaxN, ")");
+    if (a.T == 0) return;
+    hc_head_kernel<<<static_cast<unsigned>(a.T), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_post: n = ", a.n);
+    const int64_t n = a.T * a.D;
+    if (n == 0) return;
+    hc_post_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda

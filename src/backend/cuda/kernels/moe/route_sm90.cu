@@ -1,0 +1,77 @@
+// Router scoring (route.h), one block per token, in the reference's steps
+// (backend/cpu/ref/moe.cc route()): s = sqrt(softplus(l)) in float, selection over s + bias by
+// k rounds of a block arg-max (larger first, ties to the lower index: the reference's
+// partial_sort order), then weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double.
+// softplus uses CUDA's expf/log1pf (within 2 ulp of glibc's): a selection can differ from the
+// CPU only where two biased scores are within a few float ulps; docs/numerics-cuda.md.
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/moe/route.h"
+#include "base/check.h"
+
+namespace dsv4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float softplus_ref(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+__global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a) {
+    extern __shared__ float s_s[];  // [E] scores, then [E] biased
+    float* biased = s_s + a.E;
+    __shared__ unsigned long long best;
+    __shared__ int32_t sel_s[kRouteMaxK];
+    const int64_t t = blockIdx.x;
+    const float* l = a.logits + t * a.E;
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
+        const float s = sqrtf(softplus_ref(l[e]));
+        s_s[e] = s;
+        biased[e] = __fadd_rn(s, a.bias ? a.bias[e] : 0.0f);
+    }
+    __syncthreads();
+    if (a.tid2eid != nullptr) {
+        for (int j = threadIdx.x; j < a.k; j += blockDim.x)
+            sel_s[j] = a.tid2eid[static_cast<int64_t>(a.ids[t]) * a.k + j];
+    } else {
+        for (int j = 0; j < a.k; ++j) {
+            if (threadIdx.x == 0) best = 0;
+            __syncthreads();
+            unsigned long long mine = 0;
+            for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
+                bool taken = false;
+                for (int q = 0; q < j; ++q) taken |= sel_s[q] == e;
+                if (taken) continue;
+                const unsigned long long c =
+                    (static_cast<unsigned long long>(dev::order_key(biased[e])) << 32) |
+                    (0xffffffffu - static_cast<uint32_t>(e));
+                mine = c > mine ? c : mine;
+            }
+            atomicMax(&best, mine);
+            __syncthreads();
+            if (threadIdx.x == 0) sel_s[j] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
+            __syncthreads();
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    double sum = 0;
+    for (int j = 0; j < a.k; ++j) sum = __dadd_rn(sum, static_cast<double>(s_s[sel_s[j]]));
+    for (int j = 0; j < a.k; ++j) {
+        a.sel[t * a.k + j] = sel_s[j];
+        a.weight[t * a.k + j] = static_cast<float>(
+            __dmul_rn(__ddiv_rn(static_cast<double>(s_s[sel_s[j]]), sum), static_cast<double>(a.scale)));
+    }
+}
+
+}  // namespace
+
+void launch_route(const ops::RouteArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E, "route: k ", a.k, " of ", a.E);
+    if (a.T == 0) return;
+    route_kernel<<<static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda

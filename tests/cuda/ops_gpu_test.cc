@@ -1,0 +1,683 @@
+// The CUDA backend's ops against the CPU reference (cpu_ref) on fresh random inputs: odd sizes,
+// steps mixing decode rows and prefill chunks over several cache slots at scattered positions.
+// Each test is independent (its own backend). Every comparison prints its worst error over its
+// tolerance ("worst err/tol"); discrete outputs (top-k, routing, sampled ids, generator states)
+// must match exactly. Tolerances and their reasons: docs/numerics-cuda.md ("Engine ops").
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ref/ref_ops.h"
+#include "backend/cuda/common/stream.h"
+#include "backend/cuda/cuda_backend.h"
+#include "base/fp_codes.h"
+#include "cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+std::unique_ptr<Backend> make_gpu() {
+    auto b = make_cuda_backend();
+    DSV4_ASSERT(b.has_value(), b.status().message());
+    return std::move(*b);
+}
+
+// A device array holding a copy of a host vector.
+template <typename T>
+struct Dev {
+    Backend* be = nullptr;
+    T* p = nullptr;
+    size_t n = 0;
+    Dev(Backend& b, const std::vector<T>& h) : be(&b), n(h.size()) {
+        p = static_cast<T*>(b.alloc(std::max<size_t>(n, 1) * sizeof(T)));
+        b.upload(p, h.data(), n * sizeof(T));
+    }
+    Dev(Backend& b, size_t count) : be(&b), n(count) {
+        p = static_cast<T*>(b.alloc(std::max<size_t>(n, 1) * sizeof(T)));
+    }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    ~Dev() { be->free(p); }
+    void set(const std::vector<T>& h) { be->upload(p, h.data(), h.size() * sizeof(T)); }
+    std::vector<T> get() const {
+        std::vector<T> h(n);
+        be->download(h.data(), p, n * sizeof(T));
+        be->synchronize();
+        return h;
+    }
+};
+
+// The step descriptor's arrays on the device.
+struct DevStep {
+    Dev<int32_t> ids, tok_row, row_slot, row_start, row_len;
+    Dev<int64_t> tok_pos, row_pos0;
+    int T, B;
+    DevStep(Backend& b, const ops::HostStep& h)
+        : ids(b, h.ids), tok_row(b, h.tok_row), row_slot(b, h.row_slot), row_start(b, h.row_start),
+          row_len(b, h.row_len), tok_pos(b, h.tok_pos), row_pos0(b, h.row_pos0), T(h.T()),
+          B(h.B()) {}
+    ops::StepDesc view() const {
+        return {ids.p, tok_row.p, tok_pos.p, row_slot.p, row_start.p, row_len.p, row_pos0.p, T, B};
+    }
+};
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+// |gpu - ref| <= atol + rtol * |ref| per element, NaN never passes. Prints the worst ratio.
+void expect_close(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref,
+                  double rtol, double atol) {
+    ASSERT_EQ(gpu.size(), ref.size()) << what;
+    double worst = 0, worst_abs = 0;
+    size_t at = 0, bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double err = std::fabs(static_cast<double>(gpu[i]) - ref[i]);
+        const double tol = atol + rtol * std::fabs(ref[i]);
+        const double r = std::isfinite(gpu[i]) ? (tol > 0 ? err / tol : (err > 0 ? 1e30 : 0)) : 1e30;
+        if (r > worst) {
+            worst = r;
+            at = i;
+        }
+        worst_abs = std::max(worst_abs, err);
+        bad += r > 1.0;
+    }
+    std::printf("[ops] %-34s n=%zu worst err/tol = %.3g (max abs err %.3g)\n", what, ref.size(),
+                worst, worst_abs);
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements out of tolerance; worst at " << at
+                       << ": gpu " << gpu[at] << " ref " << ref[at];
+}
+
+float max_abs(const std::vector<float>& v) {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+
+// Decode rows and prefill chunks in 5 slots, at positions that cross window wrap-arounds and
+// compressor block ends.
+ops::HostStep mixed_step() {
+    ops::HostStep s;
+    s.add_row(3, 41, 1);
+    s.add_row(0, 0, 9);
+    s.add_row(4, 17, 6);
+    s.add_row(1, 63, 1);
+    s.add_row(2, 26, 13);
+    return s;
+}
+
+TEST(CudaBackendGpu, MemoryAndCopies) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    const size_t before = be->memory_in_use();
+    auto huge = be->try_alloc(be->memory_available() + (size_t{1} << 30));
+    ASSERT_FALSE(huge.has_value());
+    EXPECT_NE(huge.status().message().find("out of GPU memory"), std::string::npos)
+        << huge.status().message();
+    std::mt19937 rng(1);
+    const auto h = randn(1001, rng);
+    {
+        Dev<float> a(*be, h), b(*be, h.size()), z(*be, 333);
+        EXPECT_GE(be->memory_in_use(), before + 2 * 1001 * 4 + 333 * 4);
+        EXPECT_EQ(z.get(), std::vector<float>(333, 0.0f));  // allocations start zeroed
+        be->copy(b.p, a.p, h.size() * sizeof(float));
+        EXPECT_EQ(b.get(), h);
+        be->fill(b.p + 5, -2.5f, 17);
+        auto got = b.get();
+        for (int i = 0; i < 1001; ++i) EXPECT_EQ(got[i], i >= 5 && i < 22 ? -2.5f : h[i]) << i;
+        be->scale(a.p, 0.75f, 1001);
+        got = a.get();
+        for (int i = 0; i < 1001; ++i) EXPECT_EQ(got[i], h[i] * 0.75f) << i;
+    }
+    EXPECT_EQ(be->memory_in_use(), before);
+}
+
+TEST(CudaOpsGpu, EmbedF32AndBf16) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(2);
+    const int64_t V = 37, D = 67, T = 11;
+    const int n = 3;
+    const auto tf = randn(V * D, rng);
+    std::vector<uint16_t> tb(V * D);
+    for (size_t i = 0; i < tb.size(); ++i) tb[i] = f32_to_bf16(tf[i]);
+    std::vector<int32_t> ids(T);
+    for (auto& i : ids) i = static_cast<int32_t>(rng() % V);
+    for (bool bf16 : {false, true}) {
+        QuantWeight q;
+        q.rows = V;
+        q.cols = D;
+        q.dtype = bf16 ? DType::kBF16 : DType::kF32;
+        q.data = bf16 ? static_cast<const void*>(tb.data()) : tf.data();
+        auto w = be->upload_weight(q, {ops::WeightRole::kEmbed});
+        ASSERT_TRUE(w.has_value()) << w.status().message();
+        Dev<int32_t> d_ids(*be, ids);
+        Dev<float> out(*be, T * n * D);
+        be->embed({d_ids.p, &*w, out.p, T, n});
+        std::vector<float> ref(T * n * D);
+        const ops::Weight rw = cpu_ref::wrap(q);
+        cpu_ref::embed({ids.data(), &rw, ref.data(), T, n});
+        EXPECT_EQ(out.get(), ref) << (bf16 ? "bf16" : "f32");
+    }
+}
+
+TEST(CudaOpsGpu, RmsNorm) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(3);
+    const int64_t rows = 13;
+    const int dim = 515;
+    const auto x = randn(rows * dim, rng, 3.0f), w = randn(dim, rng);
+    for (bool weighted : {true, false}) {
+        Dev<float> dx(*be, x), dw(*be, w);
+        std::vector<float> ref(x.size());
+        cpu_ref::rms_norm({x.data(), weighted ? w.data() : nullptr, ref.data(), rows, dim, 1e-6f});
+        be->rms_norm({dx.p, weighted ? dw.p : nullptr, dx.p, rows, dim, 1e-6f});  // in place
+        // The factor at most one float ulp apart (its double sum in another order), plus the
+        // two roundings after it: 4 ulps.
+        expect_close(weighted ? "rms_norm weighted" : "rms_norm", dx.get(), ref, 5e-7, 1e-30);
+    }
+}
+
+TEST(CudaOpsGpu, RopeForwardAndInverse) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(4);
+    const int64_t rows = 9;
+    const int heads = 3, hd = 70, rd = 24;
+    std::vector<int64_t> pos = {0, 1, 7, 63, 64, 1000, 4097, 65537, 999983};
+    std::vector<float> inv(rd / 2);
+    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
+    for (bool inverse : {false, true}) {
+        const auto x = randn(rows * heads * hd, rng);
+        Dev<float> dx(*be, x), dinv(*be, inv);
+        Dev<int64_t> dpos(*be, pos);
+        std::vector<float> ref = x;
+        cpu_ref::rope({ref.data(), inv.data(), pos.data(), rows, heads, hd, rd, inverse, 1.25f});
+        be->rope({dx.p, dinv.p, dpos.p, rows, heads, hd, rd, inverse, 1.25f});
+        // cos/sin may differ in the last float bit near a rounding boundary: the output by a
+        // few ulps of the pair's magnitude.
+        expect_close(inverse ? "rope inverse" : "rope", dx.get(), ref, 1e-6, 1e-6);
+    }
+}
+
+TEST(CudaOpsGpu, SwigluGatherRows) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(5);
+    const int64_t n = 1001;
+    for (float limit : {0.0f, 7.0f}) {
+        const auto g = randn(n, rng, 5.0f), u = randn(n, rng, 5.0f);
+        Dev<float> dg(*be, g), du(*be, u);
+        std::vector<float> ref(n);
+        cpu_ref::swiglu({g.data(), u.data(), ref.data(), n, limit});
+        be->swiglu({dg.p, du.p, dg.p, n, limit});  // out aliases gate
+        // CUDA's expf is within 2 ulps (glibc's is correctly rounded): a few ulps of the output.
+        expect_close(limit > 0 ? "swiglu limit 7" : "swiglu", dg.get(), ref, 1e-6, 1e-30);
+    }
+    const int64_t T = 23, width = 129, R = 7;
+    const auto src = randn(T * width, rng);
+    std::vector<int32_t> idx = {22, 0, 5, 5, 17, 1, 22};
+    Dev<float> dsrc(*be, src), ddst(*be, R * width);
+    Dev<int32_t> didx(*be, idx);
+    be->gather_rows({dsrc.p, didx.p, ddst.p, R, width});
+    std::vector<float> ref(R * width);
+    cpu_ref::gather_rows({src.data(), idx.data(), ref.data(), R, width});
+    EXPECT_EQ(ddst.get(), ref);
+}
+
+TEST(CudaOpsGpu, HyperConnections) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(6);
+    const int64_t T = 7;
+    const int n = 4, D = 133, iters = 20;
+    const int mix = (2 + n) * n;
+    const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.05f),
+               base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng);
+    Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f);
+    Dev<float> y(*be, T * D), post(*be, T * n), comb(*be, T * n * n), out(*be, T * n * D),
+        head(*be, T * D);
+    std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rout(T * n * D), rhead(T * D);
+    be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f, 1e-6f});
+    cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(), rpost.data(),
+                     rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f});
+    // expf within 2 ulps, compounded over 20 Sinkhorn iterations of values in [0, 1].
+    expect_close("hc_pre comb", comb.get(), rcomb, 1e-5, 1e-6);
+    expect_close("hc_pre post", post.get(), rpost, 1e-6, 1e-7);
+    expect_close("hc_pre y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
+    // hc_post on the reference's own post/comb: the same float operations in the same order.
+    Dev<float> dpost(*be, rpost), dcomb(*be, rcomb);
+    be->hc_post({df.p, dx.p, dpost.p, dcomb.p, out.p, T, n, D});
+    cpu_ref::hc_post({f.data(), x.data(), rpost.data(), rcomb.data(), rout.data(), T, n, D});
+    expect_close("hc_post", out.get(), rout, 0.0, 0.0);
+    const auto hfn = randn(n * n * D, rng, 0.05f), hbase = randn(n, rng), hscale = randn(1, rng);
+    Dev<float> dhfn(*be, hfn), dhbase(*be, hbase), dhscale(*be, hscale);
+    be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
+    cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D,
+                      1e-6f, 1e-6f});
+    expect_close("hc_head", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+}
+
+// Attention over a mixed step: sliding only, HCA (every valid entry) and CSA (top-k lists with
+// -1 holes), with a small window so rows wrap the ring.
+void attention_case(const char* what, int H, int hd, bool with_entries, bool csa) {
+    auto be = make_gpu();
+    std::mt19937 rng(7 + H + hd);
+    const ops::HostStep st = mixed_step();
+    const int S = 5, W = 8, m = 4, K = 5;
+    const int64_t n_entries = 20;
+    const int T = st.T();
+    const auto q = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
+               ring = randn(int64_t{S} * W * hd, rng), entries = randn(S * n_entries * hd, rng),
+               sink = randn(H, rng);
+    std::vector<int32_t> topk(int64_t{T} * K, -1);
+    for (int t = 0; t < T; ++t) {
+        const int64_t valid = (st.tok_pos[t] + 1) / m;
+        for (int j = 0; j < K; ++j)
+            if (valid > 0 && rng() % 4 != 0) topk[t * K + j] = static_cast<int32_t>(rng() % valid);
+    }
+    DevStep ds(*be, st);
+    Dev<float> dq(*be, q), dkv(*be, kv), dring(*be, ring), dent(*be, entries), dsink(*be, sink),
+        out(*be, int64_t{T} * H * hd);
+    Dev<int32_t> dtopk(*be, topk);
+    ops::AttentionArgs a;
+    a.H = H;
+    a.hd = hd;
+    a.W = W;
+    a.K = K;
+    a.compress_rate = m;
+    a.n_entries = n_entries;
+    a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    ops::AttentionArgs g = a, r = a;
+    g.q = dq.p, g.kv = dkv.p, g.ring = dring.p, g.sink = dsink.p, g.out = out.p, g.step = ds.view();
+    g.entries = with_entries ? dent.p : nullptr;
+    g.topk = csa ? dtopk.p : nullptr;
+    std::vector<float> ref(int64_t{T} * H * hd);
+    r.q = q.data(), r.kv = kv.data(), r.ring = ring.data(), r.sink = sink.data(), r.out = ref.data();
+    r.step = st.view();
+    r.entries = with_entries ? entries.data() : nullptr;
+    r.topk = csa ? topk.data() : nullptr;
+    be->attention(g);
+    cpu_ref::attention(r);
+    // Outputs are convex combinations of keys: FP32 scores and sums against the reference's
+    // double, bounded relative to the largest key value.
+    expect_close(what, out.get(), ref, 0.0, 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) +
+                                                 2e-5 * max_abs(ring));
+}
+
+TEST(CudaOpsGpu, AttentionSlidingOnly) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention sliding H=3 hd=72", 3, 72, false, false);
+}
+TEST(CudaOpsGpu, AttentionHca) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention HCA H=5 hd=40", 5, 40, true, false);
+}
+TEST(CudaOpsGpu, AttentionCsa) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention CSA H=7 hd=129", 7, 129, true, true);
+}
+TEST(CudaOpsGpu, AttentionV4HeadDimManyHeads) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention CSA H=70 hd=512", 70, 512, true, true);
+}
+
+TEST(CudaOpsGpu, RingWrite) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(8);
+    const ops::HostStep st = mixed_step();
+    const int S = 5, W = 8, hd = 33;
+    const auto kv = randn(int64_t{st.T()} * hd, rng), ring = randn(S * W * hd, rng);
+    DevStep ds(*be, st);
+    Dev<float> dkv(*be, kv), dring(*be, ring);
+    be->ring_write({dkv.p, dring.p, ds.view(), W, hd});
+    std::vector<float> ref = ring;
+    cpu_ref::ring_write({kv.data(), ref.data(), st.view(), W, hd});
+    EXPECT_EQ(dring.get(), ref);
+}
+
+// Two consecutive steps through the compressor (the state carries over), CSA (coff 2, m 4) and
+// HCA (coff 1, m 7), with and without the entry norm + rope.
+void compress_case(const char* what, int coff, int m, bool with_norm) {
+    auto be = make_gpu();
+    std::mt19937 rng(9 + coff * 10 + m);
+    const int S = 5, hd = 36, rd = 12, width = coff * hd;
+    const int64_t n_entries = 30, state = int64_t{coff} * m * width;
+    const auto ape = randn(m * width, rng), norm = randn(hd, rng);
+    std::vector<float> inv(rd / 2);
+    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
+    std::vector<float> skv(S * state, 0.0f),
+        sgate(S * state, -std::numeric_limits<float>::infinity()), entries(S * n_entries * hd, 0.0f);
+    Dev<float> dape(*be, ape), dnorm(*be, norm), dinv(*be, inv), dskv(*be, skv), dsgate(*be, sgate),
+        dent(*be, entries);
+    ops::HostStep steps[2];
+    steps[0] = mixed_step();
+    steps[1].add_row(0, 9, 1);  // continues slot 0
+    steps[1].add_row(2, 39, 17);
+    steps[1].add_row(4, 23, 1);
+    for (const ops::HostStep& st : steps) {
+        const auto kv = randn(int64_t{st.T()} * width, rng), gate = randn(int64_t{st.T()} * width, rng);
+        DevStep ds(*be, st);
+        Dev<float> dkv(*be, kv), dgate(*be, gate);
+        ops::CompressArgs a;
+        a.n_entries = n_entries;
+        a.m = m;
+        a.hd = hd;
+        a.coff = coff;
+        a.rope_dim = rd;
+        a.rope_scale = 1.0f;
+        ops::CompressArgs g = a, r = a;
+        g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = with_norm ? dnorm.p : nullptr;
+        g.inv_freq = dinv.p, g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p;
+        g.step = ds.view();
+        r.kv = kv.data(), r.gate = gate.data(), r.ape = ape.data();
+        r.norm = with_norm ? norm.data() : nullptr;
+        r.inv_freq = inv.data(), r.state_kv = skv.data(), r.state_gate = sgate.data();
+        r.entries = entries.data(), r.step = st.view();
+        be->compress(g);
+        cpu_ref::compress(r);
+    }
+    EXPECT_EQ(dskv.get(), skv) << what;
+    EXPECT_EQ(dsgate.get(), sgate) << what;
+    // Pooling in double (exp within 1 double ulp) is float-exact but for rounding-boundary
+    // cases; norm + rope add the rms_norm and rope tolerances.
+    expect_close(what, dent.get(), entries, 1e-6, 1e-6 * max_abs(entries));
+}
+
+TEST(CudaOpsGpu, CompressCsaWithNormRope) {
+    DSV4_REQUIRE_GPU();
+    compress_case("compress CSA m=4 norm+rope", 2, 4, true);
+}
+TEST(CudaOpsGpu, CompressHcaPooledOnly) {
+    DSV4_REQUIRE_GPU();
+    compress_case("compress HCA m=7 pooled", 1, 7, false);
+}
+TEST(CudaOpsGpu, CompressHcaWithNormRope) {
+    DSV4_REQUIRE_GPU();
+    compress_case("compress HCA m=7 norm+rope", 1, 7, true);
+}
+
+// Exact match, including exact ties: some keys are repeated rows (equal scores) and some are
+// -q-like so every head's dot is negative (score 0 after the ReLU).
+TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(10);
+    ops::HostStep st;
+    st.add_row(0, 1000, 1);
+    st.add_row(3, 3, 6);
+    st.add_row(1, 150, 33);
+    st.add_row(2, 511, 1);
+    st.add_row(4, 80, 9);
+    const int S = 5, Hi = 5, hi = 67, K = 37, m = 4;
+    const int64_t n_entries = 300;
+    const int T = st.T();
+    const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng);
+    auto keys = randn(S * n_entries * hi, rng);
+    for (int64_t e = 0; e < S * n_entries; e += 7)  // exact duplicates of another entry
+        std::copy_n(keys.begin() + ((e * 13) % (S * n_entries)) * hi, hi, keys.begin() + e * hi);
+    for (int64_t e = 3; e < S * n_entries; e += 11)
+        std::fill_n(keys.begin() + e * hi, hi, 0.0f);  // all dots 0: score exactly 0
+    DevStep ds(*be, st);
+    Dev<float> dq(*be, q), dw(*be, w), dk(*be, keys);
+    Dev<int32_t> dt(*be, int64_t{T} * K);
+    be->indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
+    std::vector<int32_t> ref(int64_t{T} * K);
+    cpu_ref::indexer_topk({q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi,
+                           hi, K, m});
+    const auto got = dt.get();
+    int64_t diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i) diff += got[i] != ref[i];
+    std::printf("[ops] indexer_topk T=%d K=%d: %lld of %zu indices differ\n", T, K,
+                static_cast<long long>(diff), ref.size());
+    EXPECT_EQ(got, ref);
+}
+
+TEST(CudaOpsGpu, SampleMatchesExactly) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(11);
+    const int64_t V = 1537, R = 9;
+    const int S = 11;
+    auto logits = randn(R * V, rng, 3.0f);
+    // Row 0: the maximum repeated at a later id (greedy takes the lower). Row 1: NaN; row 2:
+    // +inf (both -1). Row 3: top_k 1. Rows 4..8: temperature / top-k / top-p draws.
+    logits[0 * V + 100] = 50.0f;
+    logits[0 * V + 900] = 50.0f;
+    logits[1 * V + 7] = std::numeric_limits<float>::quiet_NaN();
+    logits[2 * V + 1536] = std::numeric_limits<float>::infinity();
+    std::vector<SamplingParams> params(R);
+    params[3] = {0.8f, 1, 1.0f, 0};
+    params[4] = {1.0f, 40, 1.0f, 0};
+    params[5] = {0.7f, 1024, 0.9f, 0};
+    params[6] = {1.3f, 17, 0.5f, 0};
+    params[7] = {0.5f, 1000, 1.0f, 0};
+    params[8] = {2.0f, 3, 0.99f, 0};
+    std::vector<int32_t> slot = {4, 0, 9, 1, 2, 3, 5, 10, 7};
+    std::vector<uint64_t> state(S * 4);
+    for (int s = 0; s < S; ++s) ops::seed_rng(1234 + s, state.data() + 4 * s);
+    Dev<float> dl(*be, logits);
+    Dev<SamplingParams> dp(*be, params);
+    Dev<int32_t> dslot(*be, slot), dout(*be, R);
+    Dev<uint64_t> drng(*be, state);
+    std::vector<int32_t> ref(R);
+    int64_t mismatches = 0;
+    for (int round = 0; round < 20; ++round) {  // the generators advance
+        be->sample({dl.p, dp.p, dslot.p, drng.p, dout.p, R, V});
+        cpu_ref::sample({logits.data(), params.data(), slot.data(), state.data(), ref.data(), R, V});
+        const auto got = dout.get();
+        for (int r = 0; r < R; ++r) mismatches += got[r] != ref[r];
+        EXPECT_EQ(got, ref) << "round " << round;
+    }
+    EXPECT_EQ(drng.get(), state);
+    std::printf("[ops] sample R=%lld V=%lld x 20 rounds: %lld ids differ\n",
+                static_cast<long long>(R), static_cast<long long>(V),
+                static_cast<long long>(mismatches));
+}
+
+// Dense linear: f32 and bf16 weights, f32 and bf16 activations and outputs, a row range, strides.
+TEST(CudaOpsGpu, DenseLinear) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(12);
+    const int64_t N_total = 45, K = 301, M = 19, row0 = 6, N = 31, ldx = 310, ldy = 40;
+    const auto wf = randn(N_total * K, rng);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wb.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+    const auto xf = randn(M * ldx, rng);
+    std::vector<uint16_t> xb(xf.size());
+    for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(xf[i]);
+    for (int wbf : {0, 1})
+        for (int xbf : {0, 1})
+            for (int ybf : {0, 1}) {
+                QuantWeight q;
+                q.rows = N_total;
+                q.cols = K;
+                q.dtype = wbf ? DType::kBF16 : DType::kF32;
+                q.data = wbf ? static_cast<const void*>(wb.data()) : wf.data();
+                auto w = be->upload_weight(q, {});
+                ASSERT_TRUE(w.has_value()) << w.status().message();
+                const ops::Weight rw = cpu_ref::wrap(q);
+                Dev<float> dxf(*be, xf);
+                Dev<uint16_t> dxb(*be, xb);
+                Dev<float> dy(*be, M * ldy);
+                const auto xt = xbf ? ops::ActType::kBF16 : ops::ActType::kF32;
+                const auto yt = ybf ? ops::ActType::kBF16 : ops::ActType::kF32;
+                be->linear({xbf ? static_cast<const void*>(dxb.p) : dxf.p, &*w, dy.p, M, N, row0,
+                            ldx, ldy, xt, yt});
+                std::vector<float> yref(M * ldy, 0.0f);
+                cpu_ref::linear({xbf ? static_cast<const void*>(xb.data()) : xf.data(), &rw,
+                                 yref.data(), M, N, row0, ldx, ldy, xt, yt});
+                std::vector<float> got(M * N), ref(M * N);
+                auto yg = dy.get();
+                for (int64_t mm = 0; mm < M; ++mm)
+                    for (int64_t n = 0; n < N; ++n) {
+                        float gv = yg[mm * ldy + n], rv = yref[mm * ldy + n];
+                        if (ybf) {  // bf16 outputs sit in the low half of the float's storage
+                            uint16_t gb, rb;
+                            std::memcpy(&gb, reinterpret_cast<const uint16_t*>(yg.data()) + mm * ldy + n, 2);
+                            std::memcpy(&rb, reinterpret_cast<const uint16_t*>(yref.data()) + mm * ldy + n, 2);
+                            gv = bf16_to_f32(gb);
+                            rv = bf16_to_f32(rb);
+                        }
+                        got[mm * N + n] = gv;
+                        ref[mm * N + n] = rv;
+                    }
+                // FP32 sums of K products against double: K * 2^-24 of sum|w x| (sum|w x| <
+                // 4 * sqrt(K) * K^0.5 here); a bf16 output adds one bf16 ulp (2^-7 relative).
+                const std::string what = std::string("linear w=") + (wbf ? "bf16" : "f32") +
+                                         " x=" + (xbf ? "bf16" : "f32") + " y=" + (ybf ? "bf16" : "f32");
+                expect_close(what.c_str(), got, ref, ybf ? 0x1p-7 : 0.0, 2e-4);
+            }
+}
+
+// Score routing (gate f32 and bf16) and hash routing. Inputs are redrawn until the k-th and
+// (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32 gate
+// sums cannot reorder them: the selections must match exactly.
+TEST(CudaOpsGpu, RouterMatchesSelections) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(13);
+    const int64_t T = 19;
+    const int D = 129, E = 67, k = 6;
+    const auto wf = randn(int64_t{E} * D, rng, 0.1f), bias = randn(E, rng, 0.1f);
+    QuantWeight q;
+    q.rows = E;
+    q.cols = D;
+    q.data = wf.data();
+    const ops::Weight rw = cpu_ref::wrap(q);
+    auto w = be->upload_weight(q, {ops::WeightRole::kRouter});
+    ASSERT_TRUE(w.has_value());
+    std::vector<float> x(T * D);
+    for (int64_t t = 0; t < T; ++t) {
+        for (int attempt = 0;; ++attempt) {
+            ASSERT_LT(attempt, 1000);
+            const auto row = randn(D, rng);
+            std::vector<float> l(E), s(E);
+            cpu_ref::linear({row.data(), &rw, l.data(), 1, E});
+            for (int e = 0; e < E; ++e)
+                s[e] = std::sqrt(l[e] > 20 ? l[e] : std::log1p(std::exp(l[e]))) + bias[e];
+            std::sort(s.begin(), s.end(), std::greater<float>());
+            if (s[k - 1] - s[k] >= 1e-3f) {
+                std::copy(row.begin(), row.end(), x.begin() + t * D);
+                break;
+            }
+        }
+    }
+    std::vector<int32_t> ids(T), tid2eid(50 * k);
+    for (auto& i : ids) i = static_cast<int32_t>(rng() % 50);
+    for (auto& e : tid2eid) e = static_cast<int32_t>(rng() % E);
+    Dev<float> dx(*be, x), dbias(*be, bias), dlog(*be, T * E), dwt(*be, T * k);
+    Dev<int32_t> dids(*be, ids), dtab(*be, tid2eid), dsel(*be, T * k);
+    for (bool hash : {false, true}) {
+        std::vector<float> rlog(T * E), rwt(T * k);
+        std::vector<int32_t> rsel(T * k);
+        be->router({dx.p, &*w, hash ? nullptr : dbias.p, hash ? dtab.p : nullptr, dids.p, dlog.p,
+                    dsel.p, dwt.p, T, E, k, 2.5f});
+        cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(), hash ? tid2eid.data() : nullptr,
+                         ids.data(), rlog.data(), rsel.data(), rwt.data(), T, E, k, 2.5f});
+        EXPECT_EQ(dsel.get(), rsel) << (hash ? "hash" : "score");
+        // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
+        expect_close(hash ? "router hash weights" : "router score weights", dwt.get(), rwt, 1e-5,
+                     1e-7);
+    }
+}
+
+TEST(CudaBackendGpu, QuantizedWeightsAndExpertsAreRefused) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(14);
+    auto w = cuda::test::random_weight(cuda::test::TestFormat::kFp8E8m0, 128, 256, rng);
+    auto r = be->upload_weight(w.w, {});
+    ASSERT_FALSE(r.has_value());
+    EXPECT_NE(r.status().message().find("not supported yet"), std::string::npos);
+    auto e = be->upload_experts(&w.w, &w.w, &w.w, 1, {ops::WeightRole::kExperts});
+    ASSERT_FALSE(e.has_value());
+}
+
+// A decode-like sequence (norm, rope, attention, ring write, indexer, sample) captured into a
+// CUDA graph under global capture mode (any host synchronisation would break the capture) and
+// replayed twice from the same starting state: bitwise the direct run's results.
+TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(15);
+    const ops::HostStep st = mixed_step();
+    const int T = st.T(), S = 5, W = 8, H = 6, hd = 64, rd = 16, m = 4, K = 4, V = 301;
+    const int64_t n_entries = 20;
+    const auto x0 = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
+               ring0 = randn(S * W * hd, rng), entries = randn(S * n_entries * hd, rng),
+               sink = randn(H, rng), logits = randn(int64_t{T} * V, rng),
+               iw = randn(T, rng);
+    std::vector<float> inv(rd / 2);
+    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
+    std::vector<SamplingParams> params(T, SamplingParams{0.9f, 20, 0.95f, 0});
+    std::vector<int32_t> slots(T);
+    for (int t = 0; t < T; ++t) slots[t] = t;  // distinct generators
+    std::vector<uint64_t> rng0(T * 4);
+    for (int t = 0; t < T; ++t) ops::seed_rng(77 + t, rng0.data() + 4 * t);
+    DevStep ds(*be, st);
+    Dev<float> x(*be, x0.size()), dkv(*be, kv), ring(*be, ring0.size()), dent(*be, entries),
+        dsink(*be, sink), dinv(*be, inv), out(*be, x0.size()), dlog(*be, logits), diw(*be, iw);
+    Dev<SamplingParams> dp(*be, params);
+    Dev<int32_t> dslots(*be, slots), topk(*be, int64_t{T} * K), ids(*be, T);
+    Dev<uint64_t> gen(*be, rng0.size());
+    auto reset = [&] {
+        x.set(x0);
+        ring.set(ring0);
+        gen.set(rng0);
+        be->synchronize();
+    };
+    auto run = [&] {
+        be->rms_norm({x.p, nullptr, x.p, int64_t{T} * H, hd, 1e-6f});
+        be->rope({x.p, dinv.p, ds.tok_pos.p, T, H, hd, rd, false, 1.0f});
+        // The indexer on one head of the roped queries (q rows hd apart, Hi = 1).
+        be->indexer_topk({x.p, diw.p, dent.p, topk.p, ds.view(), n_entries, 1, hd, K, m});
+        ops::AttentionArgs a;
+        a.q = x.p, a.kv = dkv.p, a.ring = ring.p, a.entries = dent.p, a.topk = topk.p;
+        a.sink = dsink.p, a.out = out.p, a.step = ds.view();
+        a.H = H, a.hd = hd, a.W = W, a.K = K, a.compress_rate = m, a.n_entries = n_entries;
+        a.softmax_scale = 0.125f;
+        be->attention(a);
+        be->ring_write({dkv.p, ring.p, ds.view(), W, hd});
+        be->sample({dlog.p, dp.p, dslots.p, gen.p, ids.p, T, V});
+    };
+    reset();
+    run();
+    const auto want_out = out.get(), want_ring = ring.get();
+    const auto want_ids = ids.get();
+    const auto want_gen = gen.get();
+    const auto want_topk = topk.get();
+    const cudaStream_t s = cuda_backend_stream(*be);
+    cuda::CudaGraph graph;
+    reset();
+    cuda::CudaGraph::begin_capture(s);
+    run();
+    ASSERT_EQ(cuda::CudaGraph::end_capture(s, &graph), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+        reset();
+        be->fill(out.p, 0.0f, static_cast<int64_t>(out.n));
+        graph.launch(s);
+        EXPECT_EQ(out.get(), want_out) << replay;
+        EXPECT_EQ(ring.get(), want_ring) << replay;
+        EXPECT_EQ(ids.get(), want_ids) << replay;
+        EXPECT_EQ(gen.get(), want_gen) << replay;
+        EXPECT_EQ(topk.get(), want_topk) << replay;
+    }
+}
+
+}  // namespace
+}  // namespace dsv4
