@@ -127,6 +127,8 @@ class CudaBackend final : public Backend {
     }
     void linear(const ops::LinearArgs& a) override {
         const DenseWeight& w = dense(a.w);
+        DSV4_ASSERT(!a.act_fp8, "CUDA backend: FP8 activations (reference numerics) are not "
+                                "implemented yet (issue #16)");
         DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
                     ") outside weight of ", w.rows);
         cuda::DenseLinearArgs d;
@@ -147,7 +149,8 @@ class CudaBackend final : public Backend {
     void linear_group(const ops::LinearGroupArgs& a) override {
         DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
         for (int i = 0; i < a.n_out; ++i)
-            linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows});
+            linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0,
+                    ops::ActType::kF32, ops::ActType::kF32, a.out[i].act_fp8});
     }
     void swiglu(const ops::SwigluArgs& a) override { cuda::launch_swiglu(a, stream_.get()); }
     void rms_norm(const ops::RmsNormArgs& a) override { cuda::launch_rms_norm(a, stream_.get()); }
@@ -155,13 +158,25 @@ class CudaBackend final : public Backend {
     void hc_pre(const ops::HcPreArgs& a) override { cuda::launch_hc_pre(a, stream_.get()); }
     void hc_post(const ops::HcPostArgs& a) override { cuda::launch_hc_post(a, stream_.get()); }
     void hc_head(const ops::HcHeadArgs& a) override { cuda::launch_hc_head(a, stream_.get()); }
+    void add_to_streams(const ops::AddToStreamsArgs& a) override {
+        cuda::launch_add_to_streams(a, stream_.get());
+    }
+    // DeepSeek's reference rounding points run on the CPU reference only so far (issue #16).
+    void round_trip(const ops::RoundTripArgs&) override {
+        DSV4_ASSERT(false, "CUDA backend: the reference-numerics round trips are not implemented "
+                           "yet (issue #16); use --numerics float");
+    }
     void attention(const ops::AttentionArgs& a) override {
         cuda::launch_attention(a, stream_.get());
     }
     void ring_write(const ops::RingWriteArgs& a) override {
         cuda::launch_ring_write(a, stream_.get());
     }
-    void compress(const ops::CompressArgs& a) override { cuda::launch_compress(a, stream_.get()); }
+    void compress(const ops::CompressArgs& a) override {
+        DSV4_ASSERT(a.entry_round_trip == ops::RoundTrip::kNone,
+                    "CUDA backend: reference-numerics entry round trips are not implemented yet");
+        cuda::launch_compress(a, stream_.get());
+    }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         cuda::launch_indexer_topk(a, stream_.get());
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/hyper_conn.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
@@ -21,6 +22,7 @@ void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream);
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
 void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream);
 void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream);
+void launch_add_to_streams(const ops::AddToStreamsArgs& a, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_fill(float* x, float v, int64_t n, cudaStream_t stream);
 

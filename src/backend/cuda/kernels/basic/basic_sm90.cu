@@ -155,6 +155,22 @@ void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream) {
     DSV4_CHECK_LAUNCH(stream);
 }
 
+// One block per token; grid-stride over the n streams' D values. Same order as the reference
+// (x + stream), one rounding.
+__global__ void add_to_streams_kernel(ops::AddToStreamsArgs a) {
+    const int64_t t = blockIdx.x;
+    const float* x = a.x + t * a.D;
+    float* s = a.streams + t * a.n * a.D;
+    for (int64_t i = threadIdx.x; i < int64_t{a.n} * a.D; i += blockDim.x)
+        s[i] = __fadd_rn(x[i % a.D], s[i]);
+}
+
+void launch_add_to_streams(const ops::AddToStreamsArgs& a, cudaStream_t stream) {
+    if (a.T == 0) return;
+    add_to_streams_kernel<<<static_cast<unsigned>(a.T), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
