@@ -18,6 +18,8 @@ void add_info_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 // `tokenize`, `chat-encode`, `chat-parse` (cmd_tokenize.cc).
 void add_tokenize_commands(CLI::App& app);
+// `serve` (cmd_serve.cc).
+void add_serve_command(CLI::App& app);
 // `quantize` (cmd_quantize.cc).
 void add_quantize_command(CLI::App& app);
 

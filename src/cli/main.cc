@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
     dsv4::cli::add_chat_command(app);
     dsv4::cli::add_tokenize_commands(app);
     dsv4::cli::add_quantize_command(app);
+    dsv4::cli::add_serve_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
