@@ -15,14 +15,14 @@ const env = (name) => {
 
 export const MODEL = 'dsv4-test';
 
-export async function startServer(args = [], { apiKey, context = 512 } = {}) {
+export async function startServer(args = [], { apiKey, context = 512, threads = 2 } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-serve-'));
   const weights = env('DSV4_SMALL_MODEL');
   for (const f of ['config.json', 'model.safetensors'])
     fs.symlinkSync(path.join(weights, f), path.join(dir, f));
   fs.copyFileSync(env('DSV4_TEST_TOKENIZER'), path.join(dir, 'tokenizer.json'));
   const argv = ['serve', '--model', dir, '--port', '0', '--served-model-name', MODEL,
-                '--max-context', String(context), '--threads', '2', ...args];
+                '--max-context', String(context), '--threads', String(threads), ...args];
   if (apiKey) argv.push('--api-key', apiKey);
   const proc = spawn(env('DSV4_BIN'), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
