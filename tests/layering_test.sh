@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The dependency rule: each layer includes only itself and the layers below it.
-#   base <- formats <- ops <- model ; backend/cpu implements ops ; cli sees include/dsv4 only.
+#   base <- formats <- ops <- model ; backend/cpu implements ops ; cli and server see include/dsv4 only.
 set -u
 cd "$(dirname "$0")/.."
 fail=0
@@ -23,4 +23,5 @@ check src/backend/cpu 'base/|formats/|ops/|backend/cpu/|dsv4/(status|check|sampl
 check src/backend/cuda 'base/|formats/|ops/|backend/cuda/|dsv4/(status|check|sampling)\.h'
 check src/model 'base/|formats/|ops/|model/|dsv4/(status|check|sampling)\.h'
 check src/cli 'dsv4/|cli/'
+check src/server 'dsv4/|server/'
 exit $fail

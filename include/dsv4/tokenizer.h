@@ -87,6 +87,14 @@ class Tokenizer {
 // <｜image｜> 129279. Use with AddedTokensMode::kReplace on the V3 tokenizer.json.
 std::vector<AddedToken> deepseek_v4_added_tokens();
 
+// A model folder's tokenizer: `path`, or tokenizer.json in `model_dir` when `path` is empty.
+// `path` is a tokenizer.json or a folder holding one (empty: the model folder's).
+// A file that lacks any of V4's chat markers (DeepSeek-V3's table: no <think>, no ｜DSML｜)
+// gets deepseek_v4_added_tokens() installed, and `note` (when not null) says so. A file that
+// has every marker keeps its own ids: a small test model puts them inside its vocabulary.
+Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std::string& path,
+                                         std::string* note);
+
 // Turns a stream of ids into text pieces that are always whole UTF-8: bytes of a character
 // split across tokens are held back until it is complete (or proven invalid: then U+FFFD,
 // as decode() does).

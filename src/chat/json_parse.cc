@@ -2,6 +2,7 @@
 // come out as the reference renders them.
 #include <charconv>
 #include <cmath>
+#include <unordered_map>
 
 #include "base/utf8.h"
 #include "chat/py_value.h"
@@ -286,6 +287,12 @@ class Parser {
     bool parse_object(Json& out, int depth) {
         ++pos_;
         out = Json::object();
+        // ordered_json looks keys up by a linear scan, so out[key] per member made a wide
+        // object cost O(n^2) (40,000 keys took 20 s: a request body could stall a server).
+        // Members are appended to the underlying vector, and repeated keys found through this
+        // index instead.
+        auto& members = out.get_ref<Json::object_t&>();
+        std::unordered_map<std::string, size_t> index;
         skip_ws();
         if (pos_ < s_.size() && s_[pos_] == '}') {
             ++pos_;
@@ -304,7 +311,12 @@ class Parser {
             Json item;
             if (!parse_value(item, depth + 1)) return false;
             // A repeated key keeps its first position and takes the last value (a dict).
-            out[key] = std::move(item);
+            const auto [at, fresh] = index.try_emplace(key, members.size());
+            if (fresh) {
+                members.Container::emplace_back(std::move(key), std::move(item));
+            } else {
+                members.Container::operator[](at->second).second = std::move(item);
+            }
             skip_ws();
             if (pos_ < s_.size() && s_[pos_] == '}') {
                 ++pos_;

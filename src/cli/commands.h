@@ -24,6 +24,7 @@ void add_chat_command(CLI::App& app);         // cmd_chat.cc
 void add_tokenize_commands(CLI::App& app);    // cmd_tokenize.cc: tokenize, chat-encode, chat-parse
 void add_quantize_command(CLI::App& app);     // cmd_quantize.cc
 void add_perplexity_command(CLI::App& app);   // cmd_perplexity.cc
+void add_serve_command(CLI::App& app);        // cmd_serve.cc
 
 // --model, --device, --max-context, --max-seqs, --cache-gib, --max-chunk, --threads.
 void add_engine_options(CLI::App* cmd, EngineOptions& e);

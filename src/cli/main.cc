@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
     cli::add_bench_command(app);
     cli::add_quantize_command(app);
     cli::add_tokenize_commands(app);
+    cli::add_serve_command(app);
     // A first word that is neither a flag nor a command: say so plainly.
     if (argc > 1 && argv[1][0] != '-') {
         try {

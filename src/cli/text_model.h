@@ -1,6 +1,5 @@
-// A model folder's tokenizer for the text commands: tokenizer.json from the folder (or
-// --tokenizer), with DeepSeek-V4's special-token table installed when the file carries the
-// older V3 table (the BPE is the same; only <think> and friends moved).
+// A model folder's tokenizer for the text commands (dsv4::load_model_tokenizer), with its note
+// about the installed V4 table printed on stderr.
 #pragma once
 
 #include <string>

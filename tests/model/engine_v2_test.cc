@@ -240,6 +240,22 @@ TEST(BatchInvariance, RequestsGiveTheSameTokensAloneOrAmongOthers) {
     }
 }
 
+// A fresh engine whose first steps are prompt chunks that are not the last: nothing is sampled
+// and no logits are read, so the step uploads empty host arrays (null data()). UBSan (the asan
+// preset) caught memcpy(dst, nullptr, 0) there through the server's long prompts.
+TEST(BatchInvariance, StepsThatSampleNothing) {
+    auto engine = make_engine("small-rates", 128, 1, 16);
+    ASSERT_TRUE(engine);
+    Request r;
+    r.prompt = random_ids(50, engine->info().vocab_size, 7);
+    r.max_tokens = 2;
+    r.stop_at_eos = false;
+    std::vector<RequestId> ids;
+    auto out = run_all(*engine, &ids, {r});
+    ASSERT_EQ(ids.size(), 1u);
+    EXPECT_EQ(out[ids[0]].size(), 2u);
+}
+
 TEST(SessionChurn, TenThousandSessionsThroughABoundedPool) {
     auto engine = make_engine("tiny-mix", 32, 4);
     ASSERT_TRUE(engine);

@@ -57,11 +57,16 @@ class CpuBackend final : public Backend {
     size_t memory_available() const override { return host_memory_available(); }
     size_t memory_in_use() const override { return in_use_; }
 
-    void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    // Zero bytes may come with null pointers (an empty host vector: a step that samples and
+    // reads no logits, e.g. a prompt chunk that is not the last); memcpy must not see those.
+    void upload(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
     void download(void* dst, const void* src, size_t bytes) override {
-        std::memcpy(dst, src, bytes);
+        copy_bytes(dst, src, bytes);
     }
-    void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void copy(void* dst, const void* src, size_t bytes) override { copy_bytes(dst, src, bytes); }
+    static void copy_bytes(void* dst, const void* src, size_t bytes) {
+        if (bytes != 0) std::memcpy(dst, src, bytes);
+    }
     void fill(float* dst, float value, int64_t n) override { std::fill(dst, dst + n, value); }
     void synchronize() override {}
 

@@ -1,0 +1,47 @@
+// dsv4 public API: an OpenAI-compatible HTTP server over one Engine (POST /v1/chat/completions,
+// POST /v1/completions, GET /v1/models, GET /health, GET /metrics). One engine thread runs the
+// batched steps; HTTP threads parse, queue and stream. See docs/server.md.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "dsv4/engine.h"
+#include "dsv4/status.h"
+
+namespace dsv4 {
+
+struct ServerOptions {
+    EngineOptions engine;            // engine.max_seqs is the running batch (--max-batch)
+    std::string tokenizer;           // default: the model folder's tokenizer.json
+    std::string model_name;          // the id clients name; default: the model folder's name
+    std::string host = "127.0.0.1";  // loopback unless asked otherwise
+    int port = 8000;                 // 0: any free port (see Server::port)
+    std::string api_key;             // non-empty: /v1/* needs "Authorization: Bearer <key>"
+    size_t max_body_bytes = 4u << 20;  // larger bodies get 413
+    int http_threads = 0;            // 0: enough for max_seqs + max_queue streaming clients
+    std::string encoding = "v4";     // chat encoding: v4 or v4-flash-0731
+};
+
+class Server {
+  public:
+    // Loads the model and tokenizer and binds the socket (nothing is served until run()).
+    static Expected<std::unique_ptr<Server>> create(const ServerOptions& options);
+    ~Server();
+    int port() const;                // the bound port
+    const std::string& model_name() const;
+    // Serves until shutdown(); returns once every request has ended and the threads are gone.
+    void run();
+    // Thread-safe, returns at once: new requests get 503, requests in flight are cancelled
+    // (streams end with an error event), then the listener closes and run() returns.
+    void shutdown();
+
+    struct Impl;
+
+  private:
+    explicit Server(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,93 @@
+// `dsv4 serve`: the OpenAI-compatible server (include/dsv4/server.h). SIGTERM / SIGINT shut
+// it down gracefully (requests in flight are cancelled and told so) and it exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "dsv4/server.h"
+
+namespace dsv4::cli {
+
+void add_engine_options(CLI::App* cmd, EngineOptions& e);
+
+namespace {
+
+int run_serve(const ServerOptions& options) {
+    // Before any thread exists (the engine starts its pool): every thread inherits the mask,
+    // so the signals reach only the sigwait below. A client that disconnects must not kill
+    // the process with SIGPIPE.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    auto server = Server::create(options);
+    if (!server) {
+        print_error(server.status());
+        return 1;
+    }
+    std::printf("dsv4 serve: listening on http://%s:%d (model \"%s\")\n", options.host.c_str(),
+                (*server)->port(), (*server)->model_name().c_str());
+    std::fflush(stdout);
+    std::atomic<bool> finished{false};
+    std::thread waiter([&] {
+        const timespec tick{0, 200 * 1000 * 1000};
+        while (!finished.load()) {
+            const int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+            if (sig == SIGTERM || sig == SIGINT) {
+                std::fprintf(stderr, "dsv4 serve: %s, shutting down\n",
+                             sig == SIGTERM ? "SIGTERM" : "SIGINT");
+                (*server)->shutdown();
+                return;
+            }
+        }
+    });
+    (*server)->run();
+    finished = true;
+    waiter.join();
+    std::fprintf(stderr, "dsv4 serve: stopped\n");
+    return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto o = std::make_shared<ServerOptions>();
+    o->engine.max_seqs = 16;
+    CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+    cmd->footer(
+        "Example: dsv4 serve --model DIR --port 8000 --max-batch 16\n"
+        "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
+        "GET /health, GET /metrics (docs/server.md)");
+    add_engine_options(cmd, o->engine);
+    cmd->add_option("--max-batch", o->engine.max_seqs,
+                    "Requests running together (cache slots; same as --max-seqs)")
+        ->capture_default_str();
+    cmd->add_option("--max-queue", o->engine.max_queue,
+                    "Requests waiting for a slot before new ones get 429")
+        ->capture_default_str();
+    cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model folder's)");
+    cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+    cmd->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
+    cmd->add_option("--api-key", o->api_key, "Require Authorization: Bearer KEY on /v1/*");
+    cmd->add_option("--served-model-name", o->model_name,
+                    "Model id clients send (default: the model folder's name)");
+    cmd->add_option("--max-body-bytes", o->max_body_bytes, "Larger request bodies get 413")
+        ->capture_default_str();
+    cmd->add_option("--http-threads", o->http_threads,
+                    "HTTP worker threads; each streaming client holds one (0: auto)")
+        ->capture_default_str();
+    cmd->add_option("--encoding", o->encoding, "Chat encoding: v4 or v4-flash-0731")
+        ->capture_default_str();
+    cmd->callback([o] { set_exit_code(run_serve(*o)); });
+}
+
+}  // namespace dsv4::cli

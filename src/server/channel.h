@@ -1,0 +1,56 @@
+// One request's line from the engine thread to the HTTP thread that serves it: the engine
+// pushes its acceptance (or refusal), tokens and the end; the HTTP side waits on it and raises
+// `cancelled` when the client went away or a stop string ended the output.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dsv4/engine.h"
+#include "server/api_error.h"
+
+namespace dsv4::server {
+
+struct ChannelEvent {
+    enum class Kind : uint8_t { kAccepted, kRejected, kToken, kFinished };
+    Kind kind = Kind::kToken;
+    int32_t token = -1;                         // kToken, or kFinished with the last token
+    FinishReason finish = FinishReason::kNone;  // kFinished
+    std::string error;                          // kFinished with kError
+    ApiError rejection;                         // kRejected
+};
+
+class Channel {
+  public:
+    void push(ChannelEvent e) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            events_.push_back(std::move(e));
+        }
+        cv_.notify_one();
+    }
+    // Moves every waiting event into `out`; waits up to `timeout` for one. False: none came.
+    bool wait(std::vector<ChannelEvent>& out, std::chrono::milliseconds timeout) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+        for (auto& e : events_) out.push_back(std::move(e));
+        events_.clear();
+        return true;
+    }
+    void cancel() { cancelled_.store(true); }
+    bool cancelled() const { return cancelled_.load(); }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<ChannelEvent> events_;
+    std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace dsv4::server

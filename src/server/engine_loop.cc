@@ -1,0 +1,169 @@
+#include "server/engine_loop.h"
+
+#include <vector>
+
+namespace dsv4::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
+
+ChannelEvent rejected(ApiError e) {
+    ChannelEvent ev;
+    ev.kind = ChannelEvent::Kind::kRejected;
+    ev.rejection = std::move(e);
+    return ev;
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue)
+    : engine_(engine), metrics_(metrics), max_queue_(max_queue) {}
+
+EngineLoop::~EngineLoop() {
+    stop();
+}
+
+void EngineLoop::start() {
+    DSV4_ASSERT(!thread_.joinable(), "the engine loop is already running");
+    publish_gauges();
+    thread_ = std::thread([this] { run(); });
+}
+
+void EngineLoop::post(Job job) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!stopped_) {
+            inbox_.push_back(std::move(job));
+            cv_.notify_one();
+            return;
+        }
+    }
+    job.channel->push(rejected(server_error(503, "the server is shutting down", "shutting_down")));
+}
+
+void EngineLoop::wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+    cv_.notify_one();
+}
+
+void EngineLoop::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping_ = true;
+        cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
+    for (Job& job : jobs) {
+        if (stopping) {
+            job.channel->push(
+                rejected(server_error(503, "the server is shutting down", "shutting_down")));
+            continue;
+        }
+        // The engine's own queue limit gives a plain error; checking first makes it a 429.
+        if (engine_.queued() >= max_queue_) {
+            job.channel->push(rejected(server_error(
+                429, "the request queue is full; retry later", "queue_full")));
+            continue;
+        }
+        const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
+        auto id = engine_.submit(std::move(job.request));
+        if (!id) {
+            // Requests are validated before they get here; what remains is the engine's view
+            // of the input (vocabulary, context), so it is the client's error.
+            job.channel->push(rejected(invalid_request(id.status().message())));
+            continue;
+        }
+        metrics_.add_prompt_tokens(prompt_tokens);
+        ChannelEvent ev;
+        ev.kind = ChannelEvent::Kind::kAccepted;
+        job.channel->push(std::move(ev));
+        Active& a = active_[*id];
+        a.channel = std::move(job.channel);
+        a.arrived = job.arrived;
+    }
+}
+
+void EngineLoop::deliver(const TokenEvent& ev) {
+    auto it = active_.find(ev.id);
+    DSV4_ASSERT(it != active_.end(), "an event for unknown request ", ev.id);
+    Active& a = it->second;
+    ChannelEvent out;
+    out.token = ev.token;
+    if (ev.token >= 0) {
+        const Clock::time_point now = Clock::now();
+        metrics_.add_generated_tokens(1);
+        if (a.has_token) {
+            metrics_.observe_inter_token(seconds(now - a.last_token));
+        } else {
+            metrics_.observe_ttft(seconds(now - a.arrived));
+        }
+        a.has_token = true;
+        a.last_token = now;
+    }
+    if (ev.finish == FinishReason::kNone) {
+        a.channel->push(std::move(out));
+        return;
+    }
+    out.kind = ChannelEvent::Kind::kFinished;
+    out.finish = a.failure.empty() ? ev.finish : FinishReason::kError;
+    out.error = a.failure.empty() ? ev.error : a.failure;
+    a.channel->push(std::move(out));
+    active_.erase(it);
+}
+
+void EngineLoop::publish_gauges() {
+    EngineGauges g;
+    g.queued = engine_.queued();
+    g.running = engine_.running();
+    g.slots_total = engine_.info().max_seqs;
+    g.slots_used = g.slots_total - engine_.free_slots();
+    metrics_.set_engine(g);
+}
+
+void EngineLoop::run() {
+    std::vector<TokenEvent> events;
+    while (true) {
+        std::deque<Job> jobs;
+        bool stopping = false;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] {
+                return stopping_ || woken_ || !inbox_.empty() || !engine_.idle();
+            });
+            jobs.swap(inbox_);
+            stopping = stopping_;
+            if (stopping) stopped_ = true;  // post() refuses from now on
+            woken_ = false;
+        }
+        admit(jobs, stopping);
+        for (auto& [id, a] : active_)
+            if (stopping || a.channel->cancelled()) engine_.cancel(id);
+        if (engine_.idle()) {
+            publish_gauges();
+            if (stopping) return;
+            continue;
+        }
+        events.clear();
+        const Status st = engine_.step(&events);
+        for (const TokenEvent& ev : events) deliver(ev);
+        if (!st.is_ok()) {
+            // The step itself failed (not one request): end everything in flight with it.
+            for (auto& [id, a] : active_) {
+                a.failure = st.message();
+                engine_.cancel(id);
+            }
+        }
+        publish_gauges();
+    }
+}
+
+}  // namespace dsv4::server

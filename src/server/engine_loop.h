@@ -1,0 +1,68 @@
+// The engine thread: the only thread that touches the Engine (it is not thread-safe). HTTP
+// threads post jobs into its inbox; between steps it submits them (refusing with 429 when
+// the queue is full), cancels the requests whose channel was cancelled, runs one batched step,
+// and hands each token and end to the request's channel.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dsv4/engine.h"
+#include "server/channel.h"
+#include "server/metrics.h"
+
+namespace dsv4::server {
+
+struct Job {
+    Request request;
+    std::shared_ptr<Channel> channel;
+    std::chrono::steady_clock::time_point arrived;
+};
+
+class EngineLoop {
+  public:
+    // `max_queue`: requests that may wait for a slot before new ones get 429.
+    EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue);
+    ~EngineLoop();
+    void start();
+    // Thread-safe. The job's channel receives kAccepted or kRejected, then tokens and the end.
+    void post(Job job);
+    // Thread-safe: wakes the loop so a cancelled channel is seen promptly.
+    void wake();
+    // Refuses new jobs (503), cancels every request in flight, and returns once each has been
+    // told its end and the thread is gone.
+    void stop();
+
+  private:
+    struct Active {
+        std::shared_ptr<Channel> channel;
+        std::chrono::steady_clock::time_point arrived;
+        std::chrono::steady_clock::time_point last_token;
+        bool has_token = false;
+        std::string failure;  // a failed step's message: the cancellation it caused is an error
+    };
+    void run();
+    void admit(std::deque<Job>& jobs, bool stopping);
+    void deliver(const TokenEvent& ev);
+    void publish_gauges();
+
+    Engine& engine_;
+    Metrics& metrics_;
+    size_t max_queue_;
+    std::thread thread_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Job> inbox_;
+    bool stopping_ = false;
+    bool stopped_ = false;
+    bool woken_ = false;
+    std::map<RequestId, Active> active_;  // engine thread only
+};
+
+}  // namespace dsv4::server

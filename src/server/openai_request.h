@@ -1,0 +1,41 @@
+// The OpenAI request bodies (/v1/chat/completions, /v1/completions) read and validated into
+// one GenerationSpec: every field checked for type and range, anything this server cannot honour
+// (n > 1, logprobs, penalties, forced tool choice...) refused with a 400 that names the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsv4/chat.h"
+#include "dsv4/sampling.h"
+#include "server/api_error.h"
+
+namespace dsv4::server {
+
+enum class Endpoint { kChat, kCompletions };
+
+struct GenerationSpec {
+    Endpoint endpoint = Endpoint::kChat;
+    std::string model;
+    // Chat: messages as the V4 encoder takes them (content as strings, tools on the first
+    // system message), and the encoder's options (thinking mode, reasoning effort).
+    chat::Json messages = chat::Json::array();
+    chat::EncodeOptions encode;
+    // Completions: the prompt as text, or as token ids when prompt_is_ids.
+    std::string prompt_text;
+    std::vector<int64_t> prompt_ids;
+    bool prompt_is_ids = false;
+    int max_tokens = 0;  // 0: as many as the context leaves
+    SamplingParams sampling;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;
+};
+
+// Parses and validates a request body. `encoding` is the chat encoding the server follows.
+ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,
+                                                   chat::EncodingVersion encoding);
+
+}  // namespace dsv4::server

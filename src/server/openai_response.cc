@@ -1,0 +1,103 @@
+#include "server/openai_response.h"
+
+namespace dsv4::server {
+
+namespace {
+
+using chat::Json;
+
+Json envelope(const ResponseMeta& meta, bool chunk) {
+    Json r = Json::object();
+    r["id"] = meta.id;
+    const bool chat = meta.endpoint == Endpoint::kChat;
+    r["object"] = chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    r["created"] = meta.created;
+    r["model"] = meta.model;
+    return r;
+}
+
+Json reason_or_null(const char* finish_reason) {
+    return finish_reason != nullptr ? Json(finish_reason) : Json();
+}
+
+}  // namespace
+
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+    Json u = Json::object();
+    u["prompt_tokens"] = prompt_tokens;
+    u["completion_tokens"] = completion_tokens;
+    u["total_tokens"] = prompt_tokens + completion_tokens;
+    return u;
+}
+
+Json full_response(const ResponseMeta& meta, const Json& message, const std::string& text,
+                   const char* finish_reason, const Json& usage) {
+    Json r = envelope(meta, false);
+    Json choice = Json::object();
+    choice["index"] = 0;
+    if (meta.endpoint == Endpoint::kChat) {
+        choice["message"] = message;
+    } else {
+        choice["text"] = text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = reason_or_null(finish_reason);
+    r["choices"] = Json::array({std::move(choice)});
+    r["usage"] = usage;
+    return r;
+}
+
+Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
+                  const char* finish_reason) {
+    Json r = envelope(meta, true);
+    Json choice = Json::object();
+    choice["index"] = 0;
+    if (meta.endpoint == Endpoint::kChat) {
+        Json delta = Json::object();
+        if (first) delta["role"] = "assistant";
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.content.empty() || (first && d.reasoning.empty() && d.tool_calls.empty()))
+            delta["content"] = d.content;
+        if (!d.tool_calls.empty()) {
+            Json calls = Json::array();
+            for (const ToolCallDelta& t : d.tool_calls) {
+                Json c = Json::object();
+                c["index"] = t.index;
+                Json f = Json::object();
+                if (!t.name.empty()) {
+                    c["id"] = meta.tool_call_prefix() + std::to_string(t.index);
+                    c["type"] = "function";
+                    f["name"] = t.name;
+                }
+                f["arguments"] = t.arguments;
+                c["function"] = std::move(f);
+                calls.push_back(std::move(c));
+            }
+            delta["tool_calls"] = std::move(calls);
+        }
+        choice["delta"] = std::move(delta);
+    } else {
+        choice["text"] = d.content;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = reason_or_null(finish_reason);
+    r["choices"] = Json::array({std::move(choice)});
+    return r;
+}
+
+Json usage_chunk(const ResponseMeta& meta, const Json& usage) {
+    Json r = envelope(meta, true);
+    r["choices"] = Json::array();
+    r["usage"] = usage;
+    return r;
+}
+
+std::string dump(const Json& value) {
+    return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string sse_event(const Json& value) {
+    return "data: " + dump(value) + "\n\n";
+}
+
+}  // namespace dsv4::server

@@ -1,0 +1,42 @@
+// The OpenAI response bodies: chat.completion, chat.completion.chunk, text_completion (whole
+// and streamed), usage, and the SSE framing of each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dsv4/chat.h"
+#include "server/dsml_stream.h"
+#include "server/openai_request.h"
+
+namespace dsv4::server {
+
+struct ResponseMeta {
+    Endpoint endpoint = Endpoint::kChat;
+    std::string id;  // chatcmpl-N / cmpl-N
+    int64_t created = 0;
+    std::string model;
+    std::string tool_call_prefix() const { return "call_" + id.substr(id.find('-') + 1) + "_"; }
+};
+
+chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// A whole response. Chat: `message` from OutputStream::message; completions: `text`.
+chat::Json full_response(const ResponseMeta& meta, const chat::Json& message,
+                         const std::string& text, const char* finish_reason,
+                         const chat::Json& usage);
+
+// One streamed chunk: `delta` (role "assistant" on the first), and the finish reason on the
+// last (null otherwise).
+chat::Json stream_chunk(const ResponseMeta& meta, const StreamDelta& delta, bool first,
+                        const char* finish_reason);
+// The last chunk with stream_options.include_usage: no choices, the usage.
+chat::Json usage_chunk(const ResponseMeta& meta, const chat::Json& usage);
+
+// "data: <json>\n\n"
+std::string sse_event(const chat::Json& value);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+// Compact JSON; invalid UTF-8 (never expected) is replaced instead of throwing.
+std::string dump(const chat::Json& value);
+
+}  // namespace dsv4::server

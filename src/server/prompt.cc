@@ -1,0 +1,59 @@
+#include "server/prompt.h"
+
+#include <string>
+
+namespace dsv4::server {
+
+ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
+                               const ModelInfo& info) {
+    Prompt p;
+    const char* param = spec.endpoint == Endpoint::kChat ? "messages" : "prompt";
+    if (spec.endpoint == Endpoint::kChat) {
+        auto text = chat::encode_messages(spec.messages, spec.encode);
+        if (!text) return invalid_request("messages: " + text.status().message(), "messages");
+        // The encoding writes BOS and the role / think / DSML markers as text.
+        p.ids = tokenizer.encode(*text, /*parse_special=*/true);
+    } else if (spec.prompt_is_ids) {
+        for (size_t i = 0; i < spec.prompt_ids.size(); ++i) {
+            const int64_t id = spec.prompt_ids[i];
+            if (id < 0 || id >= info.vocab_size)
+                return invalid_request("prompt[" + std::to_string(i) + "] = " + std::to_string(id) +
+                                           " is outside the vocabulary [0, " +
+                                           std::to_string(info.vocab_size) + ")",
+                                       "prompt");
+            p.ids.push_back(static_cast<int32_t>(id));
+        }
+    } else {
+        // Text prompts start with BOS, as DeepSeek's tokenizer adds it.
+        p.ids.push_back(info.bos_token_id);
+        const auto rest = tokenizer.encode(spec.prompt_text, /*parse_special=*/true);
+        p.ids.insert(p.ids.end(), rest.begin(), rest.end());
+    }
+    for (int32_t id : p.ids) {
+        // Only a tokenizer larger than the model gets here (the server checks at start-up).
+        if (id < 0 || id >= info.vocab_size)
+            return invalid_request("the prompt has token id " + std::to_string(id) +
+                                       ", outside the model's vocabulary",
+                                   param);
+    }
+    const int64_t n = static_cast<int64_t>(p.ids.size());
+    ApiError too_long = invalid_request("", param);
+    too_long.code = "context_length_exceeded";
+    if (n >= info.max_context) {
+        too_long.message = "the prompt is " + std::to_string(n) +
+                           " tokens; the context holds " + std::to_string(info.max_context) +
+                           " (prompt and completion together)";
+        return too_long;
+    }
+    p.max_tokens = spec.max_tokens > 0 ? spec.max_tokens : static_cast<int>(info.max_context - n);
+    if (n + p.max_tokens > info.max_context) {
+        too_long.message = "the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
+                           std::to_string(p.max_tokens) + ") exceeds the context of " +
+                           std::to_string(info.max_context) + " tokens";
+        too_long.param = "max_tokens";
+        return too_long;
+    }
+    return p;
+}
+
+}  // namespace dsv4::server

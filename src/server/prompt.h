@@ -1,0 +1,24 @@
+// A validated request's prompt as token ids: chat messages through the V4 encoding and the
+// tokenizer, completion text after BOS, or the ids given; checked against the vocabulary and
+// the context (prompt + max_tokens must fit, as OpenAI's context_length_exceeded).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dsv4/engine.h"
+#include "dsv4/tokenizer.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+namespace dsv4::server {
+
+struct Prompt {
+    std::vector<int32_t> ids;
+    int max_tokens = 0;  // resolved: the request's, or what the context leaves
+};
+
+ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
+                               const ModelInfo& info);
+
+}  // namespace dsv4::server

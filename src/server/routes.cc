@@ -1,0 +1,192 @@
+#include "server/routes.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "server/generation.h"
+#include "server/prompt.h"
+
+namespace dsv4::server {
+
+namespace {
+
+using chat::Json;
+
+void send_json(httplib::Response& res, int status, const Json& body) {
+    res.status = status;
+    res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    if (e.status == 429) res.set_header("Retry-After", "1");
+    send_json(res, e.status, error_json(e));
+}
+
+const char* endpoint_label(Endpoint ep) {
+    return ep == Endpoint::kChat ? "chat" : "completions";
+}
+
+// Keeps RouteContext::in_flight right however a response ends (shutdown waits for it).
+struct InFlight {
+    explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
+    ~InFlight() { --n_; }
+    std::atomic<int>& n_;
+};
+
+void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req,
+              httplib::Response& res) {
+    const char* label = endpoint_label(ep);
+    auto fail = [&](const ApiError& e) {
+        ctx.metrics.count_request(label, e.status);
+        send_error(res, e);
+    };
+    auto spec = parse_generation_request(ep, req.body, ctx.encoding);
+    if (!spec) return fail(spec.error());
+    if (spec->model != ctx.model_name) {
+        ApiError e = not_found("the model '" + spec->model + "' does not exist; this server serves '" +
+                                   ctx.model_name + "'",
+                               "model_not_found");
+        e.param = "model";
+        return fail(e);
+    }
+    auto prompt = build_prompt(*spec, ctx.tokenizer, ctx.info);
+    if (!prompt) return fail(prompt.error());
+
+    auto channel = std::make_shared<Channel>();
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
+    Request request;
+    request.prompt = std::move(prompt->ids);
+    request.max_tokens = prompt->max_tokens;
+    request.sampling = spec->sampling;
+    ctx.loop.post(Job{std::move(request), channel, std::chrono::steady_clock::now()});
+    std::vector<ChannelEvent> first;
+    while (!channel->wait(first, std::chrono::milliseconds(1000))) {
+    }
+    if (first.front().kind == ChannelEvent::Kind::kRejected) return fail(first.front().rejection);
+    DSV4_ASSERT(first.front().kind == ChannelEvent::Kind::kAccepted, "no acceptance first");
+    ctx.metrics.count_request(label, 200);
+    // Events that came with the acceptance go back in front of the channel's next ones.
+    for (size_t i = 1; i < first.size(); ++i) channel->push(std::move(first[i]));
+
+    ResponseMeta meta;
+    meta.endpoint = ep;
+    meta.id = std::string(ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-") +
+              std::to_string(ctx.next_id.fetch_add(1));
+    meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+    meta.model = ctx.model_name;
+    auto gen = std::make_shared<Generation>(*spec, meta, prompt_tokens, ctx.info.eos_token_id,
+                                            ctx.tokenizer, channel, ctx.loop, ctx.metrics);
+    if (!spec->stream) {
+        InFlight guard(ctx.in_flight);
+        auto body = gen->collect();
+        if (!body) return send_error(res, body.error());
+        return send_json(res, 200, *body);
+    }
+    auto guard = std::make_shared<InFlight>(ctx.in_flight);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [gen](size_t, httplib::DataSink& sink) {
+            std::string out;
+            const bool more = gen->pump(out, std::chrono::milliseconds(1000));
+            // A failed write means the client is gone: httplib then calls the releaser.
+            if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+            if (!more) sink.done();
+            return true;
+        },
+        [gen, guard](bool) { gen->abandon(); });
+}
+
+bool authorized(const RouteContext& ctx, const httplib::Request& req) {
+    if (ctx.api_key.empty()) return true;
+    return req.get_header_value("Authorization") == "Bearer " + ctx.api_key;
+}
+
+}  // namespace
+
+void install_routes(httplib::Server& http, RouteContext& ctx) {
+    http.set_payload_max_length(ctx.max_body_bytes);
+    // /health and /metrics stay open (probes and scrapers carry no key); /v1/* needs it.
+    http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+        if (req.path.rfind("/v1/", 0) != 0 || authorized(ctx, req))
+            return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e = invalid_request("missing or wrong API key (Authorization: Bearer <key>)");
+        e.status = 401;
+        e.code = "invalid_api_key";
+        send_error(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+    });
+    http.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        generate(ctx, Endpoint::kChat, req, res);
+    });
+    http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        generate(ctx, Endpoint::kCompletions, req, res);
+    });
+    auto model_json = [&ctx] {
+        Json m = Json::object();
+        m["id"] = ctx.model_name;
+        m["object"] = "model";
+        m["created"] = ctx.created;
+        m["owned_by"] = "dsv4";
+        m["max_model_len"] = ctx.info.max_context;
+        return m;
+    };
+    http.Get("/v1/models", [model_json](const httplib::Request&, httplib::Response& res) {
+        Json list = Json::object();
+        list["object"] = "list";
+        list["data"] = Json::array({model_json()});
+        send_json(res, 200, list);
+    });
+    http.Get(R"(/v1/models/(.+))", [&ctx, model_json](const httplib::Request& req,
+                                                       httplib::Response& res) {
+        if (req.matches[1] != ctx.model_name)
+            return send_error(res, not_found("the model '" + std::string(req.matches[1]) +
+                                                 "' does not exist",
+                                             "model_not_found"));
+        send_json(res, 200, model_json());
+    });
+    http.Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
+        const bool draining = ctx.draining.load();
+        send_json(res, draining ? 503 : 200, Json{{"status", draining ? "shutting down" : "ok"}});
+    });
+    http.Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
+        res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4");
+    });
+    // Errors httplib decides itself (no route, body too large...) get the OpenAI shape too.
+    http.set_error_handler(httplib::Server::HandlerWithResponse(
+        [&ctx](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e = invalid_request("");
+        e.status = res.status;
+        if (res.status == 413) {
+            e.message = "the request body is larger than " + std::to_string(ctx.max_body_bytes) +
+                        " bytes";
+            e.code = "request_too_large";
+        } else if (res.status == 404) {
+            e.message = "no route for " + req.method + " " + req.path;
+            e.code = "not_found";
+        } else {
+            e.message = "HTTP " + std::to_string(res.status);
+        }
+        if (req.path == "/v1/chat/completions") ctx.metrics.count_request("chat", res.status);
+        if (req.path == "/v1/completions") ctx.metrics.count_request("completions", res.status);
+        send_error(res, e);
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+            std::string what = "internal error";
+            try {
+                std::rethrow_exception(ep);
+            } catch (const std::exception& ex) {
+                what = ex.what();
+            } catch (...) {
+            }
+            send_error(res, server_error(500, what, "internal_error"));
+        });
+}
+
+}  // namespace dsv4::server

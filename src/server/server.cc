@@ -1,0 +1,130 @@
+// dsv4::Server: the engine, the tokenizer, the engine thread and cpp-httplib put together, and
+// the shutdown order (refuse new work, cancel what runs, let streams send their last event,
+// close the listener).
+#include "dsv4/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/routes.h"
+
+namespace dsv4 {
+
+using server::EngineLoop;
+using server::Metrics;
+using server::RouteContext;
+
+struct Server::Impl {
+    ServerOptions options;
+    std::unique_ptr<Engine> engine;
+    Tokenizer tokenizer;
+    Metrics metrics;
+    std::unique_ptr<EngineLoop> loop;
+    std::unique_ptr<RouteContext> ctx;
+    httplib::Server http;
+    int port = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool shutdown_requested = false;
+
+    explicit Impl(Tokenizer tok) : tokenizer(std::move(tok)) {}
+};
+
+Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
+    const auto encoding = chat::parse_encoding_version(options.encoding);
+    if (!encoding) return error("unknown encoding '", options.encoding, "' (v4 or v4-flash-0731)");
+    if (options.max_body_bytes == 0) return error("the body limit must be > 0 bytes");
+    std::string note;
+    auto tok = load_model_tokenizer(options.engine.model_dir, options.tokenizer, &note);
+    if (!tok) return tok.status();
+    auto engine = Engine::create(options.engine);
+    if (!engine) return engine.status();
+    const ModelInfo& info = (*engine)->info();
+    // Every id the tokenizer can produce must be one the model has, or prompts fail later.
+    if (tok->vocab_size() > info.vocab_size)
+        return error("the tokenizer has ids up to ", tok->vocab_size() - 1,
+                     " but the model's vocabulary is ", info.vocab_size,
+                     " (pass a matching --tokenizer)");
+    auto impl = std::make_unique<Impl>(std::move(*tok));
+    impl->options = options;
+    impl->engine = std::move(*engine);
+    if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+
+    std::string name = options.model_name;
+    if (name.empty())
+        name = std::filesystem::path(options.engine.model_dir).lexically_normal().filename();
+    if (name.empty()) name = "dsv4";
+    impl->loop = std::make_unique<EngineLoop>(*impl->engine, impl->metrics,
+                                              static_cast<size_t>(options.engine.max_queue));
+    impl->ctx.reset(new RouteContext{impl->tokenizer, impl->engine->info(), *impl->loop,
+                                     impl->metrics, name, options.api_key,
+                                     options.max_body_bytes, *encoding});
+    impl->ctx->created = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    // A streaming client holds a thread for its whole response.
+    const int threads = options.http_threads > 0
+                            ? options.http_threads
+                            : std::max(64, 2 * options.engine.max_seqs + 32);
+    impl->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    impl->http.set_keep_alive_timeout(2);  // idle connections let go soon (and at shutdown)
+    server::install_routes(impl->http, *impl->ctx);
+    impl->port = options.port == 0 ? impl->http.bind_to_any_port(options.host)
+                                   : (impl->http.bind_to_port(options.host, options.port)
+                                          ? options.port
+                                          : -1);
+    if (impl->port < 0)
+        return error("cannot listen on ", options.host, ":", options.port,
+                     " (address in use, or not a local address)");
+    return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() = default;
+
+int Server::port() const {
+    return impl_->port;
+}
+
+const std::string& Server::model_name() const {
+    return impl_->ctx->model_name;
+}
+
+void Server::run() {
+    Impl& s = *impl_;
+    s.loop->start();
+    std::thread listener([&s] {
+        s.http.listen_after_bind();
+        // The listener may also end on its own (a socket error): that is a shutdown too.
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.shutdown_requested = true;
+        s.cv.notify_all();
+    });
+    {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.cv.wait(lock, [&] { return s.shutdown_requested; });
+    }
+    s.ctx->draining = true;
+    s.loop->stop();  // every request in flight now has its end in its channel
+    // Let the HTTP threads write those ends before the listener stops them (bounded wait).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (s.ctx->in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.http.stop();
+    listener.join();
+}
+
+void Server::shutdown() {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->shutdown_requested = true;
+    impl_->cv.notify_all();
+}
+
+}  // namespace dsv4

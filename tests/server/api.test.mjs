@@ -1,0 +1,226 @@
+// The OpenAI API of dsv4 serve through the official openai client: chat (whole and streamed),
+// tools and tool results in the encoding, thinking mode, completions, models, and every error
+// status. The model is random, so the checks are about the protocol, not the text.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { MODEL, collectChat, metrics, post, startServer } from './harness.mjs';
+
+const KEY = 'test-key';
+let srv;
+let client;
+
+before(async () => {
+  srv = await startServer(['--max-batch', '4', '--max-body-bytes', '65536'], { apiKey: KEY, context: 2048 });
+  client = srv.client();
+});
+after(async () => {
+  assert.equal(await srv.stop(), 0, 'graceful exit');
+});
+
+const user = (content) => [{ role: 'user', content }];
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'Weather of a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+}];
+
+function assertErrorShape(body, status, param) {
+  assert.ok(body && body.error, `an error object (${JSON.stringify(body)})`);
+  for (const k of ['message', 'type', 'param', 'code']) assert.ok(k in body.error, `error.${k}`);
+  assert.equal(typeof body.error.message, 'string');
+  assert.ok(body.error.message.length > 0);
+  if (param !== undefined) assert.equal(body.error.param, param);
+}
+
+async function rejects(promise, status, param) {
+  await assert.rejects(promise, (e) => {
+    assert.ok(e instanceof OpenAI.APIError, `an APIError, got ${e}`);
+    assert.equal(e.status, status, e.message);
+    if (param !== undefined) assert.equal(e.param, param);
+    return true;
+  });
+}
+
+test('models: the served model is listed and retrievable; others are 404', async () => {
+  const list = await client.models.list();
+  assert.deepEqual(list.data.map((m) => m.id), [MODEL]);
+  assert.equal((await client.models.retrieve(MODEL)).id, MODEL);
+  await rejects(client.models.retrieve('gpt-4'), 404);
+});
+
+test('chat: one assistant message, usage adds up, finish reason', async () => {
+  const r = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, ...user('Hello!')],
+    max_tokens: 8, temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  const m = r.choices[0].message;
+  assert.equal(m.role, 'assistant');
+  assert.equal(typeof m.content, 'string');
+  assert.equal(m.reasoning_content, undefined, 'no reasoning outside thinking mode');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 8);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test('chat stream: chunks reassemble to the whole answer (greedy), usage last', async () => {
+  const body = { model: MODEL, messages: user('Tell me a story.'), max_tokens: 12, temperature: 0 };
+  const whole = await client.chat.completions.create(body);
+  const s = await collectChat(await client.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true },
+  }));
+  assert.equal(s.content, whole.choices[0].message.content ?? '');
+  assert.equal(s.finish, whole.choices[0].finish_reason);
+  assert.equal(s.finishes, 1, 'one finish_reason');
+  assert.deepEqual(s.usage, whole.usage);
+  assert.ok(s.chunks >= 3, 'role, content, finish and usage chunks');
+});
+
+test('sampling parameters: a seed repeats, top_k / top_p / temperature accepted', async () => {
+  const body = { model: MODEL, messages: user('Pick words.'), max_tokens: 10, temperature: 1.3,
+                 top_p: 0.9, top_k: 40, seed: 1234 };
+  const a = await client.chat.completions.create(body);
+  const b = await client.chat.completions.create(body);
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+});
+
+test('stop strings end the output before the match', async () => {
+  const body = { model: MODEL, prompt: 'The quick brown fox', max_tokens: 24, temperature: 0 };
+  const full = (await client.completions.create(body)).choices[0].text;
+  const chars = [...full];
+  assert.ok(chars.length >= 6, `enough text to cut (${JSON.stringify(full)})`);
+  const stop = chars.slice(3, 5).join('');
+  const cut = await client.completions.create({ ...body, stop: [stop] });
+  assert.equal(cut.choices[0].text, full.slice(0, full.indexOf(stop)));
+  assert.equal(cut.choices[0].finish_reason, 'stop');
+  let streamed = '';
+  for await (const c of await client.completions.create({ ...body, stop, stream: true }))
+    streamed += c.choices[0]?.text ?? '';
+  assert.equal(streamed, cut.choices[0].text);
+});
+
+test('tools: schemas, assistant tool_calls and tool results reach the prompt', async () => {
+  const plain = await client.chat.completions.create({ model: MODEL, messages: user('Weather in Paris?'), max_tokens: 4 });
+  const withTools = await client.chat.completions.create({
+    model: MODEL, messages: user('Weather in Paris?'), tools, tool_choice: 'auto', max_tokens: 4,
+  });
+  assert.ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 100, 'tool schemas in the prompt');
+  const toolNone = await client.chat.completions.create({
+    model: MODEL, messages: user('Weather in Paris?'), tools, tool_choice: 'none', max_tokens: 4,
+  });
+  assert.equal(toolNone.usage.prompt_tokens, plain.usage.prompt_tokens, 'tool_choice none drops the tools');
+  // The round trip: the assistant's call and the tool's result in the history.
+  const history = [
+    ...user('Weather in Paris?'),
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '{"temperature_c": 21}' },
+  ];
+  const r = await client.chat.completions.create({ model: MODEL, messages: history, tools, max_tokens: 6 });
+  assert.ok(r.usage.prompt_tokens > withTools.usage.prompt_tokens + 20, 'call and result encoded');
+  const s = await collectChat(await client.chat.completions.create({ model: MODEL, messages: history, tools, max_tokens: 6, stream: true }));
+  assert.ok(['stop', 'length', 'tool_calls'].includes(s.finish));
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), tools, tool_choice: 'required' }), 400, 'tool_choice');
+  await rejects(client.chat.completions.create({
+    model: MODEL, messages: [...user('x'), { role: 'tool', content: 'no id' }],
+  }), 400, 'messages[1].tool_call_id');
+});
+
+test('thinking mode: reasoning_content, whole and streamed', async () => {
+  const body = { model: MODEL, messages: user('Think about it.'), max_tokens: 10, temperature: 0,
+                 chat_template_kwargs: { thinking: true } };
+  const r = await client.chat.completions.create(body);
+  const m = r.choices[0].message;
+  assert.equal(typeof m.reasoning_content, 'string');
+  // The random model never writes </think> in these 10 greedy tokens: all of it is reasoning.
+  assert.ok(m.reasoning_content.length > 0, JSON.stringify(m));
+  const s = await collectChat(await client.chat.completions.create({ ...body, stream: true }));
+  assert.equal(s.reasoning, m.reasoning_content);
+  assert.equal(s.content, m.content ?? '');
+  // reasoning_effort alone turns thinking on; "none" keeps it off.
+  const effort = await client.chat.completions.create({ ...body, chat_template_kwargs: undefined, reasoning_effort: 'max' });
+  assert.equal(typeof effort.choices[0].message.reasoning_content, 'string');
+  assert.ok(effort.usage.prompt_tokens > r.usage.prompt_tokens, 'the max-effort paragraph is in the prompt');
+  const none = await client.chat.completions.create({ ...body, chat_template_kwargs: undefined, reasoning_effort: 'none' });
+  assert.equal(none.choices[0].message.reasoning_content, undefined);
+});
+
+test('completions: text, token-id prompts, streaming', async () => {
+  const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, temperature: 0 });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(typeof r.choices[0].text, 'string');
+  assert.equal(r.usage.completion_tokens, 6);
+  const ids = await client.completions.create({ model: MODEL, prompt: [0, 70, 80, 90], max_tokens: 3 });
+  assert.equal(ids.usage.prompt_tokens, 4);
+  let text = '';
+  let usage = null;
+  for await (const c of await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } })) {
+    text += c.choices[0]?.text ?? '';
+    if (c.usage) usage = c.usage;
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.deepEqual(usage, r.usage);
+});
+
+test('400: malformed JSON, wrong types, missing fields, n > 1, long prompts', async () => {
+  const url = `${srv.url}/v1/chat/completions`;
+  const auth = { Authorization: `Bearer ${KEY}` };
+  for (const body of ['{"model": "dsv4-test", "messages": [', 'null', '[]', '"text"', '{"model": 1e999999}',
+                      '['.repeat(50000), '{"a":' + '{"a":'.repeat(5000)]) {
+    const r = await post(url, body, auth);
+    assert.equal(r.status, 400, body.slice(0, 40));
+    assertErrorShape(r.json);
+  }
+  await rejects(client.chat.completions.create({ model: MODEL }), 400, 'messages');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: 'hi' }), 400, 'messages');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: [] }), 400, 'messages');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'robot', content: 'x' }] }), 400, 'messages[0].role');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 5 }] }), 400, 'messages[0].content');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), temperature: 'hot' }), 400, 'temperature');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), temperature: 3 }), 400, 'temperature');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), max_tokens: 0 }), 400, 'max_tokens');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), stream: 'yes' }), 400, 'stream');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 2 }), 400, 'n');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), logprobs: true }), 400, 'logprobs');
+  await rejects(client.completions.create({ model: MODEL, prompt: ['a', 'b'] }), 400, 'prompt');
+  await rejects(client.completions.create({ model: MODEL, prompt: [0, 9999] }), 400, 'prompt');
+  // The context is 2048 tokens; the byte-level tokenizer makes one token per byte.
+  const long = client.chat.completions.create({ model: MODEL, messages: user('x'.repeat(2100)) });
+  await assert.rejects(long, (e) => e.status === 400 && e.code === 'context_length_exceeded');
+  const tight = client.chat.completions.create({ model: MODEL, messages: user('x'.repeat(1900)), max_tokens: 200 });
+  await assert.rejects(tight, (e) => e.status === 400 && e.param === 'max_tokens');
+});
+
+test('401 without the key, 404 unknown model or route, 413 over the body limit', async () => {
+  await rejects(srv.client('wrong').chat.completions.create({ model: MODEL, messages: user('x') }), 401);
+  await rejects(client.chat.completions.create({ model: 'gpt-4o', messages: user('x') }), 404, 'model');
+  const auth = { Authorization: `Bearer ${KEY}` };
+  const big = JSON.stringify({ model: MODEL, messages: user('y'.repeat(70000)) });
+  const r = await post(`${srv.url}/v1/chat/completions`, big, auth);
+  assert.equal(r.status, 413);
+  assertErrorShape(r.json);
+  const nowhere = await post(`${srv.url}/v1/nowhere`, '{}', auth);
+  assert.equal(nowhere.status, 404);
+  assertErrorShape(nowhere.json);
+  assert.equal((await fetch(`${srv.url}/health`)).status, 200, 'health needs no key');
+});
+
+test('metrics: requests by status, tokens, gauges, latency histograms', async () => {
+  const m = await metrics(srv.url);
+  assert.ok(m['dsv4_requests_total{endpoint="chat",status="200"}'] >= 10);
+  assert.ok(m['dsv4_requests_total{endpoint="chat",status="400"}'] >= 10);
+  assert.equal(m['dsv4_requests_total{endpoint="chat",status="404"}'], 1);
+  assert.equal(m['dsv4_requests_total{endpoint="chat",status="413"}'], 1);
+  assert.ok(m.dsv4_prompt_tokens_total > 0 && m.dsv4_generated_tokens_total > 0);
+  assert.equal(m.dsv4_running_requests, 0);
+  assert.equal(m.dsv4_queue_depth, 0);
+  assert.equal(m.dsv4_cache_slots_used, 0);
+  assert.equal(m.dsv4_cache_slots_total, 4);
+  assert.ok(m.dsv4_time_to_first_token_seconds_count > 0);
+  assert.ok(m.dsv4_inter_token_latency_seconds_count > 0);
+  assert.equal(m['dsv4_time_to_first_token_seconds_bucket{le="+Inf"}'], m.dsv4_time_to_first_token_seconds_count);
+});

@@ -1,0 +1,113 @@
+// Request bodies to GenerationSpec: defaults, the fields that map onto the encoder and the
+// sampler, and a 400 naming the field for each kind of mistake.
+#include <gtest/gtest.h>
+
+#include "server/openai_request.h"
+
+namespace dsv4::server {
+namespace {
+
+ApiResult<GenerationSpec> chat(const std::string& body) {
+    return parse_generation_request(Endpoint::kChat, body, chat::EncodingVersion::kV4);
+}
+
+std::string param_of(const std::string& body) {
+    auto r = chat(body);
+    if (r) return "(accepted)";
+    EXPECT_EQ(r.error().status, 400);
+    return r.error().param;
+}
+
+TEST(OpenAIRequest, DefaultsAndMappedFields) {
+    auto r = chat(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->max_tokens, 0);
+    EXPECT_EQ(r->sampling.temperature, 0.0f);
+    EXPECT_FALSE(r->stream);
+    EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kChat);
+
+    r = chat(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                {"type": "text", "text": "b"}]}], "max_completion_tokens": 7, "top_k": -1, "top_p": 0.5,
+                "temperature": 0.7, "seed": -3, "stop": "END", "stream": true,
+                "stream_options": {"include_usage": true}, "reasoning_effort": "max"})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->messages[0]["content"], "ab");
+    EXPECT_EQ(r->max_tokens, 7);
+    EXPECT_EQ(r->sampling.top_k, 0);
+    EXPECT_FLOAT_EQ(r->sampling.top_p, 0.5f);
+    EXPECT_EQ(r->sampling.seed, static_cast<uint64_t>(-3));
+    EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
+    EXPECT_TRUE(r->stream && r->include_usage);
+    EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kThinking);
+    EXPECT_EQ(r->encode.reasoning_effort, chat::ReasoningEffort::kMax);
+}
+
+TEST(OpenAIRequest, ToolsGoOnTheSystemMessage) {
+    const std::string tools =
+        R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+    auto r = chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )" + tools + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->messages.size(), 2u);
+    EXPECT_EQ(r->messages[0]["role"], "system");
+    EXPECT_EQ(r->messages[0]["tools"][0]["function"]["name"], "f");
+    r = chat(R"({"model": "m", "tool_choice": "none", "messages": [{"role": "user", "content": "x"}], )" +
+             tools + "}");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->messages.size(), 1u);
+}
+
+TEST(OpenAIRequest, InternalMessageKeysAreNotPassedOn) {
+    auto r = chat(R"({"model": "m", "messages": [{"role": "user", "content": "x", "task": "t", "mask": 1}]})");
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->messages[0].contains("task"));
+    EXPECT_FALSE(r->messages[0].contains("mask"));
+}
+
+TEST(OpenAIRequest, MistakesName400Params) {
+    const std::string m = R"("model": "m", )";
+    const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+    EXPECT_EQ(param_of("{" + m + "\"messages\": 3}"), "messages");
+    EXPECT_EQ(param_of(R"({"messages": [{"role": "user", "content": "x"}]})"), "model");
+    EXPECT_EQ(param_of("{" + m + R"("messages": [{"role": "user"}]})"), "messages[0].content");
+    EXPECT_EQ(param_of("{" + m + R"("messages": [{"role": "assistant", "tool_calls": [{}]}]})"),
+              "messages[0].tool_calls[0]");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "n": 3})"), "n");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "top_p": 0})"), "top_p");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "max_tokens": 1.5})"), "max_tokens");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "max_tokens": 99999999999})"), "max_tokens");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "seed": 123456789012345678901234567890})"), "seed");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "stop": ["a", "b", "c", "d", "e"]})"), "stop");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "stop": [""]})"), "stop");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "temperature": NaN})"), "temperature");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "frequency_penalty": 1})"), "frequency_penalty");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "reasoning_effort": "huge"})"), "reasoning_effort");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "chat_template_kwargs": {"thinking": "yes"}})"),
+              "chat_template_kwargs");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "response_format": {"type": "json_object"}})"),
+              "response_format");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "tools": [{"type": "function"}]})"), "tools[0]");
+    auto bad = chat("{\"model\": \"m\", ");
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().status, 400);
+    EXPECT_NE(bad.error().message.find("not valid JSON"), std::string::npos);
+}
+
+TEST(OpenAIRequest, CompletionPrompts) {
+    auto parse = [](const std::string& body) {
+        return parse_generation_request(Endpoint::kCompletions, body, chat::EncodingVersion::kV4);
+    };
+    auto r = parse(R"({"model": "m", "prompt": ["one text"]})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->prompt_text, "one text");
+    r = parse(R"({"model": "m", "prompt": [[1, 2, 3]]})");
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->prompt_is_ids);
+    EXPECT_EQ(r->prompt_ids.size(), 3u);
+    EXPECT_FALSE(parse(R"({"model": "m", "prompt": ["a", "b"]})"));
+    EXPECT_FALSE(parse(R"({"model": "m", "prompt": [1, "b"]})"));
+    EXPECT_FALSE(parse(R"({"model": "m", "prompt": "x", "echo": true})"));
+    EXPECT_FALSE(parse(R"({"model": "m"})"));
+}
+
+}  // namespace
+}  // namespace dsv4::server
