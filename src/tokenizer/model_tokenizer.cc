@@ -22,7 +22,7 @@ bool has_v4_markers(const Tokenizer& tok) {
 Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std::string& path,
                                          std::string* note) {
     // `path` may be the file or a folder holding it; empty: the model folder's.
-    std::filesystem::path p = path.empty() ? std::filesystem::path(model_dir) : path;
+    std::filesystem::path p(path.empty() ? model_dir : path);
     if (std::filesystem::is_directory(p)) p /= "tokenizer.json";
     const std::string file = p.string();
     if (!std::filesystem::exists(file))
