@@ -93,6 +93,11 @@ struct BatchFeed {
 
 using RequestId = uint64_t;
 
+// Where speculative drafts come from: the checkpoint's MTP block (release layout), or the
+// sequence itself (the token that followed the latest earlier occurrence of the last two, else
+// the last, tokens: "prompt lookup", for text that repeats itself; needs no MTP).
+enum class Speculation : uint8_t { kNone, kMtp, kNgram };
+
 struct Request {
     std::vector<int32_t> prompt;  // at least one token
     int max_tokens = 16;          // tokens to generate (0: prefill only)
@@ -101,6 +106,10 @@ struct Request {
     // Continue this session's sequence (and keep it there afterwards, the last sampled token
     // not yet fed); nullptr: the request takes a slot of its own while it runs.
     Session* session = nullptr;
+    // Speculative decoding: each step also feeds a draft of the next token and keeps it when
+    // the model agrees, so a step can yield two tokens. Greedy sampling only today; the tokens
+    // are exactly those of plain greedy decoding.
+    Speculation speculative = Speculation::kNone;
 };
 
 enum class FinishReason : uint8_t { kNone, kLength, kEos, kCancelled, kError };
@@ -112,6 +121,8 @@ struct TokenEvent {
     int32_t token = -1;  // -1: none in this event
     FinishReason finish = FinishReason::kNone;
     std::string error;  // with kError
+    // With the finish of a speculative request: drafts fed and drafts accepted.
+    int drafted = 0, accepted = 0;
 };
 
 class Engine {
@@ -144,10 +155,17 @@ class Engine {
 
     // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
     // is called for each token as it is produced; returning false stops the request.
+    // `speculative` as Request::speculative; `stats` (when not null) receives the drafts fed
+    // and accepted.
+    struct GenerateStats {
+        int drafted = 0, accepted = 0;
+    };
     Expected<std::vector<int32_t>> generate(Session& session, const std::vector<int32_t>& prompt,
                                             int max_tokens, const SamplingParams& sampling,
                                             bool stop_at_eos,
-                                            const std::function<bool(int32_t)>& on_token);
+                                            const std::function<bool(int32_t)>& on_token,
+                                            Speculation speculative = Speculation::kNone,
+                                            GenerateStats* stats = nullptr);
 
   private:
     explicit Engine(std::unique_ptr<Impl> impl);

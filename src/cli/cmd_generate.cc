@@ -23,6 +23,7 @@ struct GenerateArgs {
     int max_tokens = 32;
     SamplingParams sampling;
     bool ignore_eos = false;
+    std::string speculative = "off";
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -85,6 +86,7 @@ int run_generate(const GenerateArgs& a) {
     }
     std::chrono::steady_clock::time_point first;
     int n = 0;
+    Engine::GenerateStats spec;
     auto out = (*engine)->generate(**session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
                                    [&](int32_t t) {
                                        if (n++ == 0) first = std::chrono::steady_clock::now();
@@ -94,7 +96,11 @@ int run_generate(const GenerateArgs& a) {
                                            std::printf("%s%d", n > 1 ? "," : "", t);
                                        std::fflush(stdout);
                                        return true;
-                                   });
+                                   },
+                                   a.speculative == "mtp"     ? Speculation::kMtp
+                                   : a.speculative == "ngram" ? Speculation::kNgram
+                                                              : Speculation::kNone,
+                                   &spec);
     if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
     std::fflush(stdout);
@@ -109,6 +115,9 @@ int run_generate(const GenerateArgs& a) {
         "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
         secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
         n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
+    if (a.speculative != "off")
+        std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%)\n", a.speculative.c_str(), spec.drafted,
+                     spec.accepted, spec.drafted ? 100.0 * spec.accepted / spec.drafted : 0.0);
     return 0;
 }
 
@@ -132,6 +141,11 @@ void add_generate_command(CLI::App& app) {
         ->check(whole_number(1, 1 << 30));
     add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
+    cmd->add_option("--speculative", args->speculative,
+                    "Speculative decoding (greedy; the same tokens, fewer steps): drafts from the "
+                    "checkpoint's MTP block (mtp) or from the text itself (ngram)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"off", "mtp", "ngram"}));
     cmd->callback([args] { set_exit_code(run_generate(*args)); });
 }
 

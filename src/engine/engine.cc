@@ -37,7 +37,29 @@ struct Running {
     int generated = 0;
     bool cancelled = false;
     int32_t sampled = -1;     // this step's output
+    // Speculative decoding: the MTP's draft of the token after `pending` (-1: none), this
+    // step's fed tokens and samples after each, and the counts reported at the finish.
+    int32_t draft = -1;
+    std::vector<int32_t> fed_tokens, spec_out;
+    int drafted = 0, accepted = 0;
+    std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
 };
+
+// The n-gram draft after `h`'s last token: what followed the latest earlier occurrence of the
+// last two tokens, else of the last one, within the last 4096 tokens; -1 when none.
+int32_t ngram_draft(const std::vector<int32_t>& h) {
+    const int64_t n = static_cast<int64_t>(h.size()), lo = std::max<int64_t>(0, n - 4096);
+    if (n < 2) return -1;
+    for (int gram = 2; gram >= 1; --gram) {
+        if (n < gram + 1) continue;
+        for (int64_t i = n - 2; i >= lo + gram - 1; --i) {
+            bool match = true;
+            for (int g = 0; g < gram && match; ++g) match = h[i - g] == h[n - 1 - g];
+            if (match) return h[i + 1];
+        }
+    }
+    return -1;
+}
 
 StepRow row(int slot, int64_t pos0, const int32_t* ids, int32_t len) {
     StepRow r;
@@ -163,11 +185,12 @@ struct Engine::Impl {
 
     void finish(Running& q, FinishReason why, std::vector<TokenEvent>* events, int32_t token = -1,
                 std::string err = {}) {
-        events->push_back({q.id, token, why, std::move(err)});
+        events->push_back({q.id, token, why, std::move(err), q.drafted, q.accepted});
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
     }
 
     Status step(std::vector<TokenEvent>* events);
+    bool completes_block(int64_t p) const;
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -338,11 +361,22 @@ Expected<RequestId> Engine::submit(Request r) {
                      e.info.max_context, " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
+    if (r.speculative == Speculation::kMtp) {
+        if (!e.info.has_mtp)
+            return error("speculative decoding needs the checkpoint's MTP block (release-layout "
+                         "mtp.0.*); this model has none");
+        if (e.model->config().mtp_spec.kind != LayerKind::kSliding)
+            return error("speculative decoding with a compressed MTP block is not implemented");
+    }
+    if (r.speculative != Speculation::kNone && r.sampling.temperature > 0 && r.sampling.top_k != 1)
+        return error("speculative decoding with temperature > 0 is not implemented yet "
+                     "(greedy only)");
     if (e.waiting.size() >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
     Running q;
     q.id = e.next_id++;
     q.r = std::move(r);
+    if (q.r.speculative == Speculation::kNgram) q.history = q.r.prompt;
     if (q.r.session != nullptr) {
         Session::Impl& s = *q.r.session->impl_;
         s.busy = true;
@@ -386,20 +420,35 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     admit();
     if (running.empty()) return Status::ok();
 
-    // Decode rows first (one token each), then prompt chunks in admission order.
+    // Decode rows first (one token each, two with a speculative draft), then prompt chunks in
+    // admission order.
     const int64_t max_context = pool->layout().max_context;
     int budget = model->step_tokens();
     std::vector<StepRow> rows;
     std::vector<Running*> owners;
+    std::vector<int32_t> starts;  // each row's first token in the step
+    int32_t at = 0;
     for (auto& [id, q] : running) {
         if (q.pending < 0) continue;
         q.sampled = -1;
-        StepRow& r = rows.emplace_back(row(q.slot, q.pos, &q.pending, 1));
+        q.fed_tokens = {q.pending};
+        if (q.r.speculative == Speculation::kNgram) q.draft = ngram_draft(q.history);
+        if (q.r.speculative != Speculation::kNone && q.draft >= 0 && q.pos + 2 <= max_context &&
+            q.generated + 1 < q.r.max_tokens && !completes_block(q.pos + 1))
+            q.fed_tokens.push_back(q.draft);
+        q.draft = -1;
+        const int32_t len = static_cast<int32_t>(q.fed_tokens.size());
+        StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), len));
         r.sample = true;
         r.sampling = q.r.sampling;
-        r.sampled_out = &q.sampled;
+        const bool spec = q.r.speculative != Speculation::kNone;
+        r.sample_all = spec;
+        q.spec_out.assign(len, -1);
+        r.sampled_out = spec ? q.spec_out.data() : &q.sampled;
         owners.push_back(&q);
-        --budget;
+        starts.push_back(at);
+        at += len;
+        budget -= len;
     }
     for (auto& [id, q] : running) {
         if (q.pending >= 0 || budget <= 0) continue;
@@ -408,11 +457,14 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             std::min<int64_t>({left, budget, static_cast<int64_t>(options.max_chunk)}));
         const bool last = c == left;
         q.sampled = -1;
-        StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.r.prompt.data() + q.fed, c));
+        q.fed_tokens.assign(q.r.prompt.begin() + q.fed, q.r.prompt.begin() + q.fed + c);
+        StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), c));
         r.sample = last && q.r.max_tokens > 0;
         r.sampling = q.r.sampling;
         r.sampled_out = &q.sampled;
         owners.push_back(&q);
+        starts.push_back(at);
+        at += c;
         budget -= c;
     }
     Status st = model->run_step(*pool, rows);
@@ -425,44 +477,121 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         }
         return Status::ok();
     }
+    // Speculative requests: the MTP block on the positions that are now final, drafting the
+    // token after the new pending one.
+    std::vector<Model::MtpRow> mtp_rows;
+    std::vector<std::vector<int32_t>> mtp_next;
+    mtp_next.reserve(rows.size());
+    std::vector<Running*> mtp_owner;
     for (size_t i = 0; i < rows.size(); ++i) {
         Running& q = *owners[i];
         const bool decode_row = q.pending >= 0;
-        q.pos += rows[i].len;
+        const int64_t pos_before = q.pos;
+        // The tokens this row produced, in order, and how many of its fed tokens are final.
+        std::vector<int32_t> produced;
+        int32_t final_len = rows[i].len;
+        const bool mtp = q.r.speculative == Speculation::kMtp;
+        if (decode_row && q.r.speculative != Speculation::kNone) {
+            const int32_t y = q.spec_out[0];
+            if (rows[i].len == 2) {
+                ++q.drafted;
+                if (y == q.fed_tokens[1]) {
+                    ++q.accepted;
+                    produced = {y, q.spec_out[1]};
+                } else {
+                    produced = {y};
+                    final_len = 1;  // the draft's position is rewritten by the next step
+                }
+            } else {
+                produced = {y};
+            }
+        } else {
+            produced = {q.sampled};
+        }
+        q.pos += final_len;
         if (!decode_row) q.fed += rows[i].len;
         if (q.r.session != nullptr) q.r.session->impl_->pos = q.pos;
         q.pending = -1;
-        if (q.fed < q.r.prompt.size()) continue;  // more prompt chunks to come
         const RequestId id = q.id;
+        auto add_mtp = [&](int32_t last_next) {
+            std::vector<int32_t>& next = mtp_next.emplace_back(q.fed_tokens.begin() + 1,
+                                                               q.fed_tokens.begin() + final_len);
+            next.push_back(last_next);
+            Model::MtpRow m;
+            m.slot = q.slot;
+            m.pos0 = pos_before;
+            m.h_start = starts[i];
+            m.len = final_len;
+            m.next = next.data();
+            mtp_rows.push_back(m);
+            mtp_owner.push_back(&q);
+        };
+        if (q.fed < q.r.prompt.size()) {  // more prompt chunks to come
+            if (mtp) add_mtp(q.r.prompt[q.fed]);
+            continue;
+        }
         if (q.r.max_tokens == 0) {
             finish(q, FinishReason::kLength, events);
             running.erase(id);
             continue;
         }
-        const int32_t tok = q.sampled;
-        if (tok < 0) {
-            finish(q, FinishReason::kError, events, -1,
-                   str_cat("the model produced non-finite logits at position ", q.pos - 1,
-                           " (generated token ", q.generated + 1,
-                           "): the weights or the activations are not finite"));
+        bool done = false;
+        for (size_t k = 0; k < produced.size() && !done; ++k) {
+            const int32_t tok = produced[k];
+            if (tok < 0) {
+                finish(q, FinishReason::kError, events, -1,
+                       str_cat("the model produced non-finite logits at position ", q.pos - 1,
+                               " (generated token ", q.generated + 1,
+                               "): the weights or the activations are not finite"));
+                done = true;
+                break;
+            }
+            ++q.generated;
+            const bool fed = k + 1 < produced.size();  // an accepted draft is already fed
+            FinishReason why = FinishReason::kNone;
+            if (q.r.stop_at_eos && tok == info.eos_token_id)
+                why = FinishReason::kEos;
+            else if (q.generated >= q.r.max_tokens || (!fed && q.pos >= max_context))
+                why = FinishReason::kLength;  // or no room to feed the token: the context is full
+            if (why != FinishReason::kNone) {
+                finish(q, why, events, tok);
+                done = true;
+                break;
+            }
+            events->push_back({id, tok, FinishReason::kNone, {}});
+            if (q.r.speculative == Speculation::kNgram) q.history.push_back(tok);
+        }
+        if (done) {
             running.erase(id);
             continue;
         }
-        ++q.generated;
-        FinishReason why = FinishReason::kNone;
-        if (q.r.stop_at_eos && tok == info.eos_token_id)
-            why = FinishReason::kEos;
-        else if (q.generated >= q.r.max_tokens || q.pos >= max_context)
-            why = FinishReason::kLength;  // or no room to feed the token: the context is full
-        if (why != FinishReason::kNone) {
-            finish(q, why, events, tok);
-            running.erase(id);
-            continue;
+        q.pending = produced.back();
+        if (mtp) add_mtp(q.pending);
+    }
+    if (!mtp_rows.empty()) {
+        for (size_t k = 0; k < mtp_rows.size(); ++k)
+            if (mtp_owner[k]->pending >= 0) mtp_rows[k].draft_out = &mtp_owner[k]->draft;
+        Status mst = model->run_mtp(*pool, mtp_rows);
+        if (!mst.is_ok()) {
+            for (Running* q : mtp_owner) {
+                if (!running.count(q->id)) continue;
+                const RequestId id = q->id;
+                finish(*q, FinishReason::kError, events, -1, mst.message());
+                running.erase(id);
+            }
         }
-        events->push_back({id, tok, FinishReason::kNone, {}});
-        q.pending = tok;
     }
     return Status::ok();
+}
+
+// Whether feeding position p completes a block of some compressed layer: a speculative draft
+// is not placed there, so a rejected draft leaves only what the right token at its position
+// rewrites (its window ring row and its open-block state row), and no pooled entry or shifted
+// overlap state (docs/engine.md, "Speculative decoding").
+bool Engine::Impl::completes_block(int64_t p) const {
+    for (const LayerSpec& l : model->config().layers)
+        if (l.kind != LayerKind::kSliding && (p + 1) % l.compress_rate == 0) return true;
+    return false;
 }
 
 bool Engine::idle() const {
@@ -484,10 +613,11 @@ size_t Engine::memory_in_use() const {
 Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const std::vector<int32_t>& prompt, int max_tokens,
                                                 const SamplingParams& sampling, bool stop_at_eos,
-                                                const std::function<bool(int32_t)>& on_token) {
+                                                const std::function<bool(int32_t)>& on_token,
+                                                Speculation speculative, GenerateStats* stats) {
     if (!idle()) return error("generate: the engine is running other requests");
-    DSV4_ASSIGN_OR_RETURN(RequestId id,
-                          submit({prompt, max_tokens, sampling, stop_at_eos, &session}));
+    DSV4_ASSIGN_OR_RETURN(RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos,
+                                                &session, speculative}));
     std::vector<int32_t> out;
     std::vector<TokenEvent> events;
     for (bool done = false; !done;) {
@@ -500,7 +630,10 @@ Expected<std::vector<int32_t>> Engine::generate(Session& session,
                 if (on_token && !on_token(ev.token)) cancel(id);
             }
             if (ev.finish == FinishReason::kError) return error(ev.error);
-            if (ev.finish != FinishReason::kNone) done = true;
+            if (ev.finish != FinishReason::kNone) {
+                done = true;
+                if (stats) *stats = {ev.drafted, ev.accepted};
+            }
         }
     }
     return out;

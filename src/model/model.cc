@@ -174,11 +174,12 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     for (const StepRow& r : rows) {
         const int32_t start = host_.T();
         host_.add_row(r.slot, r.pos0, r.len, r.ids);
-        if (r.sample) {
-            logit_idx.push_back(start + r.len - 1);
-            sample_slot.push_back(r.slot);
-            sampling.push_back(r.sampling);
-        }
+        if (r.sample)
+            for (int32_t t = r.sample_all ? 0 : r.len - 1; t < r.len; ++t) {
+                logit_idx.push_back(start + t);
+                sample_slot.push_back(r.slot);
+                sampling.push_back(r.sampling);
+            }
     }
     const int Rs = static_cast<int>(logit_idx.size());
     std::vector<int64_t> logits_at(rows.size(), -1);  // first logit row of each step row
@@ -270,11 +271,71 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
                               d.T * width * sizeof(float));
     }
     backend_.synchronize();
-    for (int i = 0, s = 0; i < static_cast<int>(rows.size()); ++i)
-        if (rows[i].sample && rows[i].sampled_out) *rows[i].sampled_out = sampled[s++];
+    for (int i = 0, s = 0; i < static_cast<int>(rows.size()); ++i) {
+        if (!rows[i].sample) continue;
+        const int n = rows[i].sample_all ? rows[i].len : 1;
+        if (rows[i].sampled_out)
+            std::copy(sampled.begin() + s, sampled.begin() + s + n, rows[i].sampled_out);
+        s += n;
+    }
+    last_ws_ = ws;
+    last_T_ = d.T;
     if (tap)
         for (int l = 0; l <= c.num_layers; ++l)
             tap(l, captured.data() + l * d.T * width, l < c.num_layers ? d.T : d.R);
+    return Status::ok();
+}
+
+Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
+    if (!has_mtp()) return error("this checkpoint has no MTP block");
+    if (!pool.layout().mtp) return error("the cache pool was made without the MTP caches");
+    if (last_ws_ == nullptr) return error("run_mtp follows a run_step");
+    if (rows.empty()) return Status::ok();
+    const Workspace& ws = *last_ws_;
+    const int64_t V = cfg_.vocab_size;
+    mtp_host_.clear();
+    std::vector<int32_t> src, last, slots;
+    for (const MtpRow& r : rows) {
+        if (r.len <= 0 || r.h_start < 0 || r.h_start + r.len > last_T_)
+            return error("run_mtp: tokens [", r.h_start, ", ", r.h_start + r.len,
+                         ") are not in the last step's ", last_T_);
+        for (int32_t i = 0; i < r.len; ++i)
+            if (r.next[i] < 0 || r.next[i] >= V)
+                return error("run_mtp: token id ", r.next[i], " outside the vocabulary");
+        mtp_host_.add_row(r.slot, r.pos0, r.len, r.next);
+        for (int32_t i = 0; i < r.len; ++i) src.push_back(r.h_start + i);
+        last.push_back(mtp_host_.T() - 1);
+        slots.push_back(r.slot);
+    }
+    Dims d;
+    d.Tm = mtp_host_.T();
+    d.Bm = mtp_host_.B();
+    const int R = static_cast<int>(rows.size());
+    auto up = [&](void* dst, const auto& v) {
+        backend_.upload(dst, v.data(), v.size() * sizeof(v[0]));
+    };
+    up(ws.m_ids, mtp_host_.ids);
+    up(ws.m_tok_row, mtp_host_.tok_row);
+    up(ws.m_tok_pos, mtp_host_.tok_pos);
+    up(ws.m_row_slot, mtp_host_.row_slot);
+    up(ws.m_row_start, mtp_host_.row_start);
+    up(ws.m_row_len, mtp_host_.row_len);
+    up(ws.m_row_pos0, mtp_host_.row_pos0);
+    up(ws.m_src, src);
+    // Greedy drafts: the MTP logits of each row's last position, arg-max by the sampling op.
+    up(ws.logit_idx, last);
+    up(ws.sampling, std::vector<SamplingParams>(R));
+    up(ws.sample_slot, slots);
+    mtp_forward(ws, pool, d);
+    Backend& b = backend_;
+    b.gather_rows({ws.mtp_logits, ws.logit_idx, ws.logits, R, V});
+    b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, R, V});
+    std::vector<int32_t> drafts(R);
+    backend_.download(drafts.data(), ws.sampled, R * sizeof(int32_t));
+    backend_.synchronize();
+    last_ws_ = nullptr;  // its streams are consumed
+    for (int i = 0; i < R; ++i)
+        if (rows[i].draft_out) *rows[i].draft_out = drafts[i];
     return Status::ok();
 }
 

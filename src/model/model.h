@@ -45,6 +45,9 @@ struct StepRow {
     bool sample = false;                       // sample a token after the last position
     SamplingParams sampling;
     int32_t* sampled_out = nullptr;  // receives the sampled token when sample
+    // Sample after every position of the row (speculative verification), not only the last:
+    // sampled_out then receives len tokens.
+    bool sample_all = false;
     // MTP: the token after each of the row's positions ([len], host); when set, the MTP block
     // runs on the row (its own cache in the slot) and mtp_logits_out receives [len, V], the
     // logits of the token after next.
@@ -71,6 +74,20 @@ class Model {
     // slots, tokens within step_tokens), writes the step descriptor, runs the step, fetches the
     // sampled ids and requested logits, and synchronizes once at the end.
     Status run_step(CachePool& pool, std::span<const StepRow> rows, const LayerTap& tap = nullptr);
+
+    // The MTP block on positions the last run_step fed (speculative decoding drafts after the
+    // step's tokens are known): row r covers `len` of the last step's tokens from token index
+    // `h_start` (their last streams are h), at positions pos0.., with `next` the token after
+    // each; it writes the MTP caches of those positions and draws the draft after the last one
+    // (greedy). Must follow the run_step it reads, once.
+    struct MtpRow {
+        int slot = 0;
+        int64_t pos0 = 0;
+        int32_t h_start = 0, len = 0;
+        const int32_t* next = nullptr;  // [len] host
+        int32_t* draft_out = nullptr;   // the MTP's greedy token after next[len - 1]
+    };
+    Status run_mtp(CachePool& pool, std::span<const MtpRow> rows);
 
     // The step itself, for tests that record it: the op sequence for a batch of T tokens in B
     // rows with R logit rows of which the first Rs are sampled, on the workspace whose
@@ -167,6 +184,8 @@ class Model {
     };
     std::vector<std::unique_ptr<Workspace>> buckets_;
     std::vector<void*> blocks_;  // workspace and table memory, freed with the model
+    const Workspace* last_ws_ = nullptr;  // the workspace of the last run_step
+    int last_T_ = 0;                      // its tokens
     float* capture_ = nullptr;   // [L+1, step_tokens, n*D] when a tap was asked for
     ops::HostStep host_, mtp_host_;  // the descriptors being built (host)
 };
