@@ -231,16 +231,7 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         up(ws->sampling, sampling);
         up(ws->sample_slot, sample_slot);
     }
-    if (d.Tm > 0) {
-        up(ws->m_ids, mtp_host_.ids);
-        up(ws->m_tok_row, mtp_host_.tok_row);
-        up(ws->m_tok_pos, mtp_host_.tok_pos);
-        up(ws->m_row_slot, mtp_host_.row_slot);
-        up(ws->m_row_start, mtp_host_.row_start);
-        up(ws->m_row_len, mtp_host_.row_len);
-        up(ws->m_row_pos0, mtp_host_.row_pos0);
-        up(ws->m_src, mtp_src);
-    }
+    if (d.Tm > 0) upload_mtp_desc(*ws, mtp_src);
     forward(*ws, pool, d, tap ? capture_ : nullptr);
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
@@ -286,6 +277,21 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     return Status::ok();
 }
 
+// The MTP step descriptor (mtp_host_) and each MTP token's source token in the step.
+void Model::upload_mtp_desc(const Workspace& ws, const std::vector<int32_t>& src) {
+    auto up = [&](void* dst, const auto& v) {
+        backend_.upload(dst, v.data(), v.size() * sizeof(v[0]));
+    };
+    up(ws.m_ids, mtp_host_.ids);
+    up(ws.m_tok_row, mtp_host_.tok_row);
+    up(ws.m_tok_pos, mtp_host_.tok_pos);
+    up(ws.m_row_slot, mtp_host_.row_slot);
+    up(ws.m_row_start, mtp_host_.row_start);
+    up(ws.m_row_len, mtp_host_.row_len);
+    up(ws.m_row_pos0, mtp_host_.row_pos0);
+    up(ws.m_src, src);
+}
+
 Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
     if (!has_mtp()) return error("this checkpoint has no MTP block");
     if (!pool.layout().mtp) return error("the cache pool was made without the MTP caches");
@@ -314,14 +320,7 @@ Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
     auto up = [&](void* dst, const auto& v) {
         backend_.upload(dst, v.data(), v.size() * sizeof(v[0]));
     };
-    up(ws.m_ids, mtp_host_.ids);
-    up(ws.m_tok_row, mtp_host_.tok_row);
-    up(ws.m_tok_pos, mtp_host_.tok_pos);
-    up(ws.m_row_slot, mtp_host_.row_slot);
-    up(ws.m_row_start, mtp_host_.row_start);
-    up(ws.m_row_len, mtp_host_.row_len);
-    up(ws.m_row_pos0, mtp_host_.row_pos0);
-    up(ws.m_src, src);
+    upload_mtp_desc(ws, src);
     // Greedy drafts: the MTP logits of each row's last position, arg-max by the sampling op.
     up(ws.logit_idx, last);
     up(ws.sampling, std::vector<SamplingParams>(R));

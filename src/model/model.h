@@ -111,6 +111,7 @@ class Model {
     void ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
                    const float* x, float* out);
     Status make_workspace(int capacity);
+    void upload_mtp_desc(const Workspace& ws, const std::vector<int32_t>& src);
 
     // Whether x is rounded to FP8 before a product with w (reference numerics only).
     bool fp8_act(const Weight& w) const {

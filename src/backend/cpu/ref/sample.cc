@@ -6,26 +6,10 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/xoshiro.h"
 
 namespace dsv4::cpu_ref {
 namespace {
-
-uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-// [0, 1) with 53 random bits.
-double uniform(uint64_t s[4]) {
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return static_cast<double>(result >> 11) * 0x1.0p-53;
-}
 
 int32_t argmax(const float* logits, int64_t V) {
     int64_t best = 0;
@@ -63,7 +47,7 @@ int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint
         keep = cut;
         sum = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
     }
-    const double r = uniform(state) * sum;
+    const double r = xoshiro_uniform(state) * sum;
     double acc = 0;
     for (int64_t i = 0; i < keep; ++i) {
         acc += probs[i];

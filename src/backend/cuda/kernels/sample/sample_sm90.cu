@@ -10,27 +10,12 @@
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/sample/sample.h"
 #include "base/check.h"
+#include "base/xoshiro.h"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ __forceinline__ uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-__device__ double uniform(uint64_t* s) {
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return static_cast<double>(result >> 11) * 0x1.0p-53;
-}
 
 // Descending by logit, ties to the lower id: (order key << 32) | ~id, larger first.
 __device__ __forceinline__ uint64_t cand_key(uint32_t k, int64_t id) {
@@ -116,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
         sum = 0;
         for (int64_t i = 0; i < n; ++i) sum = __dadd_rn(sum, probs[i]);
     }
-    const double u = __dmul_rn(uniform(a.rng + 4 * static_cast<int64_t>(a.slot[r])), sum);
+    const double u = __dmul_rn(xoshiro_uniform(a.rng + 4 * static_cast<int64_t>(a.slot[r])), sum);
     double acc = 0;
     for (int64_t i = 0; i < n; ++i) {
         acc = __dadd_rn(acc, probs[i]);
