@@ -107,8 +107,10 @@ struct Request {
     // not yet fed); nullptr: the request takes a slot of its own while it runs.
     Session* session = nullptr;
     // Speculative decoding: each step also feeds a draft of the next token and keeps it when
-    // the model agrees, so a step can yield two tokens. Greedy sampling only today; the tokens
-    // are exactly those of plain greedy decoding.
+    // the model agrees, so a step can yield two tokens. Greedy: exactly the tokens of plain
+    // greedy decoding. Temperature: the draft is kept with the model's probability for it, else
+    // the token is drawn from the rest (ops/sample.h), so the output is distributed exactly as
+    // without drafts (the draws themselves differ from a run without them).
     Speculation speculative = Speculation::kNone;
 };
 

@@ -142,8 +142,9 @@ void add_generate_command(CLI::App& app) {
     add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
     cmd->add_option("--speculative", args->speculative,
-                    "Speculative decoding (greedy; the same tokens, fewer steps): drafts from the "
-                    "checkpoint's MTP block (mtp) or from the text itself (ngram)")
+                    "Speculative decoding (fewer steps; greedy gives the same tokens, sampling the same "
+                    "distribution): drafts from the checkpoint's MTP block (mtp) or from the text "
+                    "itself (ngram)")
         ->capture_default_str()
         ->check(CLI::IsMember({"off", "mtp", "ngram"}));
     cmd->callback([args] { set_exit_code(run_generate(*args)); });

@@ -40,7 +40,7 @@ struct Running {
     // Speculative decoding: the MTP's draft of the token after `pending` (-1: none), this
     // step's fed tokens and samples after each, and the counts reported at the finish.
     int32_t draft = -1;
-    std::vector<int32_t> fed_tokens, spec_out;
+    std::vector<int32_t> fed_tokens, spec_out, spec_drafts;
     int drafted = 0, accepted = 0;
     std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
 };
@@ -368,9 +368,7 @@ Expected<RequestId> Engine::submit(Request r) {
         if (e.model->config().mtp_spec.kind != LayerKind::kSliding)
             return error("speculative decoding with a compressed MTP block is not implemented");
     }
-    if (r.speculative != Speculation::kNone && r.sampling.temperature > 0 && r.sampling.top_k != 1)
-        return error("speculative decoding with temperature > 0 is not implemented yet "
-                     "(greedy only)");
+
     if (e.waiting.size() >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
     Running q;
@@ -445,6 +443,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         r.sample_all = spec;
         q.spec_out.assign(len, -1);
         r.sampled_out = spec ? q.spec_out.data() : &q.sampled;
+        // The sample after `pending` verifies the draft (exact under temperature too).
+        q.spec_drafts.assign(len, -1);
+        if (len == 2) q.spec_drafts[0] = q.fed_tokens[1];
+        r.drafts = spec ? q.spec_drafts.data() : nullptr;
         owners.push_back(&q);
         starts.push_back(at);
         at += len;

@@ -76,6 +76,7 @@ Status Model::make_workspace(int capacity) {
     pieces.push_back({reinterpret_cast<void**>(&ws->sampling),
                       T * static_cast<int64_t>(sizeof(SamplingParams))});
     i32(&ws->sample_slot, T);
+    i32(&ws->sample_draft, T);
     i32(&ws->sampled, T);
     f(&ws->streams, T * n * D);
     f(&ws->streams_next, T * n * D);
@@ -169,7 +170,8 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     // The descriptor, and the logit rows: sampled rows' last tokens first (the sampling op
     // reads the first Rs), then every other token whose logits are asked for.
     host_.clear();
-    std::vector<int32_t> logit_idx, sample_slot;
+    std::vector<int32_t> logit_idx, sample_slot, sample_draft;
+    bool any_draft = false;
     std::vector<SamplingParams> sampling;
     for (const StepRow& r : rows) {
         const int32_t start = host_.T();
@@ -179,6 +181,9 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
                 logit_idx.push_back(start + t);
                 sample_slot.push_back(r.slot);
                 sampling.push_back(r.sampling);
+                const int32_t d = r.sample_all && r.drafts ? r.drafts[t] : -1;
+                sample_draft.push_back(d);
+                any_draft = any_draft || d >= 0;
             }
     }
     const int Rs = static_cast<int>(logit_idx.size());
@@ -230,9 +235,10 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     if (Rs > 0) {
         up(ws->sampling, sampling);
         up(ws->sample_slot, sample_slot);
+        if (any_draft) up(ws->sample_draft, sample_draft);
     }
     if (d.Tm > 0) upload_mtp_desc(*ws, mtp_src);
-    forward(*ws, pool, d, tap ? capture_ : nullptr);
+    forward(*ws, pool, d, tap ? capture_ : nullptr, any_draft);
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -341,7 +347,8 @@ Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
 // One step: the layer stack over all T tokens, then hc head, norm, head and sampling for the
 // R logit rows only, then the MTP block on its rows. Host values used here are the batch's
 // shape, never positions.
-void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture) {
+void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture,
+                    bool verify_drafts) {
     const ModelConfig& c = cfg_;
     const int n = c.hc_mult, D = c.hidden_size;
     const int64_t T = d.T, width = int64_t{n} * D, cap_stride = int64_t{step_tokens()} * width;
@@ -366,7 +373,7 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
         b.linear({ws.head_xn, &w_.head, ws.logits, d.R, c.vocab_size});
         if (d.Rs > 0)
             b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
-                      c.vocab_size});
+                      c.vocab_size, verify_drafts ? ws.sample_draft : nullptr});
     }
     if (d.Tm > 0) mtp_forward(ws, pool, d);
 }

@@ -48,6 +48,8 @@ struct StepRow {
     // Sample after every position of the row (speculative verification), not only the last:
     // sampled_out then receives len tokens.
     bool sample_all = false;
+    // With sample_all: the draft each sample verifies ([len], -1 none; ops/sample.h), or null.
+    const int32_t* drafts = nullptr;
     // MTP: the token after each of the row's positions ([len], host); when set, the MTP block
     // runs on the row (its own cache in the slot) and mtp_logits_out receives [len, V], the
     // logits of the token after next.
@@ -101,7 +103,8 @@ class Model {
     struct Workspace;
     Model(ModelConfig cfg, TensorStore store, Backend& backend);
     Status validate(const CachePool& pool, std::span<const StepRow> rows) const;
-    void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture);
+    void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture,
+                 bool verify_drafts);
     void mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d);
     // One decoder block on ws.streams [T, n, D] in place (streams_next is its scratch).
     void block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
@@ -148,6 +151,7 @@ class Model {
         int32_t* logit_idx;        // [T] token of each logit row
         SamplingParams* sampling;  // [T] per sampled row
         int32_t* sample_slot;      // [T]
+        int32_t* sample_draft;     // [T] per sampled row, -1 = none
         int32_t* sampled;          // [T]
         float* streams;            // [T, n, D]
         float* streams_next;       // [T, n, D]

@@ -20,6 +20,10 @@ struct GatherRowsArgs {
 // temperature over the top_k best (ties to the lower id), cut to the smallest prefix whose
 // mass reaches top_p, and one uniform draw from the slot's xoshiro256** generator. A row whose
 // logits are not all finite gets -1 (the engine reports it; nothing is sampled from garbage).
+// Speculative verification: with a draft d for the row (a proposal that put all its mass on d),
+// one draw keeps d with probability p(d), else the token is drawn from p without d,
+// renormalised (a second draw) — the output is distributed as p exactly. Greedy keeps d only
+// when it is the arg-max.
 struct SampleArgs {
     const float* logits = nullptr;           // [R, V]
     const SamplingParams* params = nullptr;  // [R]
@@ -27,6 +31,7 @@ struct SampleArgs {
     uint64_t* rng = nullptr;                 // [S, 4] generator state per slot
     int32_t* out = nullptr;                  // [R] sampled ids
     int64_t R = 0, V = 0;
+    const int32_t* draft = nullptr;          // [R] draft to verify, -1 none; nullptr: none
 };
 
 // The generator state for `seed` (splitmix64 expansion), written into a slot at admission.

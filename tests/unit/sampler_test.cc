@@ -172,5 +172,45 @@ TEST(SampleOp, RowsUseTheirSlotsGenerators) {
     }
 }
 
+TEST(Sampler, SpeculativeVerificationKeepsTheDistribution) {
+    // A deterministic draft is kept with probability p(draft), else the token comes from p
+    // without it: the draws must follow p. Chi-square over 6 tokens (5 degrees of freedom);
+    // 20.5 is the 0.1% point, and the generator is seeded, so the test is deterministic.
+    const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 1.5f, 0.0f, 0.7f};
+    SamplingParams p;
+    p.temperature = 0.9f;
+    std::vector<double> want(6);
+    double z = 0;
+    for (int i = 0; i < 6; ++i) z += (want[i] = std::exp(logits[i] / 0.9));
+    for (double& w : want) w /= z;
+    for (int32_t draft : {3, 2}) {  // the likeliest token, and an unlikely one
+        uint64_t s[4];
+        ops::seed_rng(99 + draft, s);
+        const int N = 60000;
+        std::vector<int> count(6, 0);
+        int kept = 0;
+        for (int i = 0; i < N; ++i) {
+            const int32_t id = cpu_ref::sample_row(logits.data(), 6, p, s, draft);
+            ++count[id];
+            kept += id == draft;
+        }
+        double chi2 = 0;
+        for (int i = 0; i < 6; ++i) chi2 += std::pow(count[i] - N * want[i], 2) / (N * want[i]);
+        EXPECT_LT(chi2, 20.5) << "draft " << draft;
+        EXPECT_NEAR(static_cast<double>(kept) / N, want[draft], 0.01) << "draft " << draft;
+    }
+    // A draft outside the top-k is never kept; greedy keeps it only as the arg-max.
+    SamplingParams k2 = p;
+    k2.top_k = 2;
+    uint64_t s[4];
+    ops::seed_rng(5, s);
+    for (int i = 0; i < 2000; ++i) {
+        const int32_t id = cpu_ref::sample_row(logits.data(), 6, k2, s, 4);
+        EXPECT_TRUE(id == 3 || id == 0) << id;
+    }
+    EXPECT_EQ(cpu_ref::sample_row(logits.data(), 6, SamplingParams{}, s, 0), 3);
+    EXPECT_EQ(cpu_ref::sample_row(logits.data(), 6, SamplingParams{}, s, 3), 3);
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -192,7 +192,11 @@ class CudaBackend final : public Backend {
     void gather_rows(const ops::GatherRowsArgs& a) override {
         cuda::launch_gather_rows(a, stream_.get());
     }
-    void sample(const ops::SampleArgs& a) override { cuda::launch_sample(a, stream_.get()); }
+    void sample(const ops::SampleArgs& a) override {
+        DSV4_ASSERT(a.draft == nullptr,
+                    "CUDA backend: speculative verification in sampling is not implemented yet");
+        cuda::launch_sample(a, stream_.get());
+    }
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, stream_.get()); }
 
     cudaStream_t stream() const { return stream_.get(); }

@@ -50,7 +50,8 @@ void round_trip(const ops::RoundTripArgs& a);
 // reference's act_quant; a last block shorter than 128 is its own block).
 void fp8_activations(const float* x, int64_t rows, int64_t K, int64_t ldx, float* out);
 // One draw for one row (the op's body; the state advances only when a draw is needed).
-int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4]);
+int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4],
+                   int32_t draft = -1);
 
 // Shared scalar helpers.
 double dot(const float* a, const float* b, int64_t n);

@@ -20,7 +20,8 @@ int32_t argmax(const float* logits, int64_t V) {
 
 }  // namespace
 
-int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4]) {
+int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint64_t state[4],
+                   int32_t draft) {
     if (p.temperature <= 0.0f || p.top_k == 1) return argmax(logits, V);
     thread_local std::vector<int32_t> order;
     thread_local std::vector<double> probs;
@@ -47,13 +48,29 @@ int32_t sample_row(const float* logits, int64_t V, const SamplingParams& p, uint
         keep = cut;
         sum = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
     }
+    if (draft >= 0) {
+        // Keep the draft with probability p(draft); else draw from the rest, renormalised.
+        int64_t at = -1;
+        for (int64_t i = 0; i < keep && at < 0; ++i)
+            if (order[i] == draft) at = i;
+        const double pd = at >= 0 ? probs[at] : 0.0;
+        if (xoshiro_uniform(state) * sum < pd) return draft;
+        if (at >= 0) {
+            if (keep == 1) return draft;  // all the mass is on the draft
+            sum -= pd;
+            probs[at] = 0.0;
+        }
+    }
     const double r = xoshiro_uniform(state) * sum;
     double acc = 0;
     for (int64_t i = 0; i < keep; ++i) {
         acc += probs[i];
         if (r < acc) return order[i];
     }
-    return order[keep - 1];
+    // Rounding left r at the very top: the last candidate with mass.
+    for (int64_t i = keep - 1; i > 0; --i)
+        if (probs[i] > 0) return order[i];
+    return order[0];
 }
 
 void sample(const ops::SampleArgs& a) {
@@ -61,7 +78,8 @@ void sample(const ops::SampleArgs& a) {
         const float* logits = a.logits + r * a.V;
         const bool finite =
             std::all_of(logits, logits + a.V, [](float v) { return std::isfinite(v); });
-        a.out[r] = finite ? sample_row(logits, a.V, a.params[r], a.rng + 4 * int64_t{a.slot[r]})
+        a.out[r] = finite ? sample_row(logits, a.V, a.params[r], a.rng + 4 * int64_t{a.slot[r]},
+                                       a.draft ? a.draft[r] : -1)
                           : -1;
     }
 }
