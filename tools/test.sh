@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, then (1) ASan+UBSan build of the host code and its tests,
 # (2) TSan on the thread pool and the forward passes that run on it, (3) each libFuzzer target
-# for FUZZ_SECONDS (default 60), (4) the release build, which also compiles the CUDA targets
+# for FUZZ_SECONDS (default 30), (4) the release build, which also compiles the CUDA targets
 # when nvcc exists (GPU tests skip without a GPU), and all tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 jobs=$(nproc)
-fuzz_seconds=${FUZZ_SECONDS:-60}
+fuzz_seconds=${FUZZ_SECONDS:-30}
 
 echo "== sanitized build (ASan + UBSan)"
 cmake --preset asan >/dev/null
