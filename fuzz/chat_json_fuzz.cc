@@ -8,7 +8,8 @@
 #include "dsv4/chat.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    auto value = dsv4::chat::parse_json(std::string_view(reinterpret_cast<const char*>(data), size));
+    auto value =
+        dsv4::chat::parse_json(std::string_view(reinterpret_cast<const char*>(data), size));
     if (!value) return 0;
     const std::string text = dsv4::chat::dump_json(*value);
     auto again = dsv4::chat::parse_json(text);

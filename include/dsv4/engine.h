@@ -19,12 +19,12 @@ namespace dsv4 {
 struct EngineOptions {
     std::string model_dir;
     std::string device = "cpu";
-    int64_t max_context = 0;     // tokens per sequence the caches hold; 0: min(4096, the model's)
-    int max_seqs = 1;            // sequence slots in the cache pool (sessions + requests)
-    double cache_gib = 0;        // > 0: as many slots as this KV-cache budget holds
-    int max_chunk = 128;         // prompt tokens per step; a step holds this + max_seqs tokens
-    int max_queue = 1024;        // requests waiting for a slot before submit refuses more
-    int threads = 0;             // 0 = DSV4_THREADS or all cores
+    int64_t max_context = 0;  // tokens per sequence the caches hold; 0: min(4096, the model's)
+    int max_seqs = 1;         // sequence slots in the cache pool (sessions + requests)
+    double cache_gib = 0;     // > 0: as many slots as this KV-cache budget holds
+    int max_chunk = 128;      // prompt tokens per step; a step holds this + max_seqs tokens
+    int max_queue = 1024;     // requests waiting for a slot before submit refuses more
+    int threads = 0;          // 0 = DSV4_THREADS or all cores
     // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
     // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
     std::string numerics = "float";
@@ -87,7 +87,7 @@ class Session {
 struct BatchFeed {
     Session* session = nullptr;
     std::vector<int32_t> ids;
-    bool all_logits = false;             // [n, V] instead of the last position's [V]
+    bool all_logits = false;               // [n, V] instead of the last position's [V]
     std::vector<float>* logits = nullptr;  // may be null
 };
 

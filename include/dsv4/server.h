@@ -13,15 +13,15 @@
 namespace dsv4 {
 
 struct ServerOptions {
-    EngineOptions engine;            // engine.max_seqs is the running batch (--max-batch)
-    std::string tokenizer;           // default: the model folder's tokenizer.json
-    std::string model_name;          // the id clients name; default: the model folder's name
-    std::string host = "127.0.0.1";  // loopback unless asked otherwise
-    int port = 8000;                 // 0: any free port (see Server::port)
-    std::string api_key;             // non-empty: /v1/* needs "Authorization: Bearer <key>"
+    EngineOptions engine;              // engine.max_seqs is the running batch (--max-batch)
+    std::string tokenizer;             // default: the model folder's tokenizer.json
+    std::string model_name;            // the id clients name; default: the model folder's name
+    std::string host = "127.0.0.1";    // loopback unless asked otherwise
+    int port = 8000;                   // 0: any free port (see Server::port)
+    std::string api_key;               // non-empty: /v1/* needs "Authorization: Bearer <key>"
     size_t max_body_bytes = 4u << 20;  // larger bodies get 413
-    int http_threads = 0;            // 0: enough for max_seqs + max_queue streaming clients
-    std::string encoding = "v4";     // chat encoding: v4 or v4-flash-0731
+    int http_threads = 0;              // 0: enough for max_seqs + max_queue streaming clients
+    std::string encoding = "v4";       // chat encoding: v4 or v4-flash-0731
 };
 
 class Server {
@@ -29,7 +29,7 @@ class Server {
     // Loads the model and tokenizer and binds the socket (nothing is served until run()).
     static Expected<std::unique_ptr<Server>> create(const ServerOptions& options);
     ~Server();
-    int port() const;                // the bound port
+    int port() const;  // the bound port
     const std::string& model_name() const;
     // Serves until shutdown(); returns once every request has ended and the threads are gone.
     void run();

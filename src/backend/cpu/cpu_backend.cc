@@ -71,7 +71,8 @@ class CpuBackend final : public Backend {
     void synchronize() override {}
 
     // The mapped checkpoint is read in place: a handle points at a kept copy of the view.
-    Expected<ops::Weight> upload_weight(const QuantWeight& w, const ops::WeightPlacement&) override {
+    Expected<ops::Weight> upload_weight(const QuantWeight& w,
+                                        const ops::WeightPlacement&) override {
         weights_.push_back(w);
         return cpu_ref::wrap(weights_.back());
     }

@@ -24,7 +24,7 @@ constexpr size_t kAlign = 256;
 
 // What a Weight handle's impl points at: a dense tensor on the device, as stored.
 struct DenseWeight {
-    DType dtype = DType::kF32;  // kF32 or kBF16
+    DType dtype = DType::kF32;   // kF32 or kBF16
     const void* data = nullptr;  // [rows, cols]
     int64_t rows = 0, cols = 0;
 };
@@ -57,8 +57,8 @@ class CudaBackend final : public Backend {
         const cudaError_t err = cudaMalloc(&p, rounded);
         if (err != cudaSuccess) {
             cudaGetLastError();  // clear the sticky-free allocation error
-            return error("cudaMalloc of ", rounded / 1048576.0, " MiB failed: ",
-                         cudaGetErrorString(err));
+            return error("cudaMalloc of ", rounded / 1048576.0,
+                         " MiB failed: ", cudaGetErrorString(err));
         }
         DSV4_CHECK_CUDA(cudaMemsetAsync(p, 0, rounded, stream_.get()));
         blocks_[p] = rounded;
@@ -104,7 +104,8 @@ class CudaBackend final : public Backend {
     }
     void synchronize() override { stream_.synchronize(); }
 
-    Expected<ops::Weight> upload_weight(const QuantWeight& w, const ops::WeightPlacement&) override {
+    Expected<ops::Weight> upload_weight(const QuantWeight& w,
+                                        const ops::WeightPlacement&) override {
         if (w.format != WeightFormat::kDense || (w.dtype != DType::kF32 && w.dtype != DType::kBF16))
             return error("CUDA backend: ", weight_format_name(w.format), " ", dtype_name(w.dtype),
                          " weights are not supported yet (dense F32/BF16 only; issue #11)");
@@ -117,7 +118,8 @@ class CudaBackend final : public Backend {
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight*, const QuantWeight*,
                                                 const QuantWeight*, int,
                                                 const ops::WeightPlacement&) override {
-        return error("CUDA backend: routed experts (the MoE op) are not implemented yet (issue #11)");
+        return error(
+            "CUDA backend: routed experts (the MoE op) are not implemented yet (issue #11)");
     }
 
     void embed(const ops::EmbedArgs& a) override {
@@ -127,8 +129,9 @@ class CudaBackend final : public Backend {
     }
     void linear(const ops::LinearArgs& a) override {
         const DenseWeight& w = dense(a.w);
-        DSV4_ASSERT(!a.act_fp8, "CUDA backend: FP8 activations (reference numerics) are not "
-                                "implemented yet (issue #16)");
+        DSV4_ASSERT(!a.act_fp8,
+                    "CUDA backend: FP8 activations (reference numerics) are not "
+                    "implemented yet (issue #16)");
         DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
                     ") outside weight of ", w.rows);
         cuda::DenseLinearArgs d;
@@ -149,8 +152,8 @@ class CudaBackend final : public Backend {
     void linear_group(const ops::LinearGroupArgs& a) override {
         DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
         for (int i = 0; i < a.n_out; ++i)
-            linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0,
-                    ops::ActType::kF32, ops::ActType::kF32, a.out[i].act_fp8});
+            linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
+                    ops::ActType::kF32, a.out[i].act_fp8});
     }
     void swiglu(const ops::SwigluArgs& a) override { cuda::launch_swiglu(a, stream_.get()); }
     void rms_norm(const ops::RmsNormArgs& a) override { cuda::launch_rms_norm(a, stream_.get()); }
@@ -163,8 +166,9 @@ class CudaBackend final : public Backend {
     }
     // DeepSeek's reference rounding points run on the CPU reference only so far (issue #16).
     void round_trip(const ops::RoundTripArgs&) override {
-        DSV4_ASSERT(false, "CUDA backend: the reference-numerics round trips are not implemented "
-                           "yet (issue #16); use --numerics float");
+        DSV4_ASSERT(false,
+                    "CUDA backend: the reference-numerics round trips are not implemented "
+                    "yet (issue #16); use --numerics float");
     }
     void attention(const ops::AttentionArgs& a) override {
         cuda::launch_attention(a, stream_.get());
@@ -182,9 +186,9 @@ class CudaBackend final : public Backend {
     }
     void router(const ops::RouterArgs& a) override {
         linear({a.x, a.gate, a.logits, a.T, a.E});
-        cuda::launch_route({a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k,
-                            a.scale},
-                           stream_.get());
+        cuda::launch_route(
+            {a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k, a.scale},
+            stream_.get());
     }
     void moe(const ops::MoeArgs&) override {
         DSV4_ASSERT(false, "CUDA backend: the MoE op is not implemented yet (issue #11)");
@@ -197,7 +201,9 @@ class CudaBackend final : public Backend {
                     "CUDA backend: speculative verification in sampling is not implemented yet");
         cuda::launch_sample(a, stream_.get());
     }
-    void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, stream_.get()); }
+    void scale(float* x, float s, int64_t n) override {
+        cuda::launch_scale(x, s, n, stream_.get());
+    }
 
     cudaStream_t stream() const { return stream_.get(); }
 

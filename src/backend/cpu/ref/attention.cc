@@ -24,7 +24,8 @@ void gather_keys(const ops::AttentionArgs& a, int t, std::vector<const float*>& 
     if (a.entries == nullptr) return;
     const float* entries = a.entries + slot * a.n_entries * a.hd;
     const int64_t valid = (p + 1) / a.compress_rate;
-    DSV4_DASSERT(valid <= a.n_entries, "position ", p, " past the slot's ", a.n_entries, " entries");
+    DSV4_DASSERT(valid <= a.n_entries, "position ", p, " past the slot's ", a.n_entries,
+                 " entries");
     if (a.topk == nullptr) {
         for (int64_t e = 0; e < valid; ++e) keys.push_back(entries + e * a.hd);
     } else {

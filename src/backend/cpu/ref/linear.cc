@@ -67,8 +67,8 @@ void linear(const ops::LinearArgs& a) {
 void linear_group(const ops::LinearGroupArgs& a) {
     DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
     for (int i = 0; i < a.n_out; ++i)
-        linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0,
-                ops::ActType::kF32, ops::ActType::kF32, a.out[i].act_fp8});
+        linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
+                ops::ActType::kF32, a.out[i].act_fp8});
 }
 
 void swiglu(const ops::SwigluArgs& a) {

@@ -52,8 +52,8 @@ void hadamard(float* x, int n) {
 
 void round_trip(const ops::RoundTripArgs& a) {
     if (a.kind == ops::RoundTrip::kNone) return;
-    DSV4_ASSERT(a.block > 0 && a.dims % a.block == 0 && a.dims <= a.width, "round trip of ",
-                a.dims, " dims in blocks of ", a.block);
+    DSV4_ASSERT(a.block > 0 && a.dims % a.block == 0 && a.dims <= a.width, "round trip of ", a.dims,
+                " dims in blocks of ", a.block);
     DSV4_ASSERT(a.kind != ops::RoundTrip::kHadamardFp4 ||
                     (a.dims == a.width && (a.width & (a.width - 1)) == 0),
                 "Hadamard of width ", a.width);
@@ -72,7 +72,8 @@ void round_trip(const ops::RoundTripArgs& a) {
 void fp8_activations(const float* x, int64_t rows, int64_t K, int64_t ldx, float* out) {
     for (int64_t r = 0; r < rows; ++r) {
         std::copy(x + r * ldx, x + r * ldx + K, out + r * K);
-        for (int64_t b = 0; b < K; b += 128) fp8_block(out + r * K + b, static_cast<int>(std::min<int64_t>(128, K - b)));
+        for (int64_t b = 0; b < K; b += 128)
+            fp8_block(out + r * K + b, static_cast<int>(std::min<int64_t>(128, K - b)));
     }
 }
 

@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(ops::AttentionAr
     const int h0 = blockIdx.y * kHeadsPerBlock;
     const int nh = min(kHeadsPerBlock, a.H - h0);
     const int hd = a.hd;
-    float* q_s = smem;                                  // [nh][hd]
-    float* k_s = q_s + static_cast<size_t>(nh) * hd;    // [kTile][hd]
+    float* q_s = smem;                                     // [nh][hd]
+    float* k_s = q_s + static_cast<size_t>(nh) * hd;       // [kTile][hd]
     int* ok_s = reinterpret_cast<int*>(k_s + kTile * hd);  // [kTile] key present
 
     const ops::StepDesc& st = a.step;
@@ -156,7 +156,8 @@ __global__ void ring_write_kernel(ops::RingWriteArgs a) {
     const int b = st.tok_row[t];
     const int i = t - st.row_start[b];
     if (i < st.row_len[b] - a.W) return;
-    float* dst = a.ring + (static_cast<int64_t>(st.row_slot[b]) * a.W + (st.row_pos0[b] + i) % a.W) * a.hd;
+    float* dst =
+        a.ring + (static_cast<int64_t>(st.row_slot[b]) * a.W + (st.row_pos0[b] + i) % a.W) * a.hd;
     const float* src = a.kv + static_cast<int64_t>(t) * a.hd;
     for (int d = threadIdx.x; d < a.hd; d += blockDim.x) dst[d] = src[d];
 }
@@ -171,9 +172,9 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
     const int groups = (a.H + kHeadsPerBlock - 1) / kHeadsPerBlock;
     const size_t smem = attention_smem(std::min(a.H, kHeadsPerBlock), a.hd);
     // The attribute is a host-side setting (not a stream operation): allowed during capture.
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(attention_smem(kHeadsPerBlock, kAttnMaxHeadDim)));
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(attention_smem(kHeadsPerBlock, kAttnMaxHeadDim)));
     DSV4_CHECK_CUDA(attr);
     attention_kernel<<<dim3(static_cast<unsigned>(a.step.T), static_cast<unsigned>(groups)),
                        kWarps * 32, smem, stream>>>(a);

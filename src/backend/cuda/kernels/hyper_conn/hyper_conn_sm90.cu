@@ -74,7 +74,8 @@ __device__ void sinkhorn(float* C, int n, int iters, float eps) {
 __device__ void collapse(const float* x, const float* pre, int n, int D, float* y) {
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float s = 0;
-        for (int i = 0; i < n; ++i) s = __fadd_rn(s, __fmul_rn(pre[i], x[static_cast<int64_t>(i) * D + d]));
+        for (int i = 0; i < n; ++i)
+            s = __fadd_rn(s, __fmul_rn(pre[i], x[static_cast<int64_t>(i) * D + d]));
         y[d] = s;
     }
 }
@@ -116,8 +117,8 @@ __global__ void hc_head_kernel(ops::HcHeadArgs a) {
     hc_mix(x, a.fn, n, width, a.norm_eps, mix, red);
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
-        pre[i] = __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])),
-                           a.hc_eps);
+        pre[i] =
+            __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])), a.hc_eps);
     }
     __syncthreads();
     collapse(x, pre, n, a.D, a.out + t * a.D);
@@ -159,7 +160,8 @@ void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_post: n = ", a.n);
     const int64_t n = a.T * a.D;
     if (n == 0) return;
-    hc_post_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
+    hc_post_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+        a);
     DSV4_CHECK_LAUNCH(stream);
 }
 
