@@ -88,6 +88,9 @@ class Tokenizer {
 std::vector<AddedToken> deepseek_v4_added_tokens();
 
 // A model folder's tokenizer: `path`, or tokenizer.json in `model_dir` when `path` is empty.
+// A tokenizer.json path, or the tokenizer.json inside a folder.
+std::string tokenizer_json_path(const std::string& path_or_dir);
+
 // `path` is a tokenizer.json or a folder holding one (empty: the model folder's).
 // A file that lacks any of V4's chat markers (DeepSeek-V3's table: no <think>, no ｜DSML｜)
 // gets deepseek_v4_added_tokens() installed, and `note` (when not null) says so. A file that

@@ -64,7 +64,7 @@ int for_each_request(F&& answer) {
 }
 
 Expected<Tokenizer> load_tokenizer(const TokenizeArgs& a) {
-    DSV4_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(tokenizer_file(a.tokenizer)));
+    DSV4_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(tokenizer_json_path(a.tokenizer)));
     if (a.v4_added_tokens) {
         DSV4_RETURN_IF_ERROR(
             tokenizer.set_added_tokens(deepseek_v4_added_tokens(), AddedTokensMode::kReplace));

@@ -39,9 +39,6 @@ CLI::Validator finite_number(double lo, double hi, bool lo_open = false);
 // Prints a user error as the one line `error: <message>` on stderr.
 void print_error(const Status& status);
 
-// A tokenizer.json path, or a folder holding one.
-std::string tokenizer_file(const std::string& path_or_dir);
-
 // Tells a person at a terminal that the command reads JSON lines from stdin (it would
 // otherwise seem to hang).
 void note_reading_stdin(const char* what);

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 
 #include "cli/commands.h"
 
@@ -101,12 +100,6 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k) {
 
 void print_error(const Status& status) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());
-}
-
-std::string tokenizer_file(const std::string& path_or_dir) {
-    std::filesystem::path p = path_or_dir;
-    if (std::filesystem::is_directory(p)) p /= "tokenizer.json";
-    return p.string();
 }
 
 void note_reading_stdin(const char* what) {

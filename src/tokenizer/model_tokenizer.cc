@@ -19,12 +19,16 @@ bool has_v4_markers(const Tokenizer& tok) {
 
 }  // namespace
 
+std::string tokenizer_json_path(const std::string& path_or_dir) {
+    std::filesystem::path p(path_or_dir);
+    if (std::filesystem::is_directory(p)) p /= "tokenizer.json";
+    return p.string();
+}
+
 Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std::string& path,
                                          std::string* note) {
     // `path` may be the file or a folder holding it; empty: the model folder's.
-    std::filesystem::path p(path.empty() ? model_dir : path);
-    if (std::filesystem::is_directory(p)) p /= "tokenizer.json";
-    const std::string file = p.string();
+    const std::string file = tokenizer_json_path(path.empty() ? model_dir : path);
     if (!std::filesystem::exists(file))
         return error(file, ": no tokenizer.json (pass --tokenizer PATH)");
     auto tok = Tokenizer::load(file);
