@@ -22,6 +22,7 @@ struct CheckItem {
 struct CheckReport {
     std::vector<CheckItem> items;
     double seconds = 0;
+    std::string device;  // the backend it ran on
     bool pass() const {
         for (const auto& i : items)
             if (!i.pass) return false;
@@ -30,6 +31,7 @@ struct CheckReport {
 };
 
 // `options.model_dir` is the model; `expected_path` the fixture's expected.safetensors.
+// logits_tolerance <= 0: 1e-4 on the CPU reference, 1e-3 on CUDA (docs/numerics-cuda.md).
 Expected<CheckReport> run_conformance_check(EngineOptions options, const std::string& expected_path,
                                             double logits_tolerance);
 

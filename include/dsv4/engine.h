@@ -18,6 +18,8 @@ namespace dsv4 {
 
 struct EngineOptions {
     std::string model_dir;
+    // "cpu", "cuda", or "auto" (the CLI's default): cuda when this build has the CUDA backend,
+    // a usable GPU is present and the numerics run there; cpu otherwise.
     std::string device = "cpu";
     int64_t max_context = 0;  // tokens per sequence the caches hold; 0: min(4096, the model's)
     int max_seqs = 1;         // sequence slots in the cache pool (sessions + requests)
@@ -38,6 +40,7 @@ struct ModelInfo {
     int hidden_size = 0;
     int hc_mult = 0;
     std::string summary;                      // one line: sizes and layer kinds
+    std::string device;                       // the backend it runs on ("cpu" or "cuda")
     size_t weight_bytes = 0;                  // checkpoint bytes bound
     std::string cache_entry_type;             // "F32"
     int max_seqs = 0;                         // cache pool slots

@@ -63,7 +63,7 @@ int run_bench(BenchArgs a) {
         best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
         best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
     }
-    std::printf("model %s on %s: %s\n", a.engine.model_dir.c_str(), a.engine.device.c_str(),
+    std::printf("model %s on %s: %s\n", a.engine.model_dir.c_str(), info.device.c_str(),
                 info.summary.c_str());
     std::printf("prefill %d tokens: %.3f s, %.1f tokens/s\n", a.prompt_len, best_prefill,
                 a.prompt_len / best_prefill);

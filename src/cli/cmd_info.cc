@@ -19,8 +19,9 @@ int run_info(const EngineOptions& o) {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     std::printf("model:          %s\n", o.model_dir.c_str());
     std::printf("config:         %s\n", i.summary.c_str());
-    std::printf("weights:        %.3f GiB as stored (read in place, dequantized per row)\n",
-                i.weight_bytes / gib);
+    std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / gib,
+                i.device == "cuda" ? "copied to the GPU: FP8/FP4/BF16 packed for the GEMV, F32 as is"
+                                   : "read in place, dequantized per row");
     for (const auto& line : i.weight_formats) std::printf("  %s\n", line.c_str());
     std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (%s entries)\n",
                 i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0,
@@ -28,8 +29,9 @@ int run_info(const EngineOptions& o) {
     std::printf("at %lld tokens: %.3f GiB per sequence; pool of %d sequence(s): %.3f GiB\n",
                 static_cast<long long>(i.max_context), i.cache_bytes / gib, i.max_seqs,
                 i.cache_pool_bytes / gib);
-    std::printf("step:           up to %d tokens (all rows); memory needed ~%.3f GiB on %s\n",
-                i.step_tokens, (i.weight_bytes + i.cache_pool_bytes) / gib, o.device.c_str());
+    std::printf("step:           up to %d tokens (all rows)\n", i.step_tokens);
+    std::printf("on %-11s  %.3f GiB allocated (weights copied, cache pool, workspaces)\n",
+                (i.device + ":").c_str(), (*engine)->memory_in_use() / gib);
     return 0;
 }
 

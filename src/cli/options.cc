@@ -54,10 +54,13 @@ CLI::Validator finite_number(double lo, double hi, bool lo_open) {
 }
 
 void add_engine_options(CLI::App* cmd, EngineOptions& e) {
+    e.device = "auto";
     cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
-    cmd->add_option("--device", e.device, "cpu (cuda: the GEMV kernels only, not the model yet)")
+    cmd->add_option("--device", e.device,
+                    "cpu, cuda, or auto (cuda when a usable GPU is present and the numerics run "
+                    "there, else cpu)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"cpu", "cuda"}));
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--max-context", e.max_context,
                     "Tokens each sequence's cache holds (default: 4096, or fewer if the model "
                     "has fewer positions)")

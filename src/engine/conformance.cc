@@ -120,6 +120,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
     const int L = engine->info().num_layers;
     DSV4_ASSIGN_OR_RETURN(auto session, engine->new_session());
     CheckReport report;
+    report.device = engine->info().device;
+    if (tol <= 0) tol = report.device == "cuda" ? 1e-3 : 1e-4;
 
     // 1. One pass over the whole sequence, with per-layer taps.
     std::vector<float> logits;

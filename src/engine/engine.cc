@@ -7,6 +7,9 @@
 #include <map>
 
 #include "backend/cpu/cpu_backend.h"
+#if DSV4_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "base/thread_pool.h"
 #include "model/model.h"
 
@@ -245,6 +248,34 @@ Status check_model_folder(const std::string& dir) {
     return Status::ok();
 }
 
+namespace {
+
+// The backend for options.device ("auto": CUDA where it can run this configuration).
+Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
+    if (o.device == "cpu") return make_cpu_backend();
+    if (o.device != "cuda" && o.device != "auto")
+        return error("unknown device '", o.device, "' (cpu, cuda or auto)");
+#if DSV4_WITH_CUDA
+    const bool float_numerics = o.numerics == "float";
+    if (o.device == "auto") {
+        if (!float_numerics) return make_cpu_backend();
+        auto b = make_cuda_backend(0);
+        if (b) return b;
+        return make_cpu_backend();
+    }
+    if (!float_numerics)
+        return error("numerics '", o.numerics,
+                     "' run on the CPU backend only so far (issue #16); use --device cpu");
+    return make_cuda_backend(0);
+#else
+    if (o.device == "auto") return make_cpu_backend();
+    return error("device 'cuda': this build has no CUDA backend (configure with nvcc present, "
+                 "or -DDSV4_CUDA=ON)");
+#endif
+}
+
+}  // namespace
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
@@ -257,15 +288,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (options.max_queue < 0) return error("max_queue must be >= 0");
     if (options.cache_gib < 0) return error("cache budget must be >= 0");
     if (options.threads > 0) set_num_threads(options.threads);
-    if (options.device == "cpu") {
-        impl->backend = make_cpu_backend();
-    } else if (options.device == "cuda") {
-        return error(
-            "device 'cuda': the full model forward on CUDA is not implemented yet "
-            "(the CUDA backend has the GEMV kernels only); use --device cpu");
-    } else {
-        return error("unknown device '", options.device, "' (cpu or cuda)");
-    }
+    DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
     auto cfg = load_model_config(options.model_dir + "/config.json");
     if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
     // The cache first: its size is the one most likely not to fit, and checking it needs
@@ -308,6 +331,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     i.hidden_size = c.hidden_size;
     i.hc_mult = c.hc_mult;
     i.summary = c.summary();
+    i.device = impl->backend->name();
     i.weight_bytes = impl->model->weights().bytes;
     i.cache_entry_type = std::string(dtype_name(layout.entry));
     i.max_seqs = layout.max_seqs;

@@ -106,7 +106,8 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
     b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel,
               ws.route_w, T, E, k, static_cast<float>(c.routed_scaling_factor)});
     b.moe({x, ws.sel, ws.route_w, &w.experts, shared ? &w.shared_w1 : nullptr,
-           shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, out, T,
+           shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, ws.routed,
+           out, T,
            c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
            reference() && w.experts.fp8_activations});
 }

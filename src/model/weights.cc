@@ -181,8 +181,10 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     DSV4_BIND(w.wq_b, b.matrix(a + "wq_b", int64_t{H} * hd, c.q_lora_rank, at(R::kAttention)));
     DSV4_BIND(w.wkv, b.matrix(a + "wkv", hd, D, at(R::kAttention)));
     DSV4_BIND(w.kv_norm, b.vec(a + "kv_norm.weight", {hd}));
+    ops::WeightPlacement wo_a_at = at(R::kAttention);
+    wo_a_at.row_block = c.o_lora_rank;  // one range per output group (layer.cc)
     DSV4_BIND(w.wo_a, b.matrix(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
-                               int64_t{H} * hd / c.o_groups, at(R::kAttention)));
+                               int64_t{H} * hd / c.o_groups, wo_a_at));
     DSV4_BIND(w.wo_b, b.matrix(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank,
                                at(R::kAttention)));
     DSV4_BIND(w.attn_sink, b.vec(a + "attn_sink", {H}));

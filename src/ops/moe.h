@@ -48,6 +48,8 @@ struct MoeArgs {
     const Weight* shared_w3 = nullptr;       // [I, D]
     const Weight* shared_w2 = nullptr;       // [D, I]
     float* shared_scratch = nullptr;         // [T, 2*I + D] for the shared expert
+    float* routed_scratch = nullptr;         // [T*k, D + 3*I] backend scratch for the routed
+                                             // experts (CUDA); the CPU reference ignores it
     float* out = nullptr;                    // [T, D] overwritten
     int64_t T = 0;
     int D = 0, I = 0, E = 0, k = 0;

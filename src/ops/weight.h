@@ -33,6 +33,9 @@ enum class WeightRole : uint8_t { kEmbed, kHead, kAttention, kCompressor, kIndex
 struct WeightPlacement {
     WeightRole role = WeightRole::kAttention;
     int layer = -1;  // -1: not in a layer (embed, head)
+    // Linears read this weight in row ranges of this many rows (wo_a's groups), 0: whole. A
+    // backend with a blocked layout checks at load that the ranges fall on its blocks.
+    int64_t row_block = 0;
 };
 
 // Activation element type where activations cross ops into the weight products.

@@ -246,7 +246,7 @@ TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
     const cpu_ref::CpuExperts ex{q1, q3, q2};
     const ops::ExpertWeights experts = cpu_ref::wrap(ex, I, D);
     std::vector<float> fused(T * D), scratch(T * (2 * I + D));
-    cpu_ref::moe({x.data(), sel.data(), w.data(), &experts, &h1, &h3, &h2, scratch.data(),
+    cpu_ref::moe({x.data(), sel.data(), w.data(), &experts, &h1, &h3, &h2, scratch.data(), nullptr,
                   fused.data(), T, D, I, E, k, 0.7f});
     std::vector<float> plain(T * D), g(T * I), u(T * I), y(T * D);
     moe_ref(x.data(), sel.data(), w.data(), q1.data(), q3.data(), q2.data(), plain.data(), T, D, I,

@@ -6,6 +6,8 @@
 #   test   ctest --preset gpu: the tests labelled gpu and cuda
 #   bench  the full GEMV benchmark (tools/bench_gemv.sh)
 #   full   benchmark + tests + compute-sanitizer memcheck / racecheck on the GEMV tests
+#   engine compute-sanitizer memcheck / racecheck on the engine op tests, then the whole-model
+#          benchmark (tools/gpu/bench_engine.sh: CPU vs CUDA); run after `test` (one call each)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -69,5 +71,12 @@ if [ "$mode" = full ]; then
       $B/tests/cuda/cuda_gpu_test \
       --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY:GemvGpu.MoeStepChainWithPdl'
   done
+fi
+if [ "$mode" = engine ]; then
+  for tool in memcheck racecheck; do
+    step ${tool}_ops timeout 240 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
+      --error-exitcode 9 $B/tests/cuda/cuda_ops_gpu_test
+  done
+  step bench_engine timeout 420 bash tools/gpu/bench_engine.sh $B $L/engine
 fi
 exit $rc

@@ -2,17 +2,21 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <deque>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/device.h"
 #include "backend/cuda/common/stream.h"
+#include "backend/cuda/gemv_op.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/compressor/compress.h"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
+#include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/route.h"
 #include "backend/cuda/kernels/sample/sample.h"
 #include "base/check.h"
@@ -22,16 +26,57 @@ namespace {
 
 constexpr size_t kAlign = 256;
 
-// What a Weight handle's impl points at: a dense tensor on the device, as stored.
-struct DenseWeight {
-    DType dtype = DType::kF32;   // kF32 or kBF16
-    const void* data = nullptr;  // [rows, cols]
+// What a Weight handle's impl points at: a dense copy (f32 or bf16, read by the embedding
+// lookup and the dense linear) and/or the weight GEMV's tile layout (FP8, MXFP4, NVFP4, BF16).
+struct CudaWeight {
     int64_t rows = 0, cols = 0;
+    DType dtype = DType::kF32;    // of `dense`: kF32 or kBF16
+    const void* dense = nullptr;  // [rows, cols], or nullptr
+    bool has_gemv = false;
+    cuda::GemvWeight gemv;
 };
 
-const DenseWeight& dense(const ops::Weight* w) {
+// A layer's routed experts: dense stacks ([E][2I][D] w1|w3 and [E][D][I] w2, f32 or bf16), or
+// the GEMV layout (w1|w3 concatenated per expert, and w2).
+struct CudaExperts {
+    DType dtype = DType::kF32;
+    const void* w13 = nullptr;
+    const void* w2 = nullptr;
+    bool has_gemv = false;
+    cuda::GemvWeight g13, g2;
+};
+
+const CudaWeight& cuda_weight(const ops::Weight* w) {
     DSV4_ASSERT(w != nullptr && w->valid(), "CUDA op given an empty weight");
-    return *static_cast<const DenseWeight*>(w->impl);
+    return *static_cast<const CudaWeight*>(w->impl);
+}
+
+// A row range [row0, row0 + n) of a GEMV weight as a weight of its own: ranges that start on a
+// row-block quad (64 rows) are contiguous in the tile layout (gemv_layout.h).
+cuda::GemvArgs gemv_rows(const cuda::GemvWeight& w, int64_t row0, int64_t n) {
+    const cuda::GemvShape& s = w.shape;
+    constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+    DSV4_ASSERT(row0 % kQuadRows == 0 && (n % kQuadRows == 0 || row0 + n == s.n),
+                "GEMV weight rows [", row0, ", ", row0 + n, ") of ", s.n,
+                " do not fall on its 64-row blocks");
+    const int64_t quad0 = row0 / kQuadRows;
+    cuda::GemvArgs a;
+    a.format = s.format;
+    a.w_tiles = static_cast<const uint8_t*>(w.tiles) +
+                quad0 * s.k_tiles() * cuda::kGemvQuad * cuda::kGemvTileBytes;
+    a.w_scales = w.scales == nullptr
+                     ? nullptr
+                     : static_cast<const uint8_t*>(w.scales) +
+                           quad0 * s.k_tiles() * cuda::kGemvQuad *
+                               cuda::gemv_tile_scale_bytes(s.format);
+    a.out_scale = w.out_scale + quad0 * cuda::kGemvQuad;
+    a.w_tiles_expert_stride = s.tiles_expert_bytes();
+    a.w_scales_expert_stride = s.scales_expert_bytes();
+    a.n = static_cast<int32_t>(n);
+    a.k = static_cast<int32_t>(s.k);
+    a.row_blocks = static_cast<int32_t>((n + kQuadRows - 1) / kQuadRows * cuda::kGemvQuad);
+    a.k_tiles = static_cast<int32_t>(s.k_tiles());
+    return a;
 }
 
 class CudaBackend final : public Backend {
@@ -104,40 +149,127 @@ class CudaBackend final : public Backend {
     }
     void synchronize() override { stream_.synchronize(); }
 
+    // Dense F32 weights stay dense (f32 products, the transformers-saved checkpoints); FP8,
+    // MXFP4, NVFP4 and BF16 go to the GEMV layout, packed, except the embedding table (dense,
+    // read by row) and weights read in row ranges off the GEMV's 64-row blocks (dequantized to
+    // f32: wo_a of small test models).
     Expected<ops::Weight> upload_weight(const QuantWeight& w,
-                                        const ops::WeightPlacement&) override {
-        if (w.format != WeightFormat::kDense || (w.dtype != DType::kF32 && w.dtype != DType::kBF16))
-            return error("CUDA backend: ", weight_format_name(w.format), " ", dtype_name(w.dtype),
-                         " weights are not supported yet (dense F32/BF16 only; issue #11)");
-        const size_t bytes = w.nbytes();
-        DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(bytes));
-        upload(p, w.data, bytes);
-        weights_.push_back({w.dtype, p, w.rows, w.cols});
+                                        const ops::WeightPlacement& where) override {
+        CudaWeight cw;
+        cw.rows = w.rows;
+        cw.cols = w.cols;
+        const bool dense_in = w.format == WeightFormat::kDense;
+        const bool embed = where.role == ops::WeightRole::kEmbed;
+        if (embed && !dense_in)
+            return error("CUDA backend: a ", weight_format_name(w.format),
+                         " embedding table is not supported (dense F32/BF16 only)");
+        const bool off_blocks =
+            where.row_block != 0 && where.row_block % (cuda::kGemvRowBlock * cuda::kGemvQuad) != 0;
+        const bool keep_bf16 = dense_in && w.dtype == DType::kBF16;
+        if (embed || off_blocks || (dense_in && !keep_bf16)) {
+            if (keep_bf16) {
+                DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(w.nbytes()));
+                upload(p, w.data, w.nbytes());
+                cw.dtype = DType::kBF16;
+                cw.dense = p;
+            } else {
+                DSV4_ASSIGN_OR_RETURN(cw.dense, upload_dequantized(w));
+            }
+        } else {
+            const QuantWeight* parts[] = {&w};
+            DSV4_ASSIGN_OR_RETURN(cw.gemv, upload_gemv(parts, 1, 1));
+            cw.has_gemv = true;
+        }
+        weights_.push_back(cw);
         return ops::Weight{w.rows, w.cols, &weights_.back()};
     }
-    Expected<ops::ExpertWeights> upload_experts(const QuantWeight*, const QuantWeight*,
-                                                const QuantWeight*, int,
+    Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
+                                                const QuantWeight* w2, int E,
                                                 const ops::WeightPlacement&) override {
-        return error(
-            "CUDA backend: routed experts (the MoE op) are not implemented yet (issue #11)");
+        DSV4_ASSERT(E >= 1, E);
+        const int64_t I = w1[0].rows, D = w1[0].cols;
+        for (int e = 0; e < E; ++e) {
+            const QuantWeight* ws[] = {&w1[e], &w3[e], &w2[e]};
+            for (const QuantWeight* q : ws)
+                if (q->format != w1[0].format || q->dtype != w1[0].dtype)
+                    return error("CUDA backend: expert ", e, " mixes weight formats (",
+                                 weight_format_name(q->format), " ", dtype_name(q->dtype), " vs ",
+                                 weight_format_name(w1[0].format), " ", dtype_name(w1[0].dtype),
+                                 ")");
+        }
+        CudaExperts ce;
+        if (w1[0].format == WeightFormat::kDense && w1[0].dtype != DType::kBF16) {
+            // Dense f32 experts stacked for the dense grouped linear (f32 products).
+            DSV4_ASSIGN_OR_RETURN(void* p13, try_alloc(static_cast<size_t>(E) * 2 * I * D * 4));
+            DSV4_ASSIGN_OR_RETURN(void* p2, try_alloc(static_cast<size_t>(E) * D * I * 4));
+            std::vector<float> host(static_cast<size_t>(2 * I * D));
+            for (int e = 0; e < E; ++e) {
+                for (int64_t r = 0; r < I; ++r) {
+                    dequant_row(w1[e], r, host.data() + r * D);
+                    dequant_row(w3[e], r, host.data() + (I + r) * D);
+                }
+                upload_sync(static_cast<float*>(p13) + e * 2 * I * D, host.data(), 2 * I * D * 4);
+                for (int64_t r = 0; r < D; ++r) dequant_row(w2[e], r, host.data() + r * I);
+                upload_sync(static_cast<float*>(p2) + e * D * I, host.data(), D * I * 4);
+            }
+            ce.w13 = p13;
+            ce.w2 = p2;
+        } else {
+            std::vector<const QuantWeight*> p13(2 * static_cast<size_t>(E)), p2(E);
+            for (int e = 0; e < E; ++e) {
+                p13[2 * e] = &w1[e];
+                p13[2 * e + 1] = &w3[e];
+                p2[e] = &w2[e];
+            }
+            DSV4_ASSIGN_OR_RETURN(ce.g13, upload_gemv(p13.data(), E, 2));
+            DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1));
+            ce.has_gemv = true;
+        }
+        experts_.push_back(ce);
+        ops::ExpertWeights out;
+        out.E = E;
+        out.I = static_cast<int>(I);
+        out.D = static_cast<int>(D);
+        out.impl = &experts_.back();
+        return out;
     }
 
     void embed(const ops::EmbedArgs& a) override {
-        const DenseWeight& t = dense(a.table);
-        cuda::launch_embed_dense(a.ids, t.data, t.dtype == DType::kBF16, t.cols, a.out, a.T, a.n,
+        const CudaWeight& t = cuda_weight(a.table);
+        DSV4_ASSERT(t.dense != nullptr, "CUDA embed: the table has no dense copy");
+        cuda::launch_embed_dense(a.ids, t.dense, t.dtype == DType::kBF16, t.cols, a.out, a.T, a.n,
                                  stream_.get());
     }
     void linear(const ops::LinearArgs& a) override {
-        const DenseWeight& w = dense(a.w);
+        const CudaWeight& w = cuda_weight(a.w);
         DSV4_ASSERT(!a.act_fp8,
                     "CUDA backend: FP8 activations (reference numerics) are not "
                     "implemented yet (issue #16)");
         DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
                     ") outside weight of ", w.rows);
+        const int64_t ldx = a.ldx ? a.ldx : w.cols, ldy = a.ldy ? a.ldy : a.N;
+        if (w.has_gemv) {
+            // The GEMV takes up to 16 tokens a launch: longer steps (prefill) run in slices.
+            cuda::GemvArgs g = gemv_rows(w.gemv, a.row0, a.N);
+            g.x_f32 = a.x_type == ops::ActType::kF32;
+            g.y_bf16 = a.y_type == ops::ActType::kBF16;
+            g.ldx = ldx;
+            g.ldy = ldy;
+            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
+            for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
+                g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
+                g.x = static_cast<const uint8_t*>(a.x) + m0 * ldx * xe;
+                g.y = static_cast<uint8_t*>(a.y) + m0 * ldy * ye;
+                cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+            }
+            return;
+        }
+        DSV4_ASSERT(w.dense != nullptr, "CUDA linear: weight without a device copy");
         cuda::DenseLinearArgs d;
         d.x = a.x;
         d.x_bf16 = a.x_type == ops::ActType::kBF16;
-        d.w = w.data;
+        d.w = w.dense;
         d.w_bf16 = w.dtype == DType::kBF16;
         d.y = a.y;
         d.y_bf16 = a.y_type == ops::ActType::kBF16;
@@ -145,8 +277,8 @@ class CudaBackend final : public Backend {
         d.N = a.N;
         d.K = w.cols;
         d.row0 = a.row0;
-        d.ldx = a.ldx ? a.ldx : w.cols;
-        d.ldy = a.ldy ? a.ldy : a.N;
+        d.ldx = ldx;
+        d.ldy = ldy;
         cuda::launch_dense_linear(d, stream_.get());
     }
     void linear_group(const ops::LinearGroupArgs& a) override {
@@ -190,8 +322,71 @@ class CudaBackend final : public Backend {
             {a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k, a.scale},
             stream_.get());
     }
-    void moe(const ops::MoeArgs&) override {
-        DSV4_ASSERT(false, "CUDA backend: the MoE op is not implemented yet (issue #11)");
+    // Every (token, slot) pair is a group of one row: w1|w3 for all of them in one launch, the
+    // clipped SwiGLU, w2 in one launch, then the weighted sum in slot order plus the shared
+    // expert (the reference's order).
+    void moe(const ops::MoeArgs& a) override {
+        DSV4_ASSERT(!a.act_fp8,
+                    "CUDA backend: FP8 activations (reference numerics) are not "
+                    "implemented yet (issue #16)");
+        DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
+        if (a.T == 0) return;
+        const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
+        const int64_t G = a.T * a.k, D = a.D, I = a.I;
+        float* xg = a.routed_scratch;  // [G, D]: the inputs, later each slot's output
+        float* h13 = xg + G * D;       // [G, 2I]
+        float* act = h13 + G * 2 * I;  // [G, I]
+        cudaStream_t s = stream_.get();
+        if (ex.has_gemv) {
+            cuda::launch_expand_rows(a.x, xg, a.T, a.k, D, s);
+            DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, G * 2 * I * sizeof(float), s));
+            expert_gemv(ex.g13, xg, D, h13, 2 * I, G, a.sel);
+        } else {
+            cuda::DenseLinearArgs d;
+            d.x = a.x;
+            d.w = ex.w13;
+            d.y = h13;
+            d.M = G;
+            d.N = 2 * I;
+            d.K = D;
+            d.ldx = D;
+            d.ldy = 2 * I;
+            d.w_ids = a.sel;
+            d.w_stride = 2 * I * D;
+            d.x_div = a.k;
+            cuda::launch_dense_linear(d, s);
+        }
+        cuda::launch_moe_swiglu({h13, nullptr, act, G, a.I, a.swiglu_limit}, s);
+        float* y2 = xg;
+        if (ex.has_gemv) {
+            DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, G * D * sizeof(float), s));
+            expert_gemv(ex.g2, act, I, y2, D, G, a.sel);
+        } else {
+            cuda::DenseLinearArgs d;
+            d.x = act;
+            d.w = ex.w2;
+            d.y = y2;
+            d.M = G;
+            d.N = D;
+            d.K = I;
+            d.ldx = I;
+            d.ldy = D;
+            d.w_ids = a.sel;
+            d.w_stride = D * I;
+            cuda::launch_dense_linear(d, s);
+        }
+        const float* shared = nullptr;
+        if (a.shared_w1 != nullptr) {
+            float* g = a.shared_scratch;
+            float* u = g + a.T * I;
+            float* y = u + a.T * I;
+            linear({a.x, a.shared_w1, g, a.T, I});
+            linear({a.x, a.shared_w3, u, a.T, I});
+            swiglu({g, u, g, a.T * I, a.swiglu_limit});
+            linear({g, a.shared_w2, y, a.T, D});
+            shared = y;
+        }
+        cuda::launch_moe_combine({y2, a.weight, shared, a.out, a.T, a.k, D}, s);
     }
     void gather_rows(const ops::GatherRowsArgs& a) override {
         cuda::launch_gather_rows(a, stream_.get());
@@ -208,11 +403,77 @@ class CudaBackend final : public Backend {
     cudaStream_t stream() const { return stream_.get(); }
 
   private:
+    // y[g] += x[g] . W[sel[g]]^T for G groups of one row each (accumulate mode: y zeroed first;
+    // no split-K workspace, so any G fits).
+    void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, float* y,
+                     int64_t ldy, int64_t G, const int32_t* sel) {
+        cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
+        g.n_groups = static_cast<int32_t>(G);
+        g.expert_ids = sel;
+        g.x = x;
+        g.x_f32 = true;
+        g.m = 1;
+        g.ldx = ldx;
+        g.x_group_stride = ldx;
+        g.y = y;
+        g.ldy = ldy;
+        g.y_group_stride = ldy;
+        g.y_accumulate = true;
+        cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+    }
+
+    // Host-to-device copy waited for (load time: the host buffer is reused next).
+    void upload_sync(void* dst, const void* src, size_t bytes) {
+        upload(dst, src, bytes);
+        stream_.synchronize();
+    }
+
+    // Any format as an f32 dense copy (dequant_row is exact in f32).
+    Expected<const void*> upload_dequantized(const QuantWeight& w) {
+        DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(w.rows * w.cols) * 4));
+        std::vector<float> host(static_cast<size_t>(w.rows * w.cols));
+        for (int64_t r = 0; r < w.rows; ++r) dequant_row(w, r, host.data() + r * w.cols);
+        upload_sync(p, host.data(), host.size() * 4);
+        return static_cast<const void*>(p);
+    }
+
+    // Repacks parts (gemv_repack) and copies the tiles, scales and row-block scales to the
+    // device; grows the plain-mode GEMV workspace to the largest weight seen (load time).
+    Expected<cuda::GemvWeight> upload_gemv(const QuantWeight* const* parts, int n_experts,
+                                           int parts_per_expert) {
+        DSV4_ASSIGN_OR_RETURN(cuda::GemvPacked p,
+                              cuda::gemv_repack(parts, n_experts, parts_per_expert));
+        cuda::GemvWeight g;
+        g.shape = p.shape;
+        DSV4_ASSIGN_OR_RETURN(void* tiles, try_alloc(p.tiles.size()));
+        upload_sync(tiles, p.tiles.data(), p.tiles.size());
+        g.tiles = tiles;
+        if (!p.scales.empty()) {
+            DSV4_ASSIGN_OR_RETURN(void* sc, try_alloc(p.scales.size()));
+            upload_sync(sc, p.scales.data(), p.scales.size());
+            g.scales = sc;
+        }
+        DSV4_ASSIGN_OR_RETURN(void* os, try_alloc(p.out_scale.size() * sizeof(float)));
+        upload_sync(os, p.out_scale.data(), p.out_scale.size() * sizeof(float));
+        g.out_scale = static_cast<const float*>(os);
+        if (p.shape.row_blocks() > gemv_ws_row_blocks_) {
+            const int64_t rb = p.shape.row_blocks();
+            DSV4_ASSIGN_OR_RETURN(void* ws, try_alloc(cuda::gemv_workspace_bytes(rb)));
+            free(gemv_ws_);
+            gemv_ws_ = ws;
+            gemv_ws_row_blocks_ = rb;
+        }
+        return g;
+    }
+
     cuda::DeviceInfo info_;
     cuda::CudaStream stream_;
     std::unordered_map<void*, size_t> blocks_;
     size_t in_use_ = 0;
-    std::deque<DenseWeight> weights_;  // stable addresses for the handles
+    std::deque<CudaWeight> weights_;  // stable addresses for the handles
+    std::deque<CudaExperts> experts_;
+    void* gemv_ws_ = nullptr;  // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    int64_t gemv_ws_row_blocks_ = 0;
 };
 
 }  // namespace

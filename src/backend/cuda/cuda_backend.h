@@ -1,9 +1,12 @@
 // The CUDA backend: the engine-v2 op table (ops/backend.h) on one H200 (sm_90a), device memory
-// from cudaMalloc, everything ordered on one non-blocking stream. Weights: dense F32/BF16
-// tensors are kept on the device in their stored format (embedding, dense linears, the router
-// gate); FP8/FP4 weights and the routed experts are not wired yet (upload_weight /
-// upload_experts return an error naming the format), so `moe` is absent: calling it aborts.
-// docs/numerics-cuda.md states each op's tolerance against the CPU reference.
+// from cudaMalloc, everything ordered on one non-blocking stream. Weights: FP8, MXFP4, NVFP4 and
+// BF16 linears and routed experts are repacked once into the weight GEMV's tile layout and stay
+// packed (f32 activations split into bf16 hi + lo: f32-accurate products); dense F32 weights
+// (transformers-saved checkpoints) stay f32 for a plain f32 kernel; the embedding table stays
+// dense. Linears take up to 16 tokens a GEMV launch (prefill runs in slices: no tensor-core
+// GEMM yet). Not yet on CUDA: the reference numerics' FP8 activations (`act_fp8` aborts; the
+// engine refuses those numerics on cuda first). docs/numerics-cuda.md states each op's
+// tolerance against the CPU reference.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -26,16 +26,20 @@ void launch_add_to_streams(const ops::AddToStreamsArgs& a, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_fill(float* x, float v, int64_t n, cudaStream_t stream);
 
-// y[m, n] = x[m, :] . w[row0 + n, :] for a dense weight w [rows, K] (f32 or bf16), x and y f32
-// or bf16 with row strides ldx / ldy (elements). FP32 accumulation.
+// y[m, n] = x[m / x_div, :] . w[row0 + n, :] for a dense weight w [rows, K] (f32 or bf16), x and
+// y f32 or bf16 with row strides ldx / ldy (elements). FP32 accumulation. With w_ids, row m
+// reads the stacked matrix w_ids[m] (the routed experts of dense checkpoints).
 struct DenseLinearArgs {
-    const void* x = nullptr;  // [M, K], rows ldx apart
+    const void* x = nullptr;  // [M / x_div, K], rows ldx apart
     bool x_bf16 = false;
-    const void* w = nullptr;  // [rows, K]
+    const void* w = nullptr;  // [rows, K], or [E][rows, K] with w_ids
     bool w_bf16 = false;
     void* y = nullptr;  // [M, N], rows ldy apart
     bool y_bf16 = false;
     int64_t M = 0, N = 0, K = 0, row0 = 0, ldx = 0, ldy = 0;
+    const int32_t* w_ids = nullptr;  // [M] device, or nullptr (one matrix)
+    int64_t w_stride = 0;            // elements between stacked matrices
+    int x_div = 1;                   // output rows per x row
 };
 void launch_dense_linear(const DenseLinearArgs& a, cudaStream_t stream);
 

@@ -106,8 +106,9 @@ __global__ void dense_linear_kernel(DenseLinearArgs a) {
     const int64_t m = static_cast<int64_t>(blockIdx.y) * kLinWarps + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (m >= a.M) return;
-    const int64_t wrow = (a.row0 + n) * a.K;
-    const int64_t xrow = m * a.ldx;
+    const int64_t wrow =
+        (a.w_ids != nullptr ? a.w_ids[m] * a.w_stride : int64_t{0}) + (a.row0 + n) * a.K;
+    const int64_t xrow = (m / a.x_div) * a.ldx;
     float s = 0;
     for (int64_t k = lane; k < a.K; k += 32)
         s = fmaf(load_act(a.x, a.x_bf16, xrow + k), load_act(a.w, a.w_bf16, wrow + k), s);

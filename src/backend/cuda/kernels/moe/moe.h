@@ -1,0 +1,42 @@
+// Launchers of the MoE's element-wise kernels around the expert products (the products
+// themselves are the weight GEMV, or the dense linear for dense checkpoints): spreading each
+// token's row over its k expert slots, the clipped SwiGLU of a slot's [gate | up] row, and the
+// weighted combine with the shared expert. Raw device pointers and a stream; capturable.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// out[t * k + j, :] = x[t, :] for j < k.
+void launch_expand_rows(const float* x /*[T, D]*/, float* out /*[T*k, D]*/, int64_t T, int k,
+                        int64_t D, cudaStream_t stream);
+
+// a[g, i] = silu(min(h[g, i], L)) * clamp(h[g, I + i], -L, L) (L = 0: no clip), times
+// weight[g] when weight is given (the reference numerics' order: weight before w2).
+struct MoeSwigluArgs {
+    const float* h = nullptr;       // [G, 2*I] w1 | w3 outputs of each slot
+    const float* weight = nullptr;  // [G] routing weights, or nullptr
+    float* a = nullptr;             // [G, I]
+    int64_t G = 0;
+    int I = 0;
+    float limit = 0.0f;
+};
+void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream);
+
+// out[t, :] = sum_j (weight[t, j] * y[t*k + j, :]) in j order, then + shared[t, :]: the CPU
+// reference's order. weight nullptr: the slots are already weighted.
+struct MoeCombineArgs {
+    const float* y = nullptr;       // [T*k, D] each slot's expert output
+    const float* weight = nullptr;  // [T, k] or nullptr
+    const float* shared = nullptr;  // [T, D] shared expert output, or nullptr
+    float* out = nullptr;           // [T, D]
+    int64_t T = 0;
+    int k = 0;
+    int64_t D = 0;
+};
+void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
+
+}  // namespace dsv4::cuda

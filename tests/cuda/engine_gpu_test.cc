@@ -1,0 +1,152 @@
+// The whole model on the CUDA backend through the public engine API: batching is invisible in
+// each sequence's logits (within the CUDA check tolerance; the GEMV's split sums can differ in
+// the last bits between runs, docs/numerics-cuda.md) and in its greedy tokens (exactly), and
+// the CUDA logits agree with the CPU reference's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "dsv4/engine.h"
+
+namespace dsv4 {
+namespace {
+
+std::unique_ptr<Engine> make_engine(const std::string& fixture, const char* device, int seqs) {
+    EngineOptions o;
+    o.model_dir = std::string(DSV4_GOLDEN_DIR) + "/" + fixture;
+    o.device = device;
+    o.max_context = 256;
+    o.max_seqs = seqs;
+    o.max_chunk = 128;
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.has_value()) << (e ? "" : e.status().message());
+    return e ? std::move(*e) : nullptr;
+}
+
+std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    return ids;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+        m = std::max(m, std::isfinite(a[i]) ? std::fabs(static_cast<double>(a[i]) - b[i]) : 1e30);
+    return m;
+}
+
+// Dense f32 weights (transformers layout), release FP8 + MXFP4, and NVFP4.
+const char* const kFixtures[] = {"small-rates", "fmt-official", "fmt-nvfp4"};
+const int kLens[8] = {1, 3, 7, 12, 20, 5, 9, 16};
+
+// 8 sequences of different lengths: prefilled together in one step, then 6 decode steps
+// together, against each sequence fed alone (and against the CPU reference).
+TEST(CudaEngineGpu, BatchedStepsMatchEachSequenceAlone) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        auto gpu = make_engine(fixture, "cuda", 8);
+        auto cpu = make_engine(fixture, "cpu", 1);
+        ASSERT_TRUE(gpu && cpu);
+        const int V = gpu->info().vocab_size;
+        std::vector<std::vector<int32_t>> prompts(8), decode(8);
+        for (int i = 0; i < 8; ++i) {
+            prompts[i] = random_ids(kLens[i], V, 100 + i);
+            decode[i] = random_ids(6, V, 200 + i);
+        }
+        // Alone, on CUDA and on the CPU: the last logits after the prompt and after each
+        // decode token.
+        std::vector<std::vector<std::vector<float>>> alone(8), ref(8);
+        for (int i = 0; i < 8; ++i) {
+            for (Engine* e : {gpu.get(), cpu.get()}) {
+                auto s = e->new_session();
+                ASSERT_TRUE(s.has_value()) << s.status().message();
+                auto& out = e == gpu.get() ? alone[i] : ref[i];
+                std::vector<float> last;
+                ASSERT_TRUE((*s)->feed(prompts[i], nullptr, &last).is_ok());
+                out.push_back(last);
+                for (int32_t id : decode[i]) {
+                    ASSERT_TRUE((*s)->feed({id}, nullptr, &last).is_ok());
+                    out.push_back(last);
+                }
+            }
+        }
+        // Together.
+        std::vector<std::unique_ptr<Session>> sessions;
+        for (int i = 0; i < 8; ++i) {
+            auto s = gpu->new_session();
+            ASSERT_TRUE(s.has_value()) << s.status().message();
+            sessions.push_back(std::move(*s));
+        }
+        std::vector<std::vector<float>> got(8);
+        double worst_batch = 0, worst_cpu = 0;
+        for (int step = 0; step <= 6; ++step) {
+            std::vector<BatchFeed> feeds(8);
+            for (int i = 0; i < 8; ++i) {
+                feeds[i].session = sessions[i].get();
+                feeds[i].ids = step == 0 ? prompts[i] : std::vector<int32_t>{decode[i][step - 1]};
+                feeds[i].logits = &got[i];
+            }
+            ASSERT_TRUE(gpu->feed_batch(feeds).is_ok());
+            for (int i = 0; i < 8; ++i) {
+                worst_batch = std::max(worst_batch, max_abs_diff(got[i], alone[i][step]));
+                worst_cpu = std::max(worst_cpu, max_abs_diff(got[i], ref[i][step]));
+            }
+        }
+        std::printf("[engine] %-12s batched vs alone max-abs %.3g; vs CPU %.3g\n", fixture,
+                    worst_batch, worst_cpu);
+        EXPECT_LE(worst_batch, 1e-3) << fixture;
+        EXPECT_LE(worst_cpu, 1e-3) << fixture;
+    }
+}
+
+// Greedy requests through submit/step, 8 at once against one at a time: identical tokens.
+TEST(CudaEngineGpu, GreedyRequestsTogetherMatchAlone) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        auto gpu = make_engine(fixture, "cuda", 8);
+        ASSERT_TRUE(gpu);
+        const int V = gpu->info().vocab_size;
+        auto run = [&](const std::vector<int>& which) {
+            std::map<RequestId, int> req;
+            std::vector<std::vector<int32_t>> out(8);
+            for (int i : which) {
+                Request r;
+                r.prompt = random_ids(kLens[i], V, 300 + i);
+                r.max_tokens = 10;
+                r.stop_at_eos = false;
+                auto id = gpu->submit(r);
+                EXPECT_TRUE(id.has_value()) << id.status().message();
+                if (id) req[*id] = i;
+            }
+            std::vector<TokenEvent> events;
+            while (!gpu->idle()) {
+                events.clear();
+                EXPECT_TRUE(gpu->step(&events).is_ok());
+                for (const TokenEvent& ev : events) {
+                    EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
+                    if (ev.token >= 0) out[req[ev.id]].push_back(ev.token);
+                }
+            }
+            return out;
+        };
+        const auto together = run({0, 1, 2, 3, 4, 5, 6, 7});
+        for (int i = 0; i < 8; ++i) {
+            const auto alone = run({i});
+            EXPECT_EQ(together[i], alone[i]) << fixture << " sequence " << i;
+            EXPECT_EQ(together[i].size(), 10u);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace dsv4
