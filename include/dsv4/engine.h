@@ -30,6 +30,9 @@ struct EngineOptions {
     // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
     // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
     std::string numerics = "float";
+    // Called while the weights load (copied to the device on cuda), after each layer:
+    // (layers done, layers in all). May be empty.
+    std::function<void(int, int)> on_load_progress;
 };
 
 struct ModelInfo {

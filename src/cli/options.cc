@@ -55,6 +55,16 @@ CLI::Validator finite_number(double lo, double hi, bool lo_open) {
 
 void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     e.device = "auto";
+    // A progress bar on a terminal while the weights load (on cuda: copied and repacked).
+    e.on_load_progress = [](int done, int total) {
+        if (!isatty(STDERR_FILENO) || total <= 0) return;
+        constexpr int kWidth = 30;
+        const int fill = done * kWidth / total;
+        std::fprintf(stderr, "\rloading weights [%.*s%*s] %d/%d layers", fill,
+                     "##############################", kWidth - fill, "", done, total);
+        if (done == total) std::fprintf(stderr, "\r\033[K");
+        std::fflush(stderr);
+    };
     cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
     cmd->add_option("--device", e.device,
                     "cpu, cuda, or auto (cuda when a usable GPU is present and the numerics run "

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 #include "base/thread_pool.h"
+#include "formats/safetensors.h"
 #include "model/model.h"
 
 namespace dsv4 {
@@ -310,6 +311,20 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                          context, " tokens (", per_seq / (1 << 30), " GiB each)");
         layout.max_seqs = static_cast<int>(std::min(fit, 1e6));
     }
+    // On a GPU, everything must fit at once: one line with what is needed and what is there,
+    // before anything is copied (weights as stored: the GPU keeps them packed as they are).
+    if (impl->backend->name() != std::string("cpu")) {
+        auto store = TensorStore::open(options.model_dir);
+        if (!store) return store.status().with_context("loading " + options.model_dir);
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        const double weights = static_cast<double>(store->total_bytes());
+        const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
+        const double avail = static_cast<double>(impl->backend->memory_available());
+        if (weights + cache > avail)
+            return error("the model needs ~", weights / gib, " GiB of weights + ", cache / gib,
+                         " GiB of KV cache on the ", impl->backend->name(), " device, which has ",
+                         avail / gib, " GiB free (fewer --max-seqs / --max-context, or --device cpu)");
+    }
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
     impl->pool = std::move(*pool);
@@ -319,7 +334,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     else if (options.numerics != "float")
         return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
     auto model = Model::load(options.model_dir, *impl->backend,
-                             options.max_chunk + layout.max_seqs, numerics);
+                             options.max_chunk + layout.max_seqs, numerics,
+                             options.on_load_progress);
     if (!model) return model.status().with_context("loading " + options.model_dir);
     impl->model = std::move(*model);
     const ModelConfig& c = impl->model->config();

@@ -17,7 +17,8 @@ Model::~Model() {
 }
 
 Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& backend,
-                                             int step_tokens, Numerics numerics) {
+                                             int step_tokens, Numerics numerics,
+                                             const LoadProgress& progress) {
     namespace fs = std::filesystem;
     if (step_tokens <= 0) return error("step_tokens must be > 0, got ", step_tokens);
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg,
@@ -25,7 +26,7 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& ba
     DSV4_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open(dir));
     std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend));
     m->numerics_ = numerics;
-    DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend));
+    DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend, progress));
     DSV4_LOG_INFO("loaded ", dir, ": ", m->cfg_.summary());
 
     const ModelConfig& c = m->cfg_;

@@ -63,7 +63,8 @@ class Model {
     // step (all rows together); workspaces are made for batch-size buckets up to it.
     static Expected<std::unique_ptr<Model>> load(const std::string& dir, Backend& backend,
                                                  int step_tokens,
-                                                 Numerics numerics = Numerics::kFloat);
+                                                 Numerics numerics = Numerics::kFloat,
+                                                 const LoadProgress& progress = {});
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }

@@ -234,7 +234,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
 
 }  // namespace
 
-Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Backend& backend) {
+Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Backend& backend,
+                                    const LoadProgress& progress) {
     DSV4_RETURN_IF_ERROR(store.rename(release_tensor_name));
     Binder b(store, backend);
     ModelWeights w;
@@ -248,9 +249,11 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
     DSV4_BIND(w.norm, b.vec("norm.weight", {D}));
     DSV4_RETURN_IF_ERROR(bind_hc(b, "hc_head_", n, int64_t{n} * D, 1, w.hc_head));
     w.layers.resize(c.num_layers);
-    for (int l = 0; l < c.num_layers; ++l)
+    for (int l = 0; l < c.num_layers; ++l) {
         DSV4_RETURN_IF_ERROR(
             bind_layer(b, c, "layers." + std::to_string(l) + ".", c.layers[l], l, w.layers[l]));
+        if (progress) progress(l + 1, c.num_layers);
+    }
     if (c.num_mtp_layers > 0 && b.has("mtp.0.e_proj.weight")) {
         MtpWeights& m = w.mtp.emplace_back();
         const std::string p = "mtp.0.";

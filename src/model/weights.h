@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,9 @@ struct ModelWeights {
 // tensors are errors naming the tensor. The MTP block `mtp.0.*` is bound when the config has
 // one and the checkpoint carries it (a transformers-saved folder has none); other `mtp.*`
 // tensors are accepted and not used.
-Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend);
+// `progress` (may be empty) is called after each layer with (layers done, layers in all).
+using LoadProgress = std::function<void(int, int)>;
+Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend,
+                                    const LoadProgress& progress = {});
 
 }  // namespace dsv4

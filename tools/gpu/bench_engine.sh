@@ -12,9 +12,9 @@ mkdir -p "$O"
 D=$B/src/cli/dsv4
 M=/tmp/dsv4-bench-mid
 rm -rf $M
-PYTHONUNBUFFERED=1 timeout 240 python3 tools/gpu/make_bench_model.py $M/bf16 > "$O/make_model.log" 2>&1 ||
+PYTHONUNBUFFERED=1 timeout 120 python3 tools/gpu/make_bench_model.py $M/bf16 > "$O/make_model.log" 2>&1 ||
   echo "make_bench_model failed (see make_model.log)"
-timeout 240 $D quantize --model $M/bf16 --out $M/nvfp4 --all --no-progress > "$O/quantize.log" 2>&1 ||
+timeout 90 $D quantize --model $M/bf16 --out $M/nvfp4 --all --no-progress > "$O/quantize.log" 2>&1 ||
   echo "quantize failed (see quantize.log)"
 T=$O/engine_bench.md
 echo "| model | device | prefill 128 tokens/s | decode ms/token (32 tokens) |" > $T
@@ -28,9 +28,9 @@ row() {  # row NAME MODEL DEVICE TIMEOUT
   dc=$(grep -o "[0-9.]* ms/token" $log | head -1)
   echo "| $1 | $3 | ${pf:-rc=$r} | ${dc:-rc=$r} |" >> $T
 }
-row small-rates tests/data/golden/small-rates cpu 120
-row small-rates tests/data/golden/small-rates cuda 120
-row mid-bf16 $M/bf16 cuda 180
-row mid-nvfp4 $M/nvfp4 cuda 180
-row mid-bf16 $M/bf16 cpu 240
+row small-rates tests/data/golden/small-rates cpu 40
+row small-rates tests/data/golden/small-rates cuda 40
+row mid-bf16 $M/bf16 cuda 60
+row mid-nvfp4 $M/nvfp4 cuda 60
+row mid-bf16 $M/bf16 cpu 120
 cat $T

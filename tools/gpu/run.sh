@@ -73,10 +73,11 @@ if [ "$mode" = full ]; then
   done
 fi
 if [ "$mode" = engine ]; then
+  step bench_engine timeout 330 bash tools/gpu/bench_engine.sh $B $L/engine
+  cat $L/engine/engine_bench.md
   for tool in memcheck racecheck; do
-    step ${tool}_ops timeout 240 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
+    step ${tool}_ops timeout 100 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
       --error-exitcode 9 $B/tests/cuda/cuda_ops_gpu_test
   done
-  step bench_engine timeout 420 bash tools/gpu/bench_engine.sh $B $L/engine
 fi
 exit $rc
