@@ -102,7 +102,8 @@ Status Model::make_workspace(int capacity) {
     i32(&ws->sel, T * c.num_experts_per_tok);
     f(&ws->route_w, T * c.num_experts_per_tok);
     f(&ws->shared, T * (2 * int64_t{c.moe_intermediate_size} + D));
-    f(&ws->routed, T * c.num_experts_per_tok * (D + 3 * int64_t{c.moe_intermediate_size}));
+    f(&ws->routed, ops::moe_routed_scratch_floats(T, c.num_experts_per_tok, c.n_routed_experts, D,
+                                                  c.moe_intermediate_size));
     f(&ws->head_streams, T * n * D);
     f(&ws->head_y, T * D);
     f(&ws->head_xn, T * D);

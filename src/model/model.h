@@ -177,7 +177,7 @@ class Model {
         int32_t* sel;              // [T, k]
         float* route_w;            // [T, k]
         float* shared;             // [T, 2*I + D] shared-expert scratch
-        float* routed;             // [T*k, D + 3*I] routed-expert scratch (MoeArgs)
+        float* routed;             // routed-expert scratch (ops::moe_routed_scratch_floats)
         float* head_streams;       // [T, n, D] streams of the logit rows
         float* head_y;             // [T, D]
         float* head_xn;            // [T, D]

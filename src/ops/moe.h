@@ -48,8 +48,8 @@ struct MoeArgs {
     const Weight* shared_w3 = nullptr;       // [I, D]
     const Weight* shared_w2 = nullptr;       // [D, I]
     float* shared_scratch = nullptr;         // [T, 2*I + D] for the shared expert
-    float* routed_scratch = nullptr;         // [T*k, D + 3*I] backend scratch for the routed
-                                             // experts (CUDA); the CPU reference ignores it
+    float* routed_scratch = nullptr;         // moe_routed_scratch_floats(T, k, E, D, I) floats
+                                             // of backend scratch (CUDA); the CPU ignores it
     float* out = nullptr;                    // [T, D] overwritten
     int64_t T = 0;
     int D = 0, I = 0, E = 0, k = 0;
@@ -58,5 +58,18 @@ struct MoeArgs {
     // applied to the SwiGLU output before w2 (as DeepSeek's reference orders it).
     bool act_fp8 = false;
 };
+
+// A backend may group the (token, slot) pairs by expert when they outnumber the experts 4 to 1
+// (prefill): each expert's weights are then read once per 16 of its rows, not once per row.
+inline bool moe_grouped_by_expert(int64_t T, int k, int E) {
+    return T * k >= 4 * int64_t{E};
+}
+// Scratch for MoeArgs::routed_scratch: per row (a pair, or a padded slot of an expert's groups
+// of 16) its input, w1|w3 output and SwiGLU output, plus an int32 per row and per pair.
+inline int64_t moe_routed_scratch_floats(int64_t T, int k, int E, int D, int I) {
+    const int64_t P = T * k;
+    const int64_t rows = moe_grouped_by_expert(T, k, E) ? (P + 15) / 16 * 16 + 16 * int64_t{E} : P;
+    return rows * (D + 3 * int64_t{I}) + rows + P;
+}
 
 }  // namespace dsv4::ops

@@ -670,7 +670,8 @@ TEST(CudaOpsGpu, LinearRowRangesOffTheGemvBlocks) {
 }
 
 // The routed experts (+ the shared expert) in every format against cpu_ref::moe: 21 tokens, 3 of
-// 9 experts each, one expert chosen by most tokens and one by none. The GEMV's f32 products are
+// 9 experts each, one expert chosen by most tokens and one by none (grouped by expert), and the
+// first 2 tokens (one row per pair). The GEMV's f32 products are
 // good to ~2^-16 of sum|w x| (docs/numerics-cuda.md), carried through SwiGLU and w2: the bound
 // is 1e-4 of the output's largest magnitude.
 TEST(CudaOpsGpu, MoeEveryFormat) {
@@ -709,7 +710,7 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
     ASSERT_TRUE(h1 && h3 && h2);
     const ops::Weight r1 = cpu_ref::wrap(s1), r3 = cpu_ref::wrap(s3), r2 = cpu_ref::wrap(s2);
     Dev<float> dx(*be, x), dwt(*be, wt), shared(*be, T * (2 * I + D)),
-        routed(*be, T * k * (D + 3 * I)), out(*be, T * D);
+        routed(*be, ops::moe_routed_scratch_floats(T, k, E, D, I)), out(*be, T * D);
     Dev<int32_t> dsel(*be, sel);
     for (int fi = -1; fi < 5; ++fi) {
         // -1: dense f32 experts (transformers-saved checkpoints).
@@ -737,17 +738,23 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                                      {ops::WeightRole::kExperts, 0});
         ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
         const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
-        for (bool with_shared : {false, true}) {
-            be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? &*h1 : nullptr,
-                     with_shared ? &*h3 : nullptr, with_shared ? &*h2 : nullptr, shared.p,
-                     routed.p, out.p, T, D, I, E, k, 7.0f});
-            std::vector<float> ref(T * D), scratch(T * (2 * I + D));
-            cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, with_shared ? &r1 : nullptr,
-                          with_shared ? &r3 : nullptr, with_shared ? &r2 : nullptr,
-                          scratch.data(), nullptr, ref.data(), T, D, I, E, k, 7.0f});
-            const std::string what = std::string("moe ") + name + (with_shared ? " + shared" : "");
-            expect_close(what.c_str(), out.get(), ref, 1e-4, 1e-4 * max_abs(ref));
-        }
+        // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair.
+        for (int64_t Tc : {T, int64_t{2}})
+            for (bool with_shared : {false, true}) {
+                ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
+                be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? &*h1 : nullptr,
+                         with_shared ? &*h3 : nullptr, with_shared ? &*h2 : nullptr, shared.p,
+                         routed.p, out.p, Tc, D, I, E, k, 7.0f});
+                std::vector<float> ref(Tc * D), scratch(Tc * (2 * I + D));
+                cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, with_shared ? &r1 : nullptr,
+                              with_shared ? &r3 : nullptr, with_shared ? &r2 : nullptr,
+                              scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
+                const std::string what = std::string("moe ") + name + " T=" +
+                                         std::to_string(Tc) + (with_shared ? " + shared" : "");
+                auto got = out.get();
+                got.resize(Tc * D);
+                expect_close(what.c_str(), got, ref, 1e-4, 1e-4 * max_abs(ref));
+            }
     }
 }
 

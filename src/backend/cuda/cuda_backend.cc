@@ -322,9 +322,11 @@ class CudaBackend final : public Backend {
             {a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k, a.scale},
             stream_.get());
     }
-    // Every (token, slot) pair is a group of one row: w1|w3 for all of them in one launch, the
-    // clipped SwiGLU, w2 in one launch, then the weighted sum in slot order plus the shared
-    // expert (the reference's order).
+    // Decode: every (token, slot) pair is a group of one row. Prefill (pairs >= 4x experts,
+    // ops::moe_grouped_by_expert): the pairs are grouped by expert into groups of 16 rows, so an
+    // expert's weights are read once per 16 of its rows. Then w1|w3 for all groups in one
+    // launch, the clipped SwiGLU, w2 in one launch, and the weighted sum in slot order plus the
+    // shared expert (the reference's order). Dense f32 experts: the dense kernel, one row each.
     void moe(const ops::MoeArgs& a) override {
         DSV4_ASSERT(!a.act_fp8,
                     "CUDA backend: FP8 activations (reference numerics) are not "
@@ -332,21 +334,33 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
         if (a.T == 0) return;
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
-        const int64_t G = a.T * a.k, D = a.D, I = a.I;
-        float* xg = a.routed_scratch;  // [G, D]: the inputs, later each slot's output
-        float* h13 = xg + G * D;       // [G, 2I]
-        float* act = h13 + G * 2 * I;  // [G, I]
+        const int64_t P = a.T * a.k, D = a.D, I = a.I;
+        const bool grouped = ex.has_gemv && ops::moe_grouped_by_expert(a.T, a.k, a.E);
+        const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;
+        const int m = grouped ? 16 : 1;
+        const int64_t R = n_groups * m;  // rows
+        float* xr = a.routed_scratch;  // [R, D]: the inputs, later each row's output
+        float* h13 = xr + R * D;       // [R, 2I]
+        float* act = h13 + R * 2 * I;  // [R, I]
+        int32_t* group_expert = reinterpret_cast<int32_t*>(act + R * I);  // [n_groups]
+        int32_t* pair_row = group_expert + R;                             // [P]
+        const int32_t* ids = grouped ? group_expert : a.sel;
+        const int32_t* row = grouped ? pair_row : nullptr;
         cudaStream_t s = stream_.get();
         if (ex.has_gemv) {
-            cuda::launch_expand_rows(a.x, xg, a.T, a.k, D, s);
-            DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, G * 2 * I * sizeof(float), s));
-            expert_gemv(ex.g13, xg, D, h13, 2 * I, G, a.sel);
+            if (grouped) {
+                cuda::launch_moe_group({a.sel, group_expert, pair_row, P, a.E, n_groups}, s);
+                DSV4_CHECK_CUDA(cudaMemsetAsync(xr, 0, R * D * sizeof(float), s));
+            }
+            cuda::launch_expand_rows(a.x, row, xr, a.T, a.k, D, s);
+            DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, R * 2 * I * sizeof(float), s));
+            expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
         } else {
             cuda::DenseLinearArgs d;
             d.x = a.x;
             d.w = ex.w13;
             d.y = h13;
-            d.M = G;
+            d.M = P;
             d.N = 2 * I;
             d.K = D;
             d.ldx = D;
@@ -356,17 +370,17 @@ class CudaBackend final : public Backend {
             d.x_div = a.k;
             cuda::launch_dense_linear(d, s);
         }
-        cuda::launch_moe_swiglu({h13, nullptr, act, G, a.I, a.swiglu_limit}, s);
-        float* y2 = xg;
+        cuda::launch_moe_swiglu({h13, nullptr, act, R, a.I, a.swiglu_limit}, s);
+        float* y2 = xr;
         if (ex.has_gemv) {
-            DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, G * D * sizeof(float), s));
-            expert_gemv(ex.g2, act, I, y2, D, G, a.sel);
+            DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, R * D * sizeof(float), s));
+            expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids);
         } else {
             cuda::DenseLinearArgs d;
             d.x = act;
             d.w = ex.w2;
             d.y = y2;
-            d.M = G;
+            d.M = P;
             d.N = D;
             d.K = I;
             d.ldx = I;
@@ -386,7 +400,7 @@ class CudaBackend final : public Backend {
             linear({g, a.shared_w2, y, a.T, D});
             shared = y;
         }
-        cuda::launch_moe_combine({y2, a.weight, shared, a.out, a.T, a.k, D}, s);
+        cuda::launch_moe_combine({y2, a.weight, shared, a.out, a.T, a.k, D, row}, s);
     }
     void gather_rows(const ops::GatherRowsArgs& a) override {
         cuda::launch_gather_rows(a, stream_.get());
@@ -403,21 +417,21 @@ class CudaBackend final : public Backend {
     cudaStream_t stream() const { return stream_.get(); }
 
   private:
-    // y[g] += x[g] . W[sel[g]]^T for G groups of one row each (accumulate mode: y zeroed first;
+    // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: y zeroed first;
     // no split-K workspace, so any G fits).
-    void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, float* y,
-                     int64_t ldy, int64_t G, const int32_t* sel) {
+    void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
+                     int64_t ldy, int64_t G, const int32_t* ids) {
         cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
         g.n_groups = static_cast<int32_t>(G);
-        g.expert_ids = sel;
+        g.expert_ids = ids;
         g.x = x;
         g.x_f32 = true;
-        g.m = 1;
+        g.m = m;
         g.ldx = ldx;
-        g.x_group_stride = ldx;
+        g.x_group_stride = ldx * m;
         g.y = y;
         g.ldy = ldy;
-        g.y_group_stride = ldy;
+        g.y_group_stride = ldy * m;
         g.y_accumulate = true;
         cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
     }

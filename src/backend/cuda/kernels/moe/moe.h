@@ -10,9 +10,24 @@
 
 namespace dsv4::cuda {
 
-// out[t * k + j, :] = x[t, :] for j < k.
-void launch_expand_rows(const float* x /*[T, D]*/, float* out /*[T*k, D]*/, int64_t T, int k,
-                        int64_t D, cudaStream_t stream);
+// out[row(t * k + j), :] = x[t, :] for j < k; row = identity when `row` is nullptr.
+void launch_expand_rows(const float* x /*[T, D]*/, const int32_t* row /*[T*k] or nullptr*/,
+                        float* out /*[rows, D]*/, int64_t T, int k, int64_t D, cudaStream_t stream);
+
+// Groups the P (token, slot) pairs by expert (prefill): expert e's pairs fill ceil(n_e / 16)
+// groups of 16 rows in expert order; pair p goes to row pair_row[p] (its group * 16 + its rank
+// among the expert's pairs, in arrival order: any order gives the same per-row results). Groups
+// past the last used one name expert 0 (their rows are zeros; their outputs are not read).
+// One block; no allocation.
+struct MoeGroupArgs {
+    const int32_t* sel = nullptr;     // [P] expert of each pair
+    int32_t* group_expert = nullptr;  // [n_groups] expert of each group of 16 rows
+    int32_t* pair_row = nullptr;      // [P]
+    int64_t P = 0;
+    int E = 0;
+    int64_t n_groups = 0;  // ceil(P / 16) + E: enough for any routing
+};
+void launch_moe_group(const MoeGroupArgs& a, cudaStream_t stream);
 
 // a[g, i] = silu(min(h[g, i], L)) * clamp(h[g, I + i], -L, L) (L = 0: no clip), times
 // weight[g] when weight is given (the reference numerics' order: weight before w2).
@@ -29,13 +44,14 @@ void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream);
 // out[t, :] = sum_j (weight[t, j] * y[t*k + j, :]) in j order, then + shared[t, :]: the CPU
 // reference's order. weight nullptr: the slots are already weighted.
 struct MoeCombineArgs {
-    const float* y = nullptr;       // [T*k, D] each slot's expert output
+    const float* y = nullptr;       // [rows, D] each slot's expert output at row(t * k + j)
     const float* weight = nullptr;  // [T, k] or nullptr
     const float* shared = nullptr;  // [T, D] shared expert output, or nullptr
     float* out = nullptr;           // [T, D]
     int64_t T = 0;
     int k = 0;
     int64_t D = 0;
+    const int32_t* row = nullptr;  // [T*k] row of each pair in y, or nullptr (identity)
 };
 void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
 

@@ -2,6 +2,7 @@
 // reference's order so nvcc does not contract them into FMAs (the CPU build does not).
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "base/check.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -13,11 +14,40 @@ unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
 }
 
-__global__ void expand_rows_kernel(const float* x, float* out, int64_t n, int k, int64_t D) {
+__global__ void expand_rows_kernel(const float* x, const int32_t* row, float* out, int64_t n,
+                                   int k, int64_t D) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t g = i / D, d = i % D;
-        out[i] = x[(g / k) * D + d];
+        const int64_t p = i / D, d = i % D;
+        out[(row != nullptr ? row[p] : p) * D + d] = x[(p / k) * D + d];
+    }
+}
+
+// Counts per expert in shared memory, ranks by atomics, group offsets by one thread's scan.
+__global__ void moe_group_kernel(MoeGroupArgs a) {
+    extern __shared__ int32_t sm[];  // [E] counts, then [E] first group
+    int32_t* count = sm;
+    int32_t* first = sm + a.E;
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < a.P; p += blockDim.x)
+        a.pair_row[p] = atomicAdd(&count[a.sel[p]], 1);  // the rank, for now
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t g = 0;
+        for (int e = 0; e < a.E; ++e) {
+            first[e] = g;
+            g += (count[e] + 15) / 16;
+        }
+    }
+    __syncthreads();
+    for (int64_t g = threadIdx.x; g < a.n_groups; g += blockDim.x) a.group_expert[g] = 0;
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x)
+        for (int32_t j = 0; j < (count[e] + 15) / 16; ++j) a.group_expert[first[e] + j] = e;
+    for (int64_t p = threadIdx.x; p < a.P; p += blockDim.x) {
+        const int32_t r = a.pair_row[p];
+        a.pair_row[p] = (first[a.sel[p]] + r / 16) * 16 + r % 16;
     }
 }
 
@@ -47,7 +77,8 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
         const int64_t t = i / a.D, d = i % a.D;
         float s = 0.0f;
         for (int j = 0; j < a.k; ++j) {
-            const float y = a.y[(t * a.k + j) * a.D + d];
+            const int64_t p = t * a.k + j;
+            const float y = a.y[(a.row != nullptr ? a.row[p] : p) * a.D + d];
             s = __fadd_rn(s, a.weight != nullptr ? __fmul_rn(y, a.weight[t * a.k + j]) : y);
         }
         if (a.shared != nullptr) s = __fadd_rn(s, a.shared[i]);
@@ -57,11 +88,19 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
 
 }  // namespace
 
-void launch_expand_rows(const float* x, float* out, int64_t T, int k, int64_t D,
-                        cudaStream_t stream) {
+void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k,
+                        int64_t D, cudaStream_t stream) {
     const int64_t n = T * k * D;
     if (n == 0) return;
-    expand_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, out, n, k, D);
+    expand_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, row, out, n, k, D);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_moe_group(const MoeGroupArgs& a, cudaStream_t stream) {
+    if (a.P == 0) return;
+    const size_t smem = 2 * static_cast<size_t>(a.E) * sizeof(int32_t);
+    DSV4_ASSERT(smem <= 48 * 1024, "moe_group: ", a.E, " experts");
+    moe_group_kernel<<<1, 1024, smem, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);
 }
 
