@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "backend/cuda/common/stream.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/quant/round_trip.h"
 #include "base/fp_codes.h"
@@ -136,69 +137,27 @@ TEST(CudaNumericsGpu, ActFp8CopyBitwise) {
 void compress_round_trip_case(const char* what, int coff, int m, int hd, int rd,
                               ops::RoundTrip kind) {
     auto be = make_gpu();
-    std::mt19937 rng(20 + coff * 10 + m);
-    const int S = 5, width = coff * hd;
-    const int64_t n_entries = 30, state = int64_t{coff} * m * width;
-    const auto ape = randn(m * width, rng), norm = randn(hd, rng);
-    std::vector<float> inv(rd / 2);
-    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
-    std::vector<float> skv(S * state, 0.0f),
-        sgate(S * state, -std::numeric_limits<float>::infinity()),
-        entries(S * n_entries * hd, 0.0f);
-    Dev<float> dape(*be, ape), dnorm(*be, norm), dinv(*be, inv);
-    Dev<float> dskv(*be, skv), dsgate(*be, sgate), dent(*be, entries);  // with the round trip
-    Dev<float> pskv(*be, skv), psgate(*be, sgate), pent(*be, entries);  // without
-    ops::HostStep steps[2];
-    steps[0].add_row(3, 41, 1);
-    steps[0].add_row(0, 0, 9);
-    steps[0].add_row(4, 17, 6);
-    steps[0].add_row(1, 63, 1);
-    steps[0].add_row(2, 26, 13);
-    steps[1].add_row(0, 9, 1);
-    steps[1].add_row(2, 39, 17);
-    steps[1].add_row(4, 23, 1);
-    for (const ops::HostStep& st : steps) {
-        const auto kv = randn(int64_t{st.T()} * width, rng),
-                   gate = randn(int64_t{st.T()} * width, rng);
-        DevStep ds(*be, st);
-        Dev<float> dkv(*be, kv), dgate(*be, gate);
-        ops::CompressArgs a;
-        a.n_entries = n_entries;
-        a.m = m;
-        a.hd = hd;
-        a.coff = coff;
-        a.rope_dim = rd;
-        a.entry_round_trip = kind;
-        ops::CompressArgs g = a, r = a;
-        g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = dnorm.p, g.inv_freq = dinv.p;
-        g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p, g.step = ds.view();
-        ops::CompressArgs plain = g;
-        plain.entry_round_trip = ops::RoundTrip::kNone;
-        plain.state_kv = pskv.p, plain.state_gate = psgate.p, plain.entries = pent.p;
-        r.kv = kv.data(), r.gate = gate.data(), r.ape = ape.data(), r.norm = norm.data();
-        r.inv_freq = inv.data(), r.state_kv = skv.data(), r.state_gate = sgate.data();
-        r.entries = entries.data(), r.step = st.view();
-        be->compress(g);
-        be->compress(plain);
-        cpu_ref::compress(r);
-    }
-    EXPECT_EQ(dskv.get(), skv) << what;
-    EXPECT_EQ(dsgate.get(), sgate) << what;
-    auto own = pent.get();
+    const CompressRun run = run_compress(*be, {coff, m, hd, rd, true, kind}, 20 + coff * 10 + m);
+    EXPECT_EQ(run.gpu_kv, run.ref_kv) << what;
+    EXPECT_EQ(run.gpu_gate, run.ref_gate) << what;
     const bool fp8 = kind == ops::RoundTrip::kFp8;
-    cpu_ref::round_trip({own.data(), S * n_entries, hd, fp8 ? hd - rd : hd, fp8 ? 64 : 32, kind});
-    const auto got = dent.get();
-    expect_bitwise(what, got, own);
-    // Against the full CPU compressor: one code step at the block's scale.
     const int dims = fp8 ? hd - rd : hd, block = fp8 ? 64 : 32;
+    const int64_t rows = static_cast<int64_t>(run.ref_entries.size()) / hd;
+    auto own = run.gpu_plain_entries;
+    cpu_ref::round_trip({own.data(), rows, hd, dims, block, kind});
+    expect_bitwise(what, run.gpu_entries, own);
+    // Against the full CPU compressor: one code step at the block's scale (two for a flipped
+    // scale); the RoPE dims of FP8 entries with the compress tolerance.
+    const auto& ref_all = run.ref_entries;
     int64_t bad = 0, moved = 0;
-    const float atol = 1e-6f + 1e-6f * max_abs(entries);
-    for (int64_t e = 0; e < S * n_entries; ++e)
+    const float atol = 1e-6f + 1e-6f * max_abs(ref_all);
+    for (int64_t e = 0; e < rows; ++e)
         for (int c = 0; c < hd; ++c) {
-            const float ref = entries[e * hd + c], err = std::fabs(got[e * hd + c] - ref);
+            const float ref = ref_all[e * hd + c];
+            const float err = std::fabs(run.gpu_entries[e * hd + c] - ref);
             float tol = atol;
             if (c < dims) {
-                const float* blk = &entries[e * hd + c / block * block];
+                const float* blk = &ref_all[e * hd + c / block * block];
                 float amax = 0;
                 for (int i = 0; i < block; ++i) amax = std::max(amax, std::fabs(blk[i]));
                 const float s = fp8 ? fp8_block_scale(amax) : fp4_block_scale(amax);
@@ -392,6 +351,59 @@ TEST(CudaNumericsGpu, SampleDraftVerificationSmallVocab) {
 TEST(CudaNumericsGpu, SampleDraftVerificationFullVocab) {
     DSV4_REQUIRE_GPU();
     draft_case(129280, 4, 42, "sample drafts V=129280");
+}
+
+// The new kernels hold no allocation and no host synchronisation: captured into a CUDA graph
+// under global capture mode (any synchronising call would break the capture) and replayed from
+// the same starting state, they give bitwise the direct run's results (round trips, the FP8
+// copy, radix-path sampling with drafts).
+TEST(CudaNumericsGpu, CapturedInAGraph) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(50);
+    const int64_t R = 6, V = 40000, rows = 9;
+    const auto x0 = awkward_rows(rows, 128, 32, rng);
+    const auto logits = sample_logits(R, V, rng);
+    std::vector<SamplingParams> params = {{1.0f, 0, 1.0f, 0},   {0.7f, 5000, 0.9f, 0},
+                                          {1.2f, 0, 0.5f, 0},   {0.9f, 1025, 1.0f, 0},
+                                          {1.0f, 20, 0.95f, 0}, {0.0f, 0, 1.0f, 0}};
+    std::vector<int32_t> slots = {0, 1, 2, 3, 4, 5}, drafts = {7, -1, 123, 39999, 2, 5};
+    std::vector<uint64_t> gen0(R * 4);
+    for (int s = 0; s < R; ++s) ops::seed_rng(77 + s, gen0.data() + 4 * s);
+    Dev<float> x(*be, x0), y(*be, x0), xq(*be, rows * 120), dlog(*be, logits);
+    Dev<SamplingParams> dp(*be, params);
+    Dev<int32_t> dslots(*be, slots), ddraft(*be, drafts), ids(*be, R);
+    Dev<uint64_t> gen(*be, gen0);
+    const cudaStream_t s = cuda_backend_stream(*be);
+    auto reset = [&] {
+        x.set(x0);
+        y.set(x0);
+        gen.set(gen0);
+    };
+    auto run = [&] {
+        be->round_trip({x.p, rows, 128, 96, 32, ops::RoundTrip::kFp8});
+        be->round_trip({y.p, rows, 128, 128, 32, ops::RoundTrip::kHadamardFp4});
+        cuda::launch_act_fp8_copy(y.p, 128, xq.p, rows, 120, s);
+        be->sample({dlog.p, dp.p, dslots.p, gen.p, ids.p, R, V, ddraft.p});
+    };
+    reset();
+    run();
+    const auto want_x = x.get(), want_y = y.get(), want_xq = xq.get();
+    const auto want_ids = ids.get();
+    const auto want_gen = gen.get();
+    cuda::CudaGraph graph;
+    reset();
+    ASSERT_TRUE(capture_graph(s, run, &graph));
+    for (int replay = 0; replay < 2; ++replay) {
+        reset();
+        be->fill(xq.p, 0.0f, static_cast<int64_t>(xq.n));
+        graph.launch(s);
+        EXPECT_EQ(bits(x.get()), bits(want_x)) << replay;
+        EXPECT_EQ(bits(y.get()), bits(want_y)) << replay;
+        EXPECT_EQ(bits(xq.get()), bits(want_xq)) << replay;
+        EXPECT_EQ(ids.get(), want_ids) << replay;
+        EXPECT_EQ(gen.get(), want_gen) << replay;
+    }
 }
 
 }  // namespace

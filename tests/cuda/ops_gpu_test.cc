@@ -28,18 +28,6 @@ namespace {
 using namespace ops_gpu_test;  // NOLINT(google-build-using-namespace): the shared helpers
 
 
-// Decode rows and prefill chunks in 5 slots, at positions that cross window wrap-arounds and
-// compressor block ends.
-ops::HostStep mixed_step() {
-    ops::HostStep s;
-    s.add_row(3, 41, 1);
-    s.add_row(0, 0, 9);
-    s.add_row(4, 17, 6);
-    s.add_row(1, 63, 1);
-    s.add_row(2, 26, 13);
-    return s;
-}
-
 TEST(CudaBackendGpu, MemoryAndCopies) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -276,48 +264,14 @@ TEST(CudaOpsGpu, RingWrite) {
 // HCA (coff 1, m 7), with and without the entry norm + rope.
 void compress_case(const char* what, int coff, int m, bool with_norm) {
     auto be = make_gpu();
-    std::mt19937 rng(9 + coff * 10 + m);
-    const int S = 5, hd = 36, rd = 12, width = coff * hd;
-    const int64_t n_entries = 30, state = int64_t{coff} * m * width;
-    const auto ape = randn(m * width, rng), norm = randn(hd, rng);
-    std::vector<float> inv(rd / 2);
-    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
-    std::vector<float> skv(S * state, 0.0f),
-        sgate(S * state, -std::numeric_limits<float>::infinity()), entries(S * n_entries * hd, 0.0f);
-    Dev<float> dape(*be, ape), dnorm(*be, norm), dinv(*be, inv), dskv(*be, skv), dsgate(*be, sgate),
-        dent(*be, entries);
-    ops::HostStep steps[2];
-    steps[0] = mixed_step();
-    steps[1].add_row(0, 9, 1);  // continues slot 0
-    steps[1].add_row(2, 39, 17);
-    steps[1].add_row(4, 23, 1);
-    for (const ops::HostStep& st : steps) {
-        const auto kv = randn(int64_t{st.T()} * width, rng), gate = randn(int64_t{st.T()} * width, rng);
-        DevStep ds(*be, st);
-        Dev<float> dkv(*be, kv), dgate(*be, gate);
-        ops::CompressArgs a;
-        a.n_entries = n_entries;
-        a.m = m;
-        a.hd = hd;
-        a.coff = coff;
-        a.rope_dim = rd;
-        a.rope_scale = 1.0f;
-        ops::CompressArgs g = a, r = a;
-        g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = with_norm ? dnorm.p : nullptr;
-        g.inv_freq = dinv.p, g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p;
-        g.step = ds.view();
-        r.kv = kv.data(), r.gate = gate.data(), r.ape = ape.data();
-        r.norm = with_norm ? norm.data() : nullptr;
-        r.inv_freq = inv.data(), r.state_kv = skv.data(), r.state_gate = sgate.data();
-        r.entries = entries.data(), r.step = st.view();
-        be->compress(g);
-        cpu_ref::compress(r);
-    }
-    EXPECT_EQ(dskv.get(), skv) << what;
-    EXPECT_EQ(dsgate.get(), sgate) << what;
+    const CompressRun run =
+        run_compress(*be, {coff, m, 36, 12, with_norm, ops::RoundTrip::kNone}, 9 + coff * 10 + m);
+    EXPECT_EQ(run.gpu_kv, run.ref_kv) << what;
+    EXPECT_EQ(run.gpu_gate, run.ref_gate) << what;
     // Pooling in double (exp within 1 double ulp) is float-exact but for rounding-boundary
     // cases; norm + rope add the rms_norm and rope tolerances.
-    expect_close(what, dent.get(), entries, 1e-6, 1e-6 * max_abs(entries));
+    expect_close(what, run.gpu_entries, run.ref_entries, 1e-6,
+                 1e-6 * max_abs(run.ref_entries));
 }
 
 TEST(CudaOpsGpu, CompressCsaWithNormRope) {
@@ -587,9 +541,7 @@ TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
     const cudaStream_t s = cuda_backend_stream(*be);
     cuda::CudaGraph graph;
     reset();
-    cuda::CudaGraph::begin_capture(s);
-    run();
-    ASSERT_EQ(cuda::CudaGraph::end_capture(s, &graph), cudaSuccess);
+    ASSERT_TRUE(capture_graph(s, run, &graph));
     for (int replay = 0; replay < 2; ++replay) {
         reset();
         be->fill(out.p, 0.0f, static_cast<int64_t>(out.n));

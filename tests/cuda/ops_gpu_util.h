@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/ref/ref_ops.h"
+#include "backend/cuda/common/stream.h"
 #include "backend/cuda/cuda_backend.h"
 #include "base/check.h"
 #include "ops/backend.h"
@@ -105,6 +108,98 @@ inline float max_abs(const std::vector<float>& v) {
     float m = 0;
     for (float x : v) m = std::max(m, std::fabs(x));
     return m;
+}
+
+// Decode rows and prefill chunks in 5 slots, at positions that cross window wrap-arounds and
+// compressor block ends.
+inline ops::HostStep mixed_step() {
+    ops::HostStep s;
+    s.add_row(3, 41, 1);
+    s.add_row(0, 0, 9);
+    s.add_row(4, 17, 6);
+    s.add_row(1, 63, 1);
+    s.add_row(2, 26, 13);
+    return s;
+}
+
+// Captures run() into *graph on stream s under global capture mode, where any host
+// synchronisation inside it would invalidate the capture.
+template <typename Run>
+bool capture_graph(cudaStream_t s, Run run, cuda::CudaGraph* graph) {
+    cuda::CudaGraph::begin_capture(s);
+    run();
+    return cuda::CudaGraph::end_capture(s, graph) == cudaSuccess;
+}
+
+struct CompressCase {
+    int coff = 1, m = 4, hd = 36, rope_dim = 12;
+    bool with_norm = true;
+    ops::RoundTrip entry_round_trip = ops::RoundTrip::kNone;
+};
+
+// States and entries after two consecutive compressor steps from empty states (mixed_step(),
+// then rows continuing slots 0, 2 and 4), on the device and in the CPU reference; with an entry
+// round trip also the device's entries of the same steps without it (`gpu_plain_entries`).
+struct CompressRun {
+    std::vector<float> gpu_kv, gpu_gate, gpu_entries, gpu_plain_entries;
+    std::vector<float> ref_kv, ref_gate, ref_entries;
+};
+
+inline CompressRun run_compress(Backend& be, const CompressCase& c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int S = 5, coff = c.coff, m = c.m, hd = c.hd, rd = c.rope_dim, width = coff * hd;
+    const int64_t n_entries = 30, state = int64_t{coff} * m * width;
+    const auto ape = randn(m * width, rng), norm = randn(hd, rng);
+    std::vector<float> inv(rd / 2);
+    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
+    CompressRun out;
+    out.ref_kv.assign(S * state, 0.0f);
+    out.ref_gate.assign(S * state, -std::numeric_limits<float>::infinity());
+    out.ref_entries.assign(S * n_entries * hd, 0.0f);
+    Dev<float> dape(be, ape), dnorm(be, norm), dinv(be, inv);
+    Dev<float> dskv(be, out.ref_kv), dsgate(be, out.ref_gate), dent(be, out.ref_entries);
+    Dev<float> pskv(be, out.ref_kv), psgate(be, out.ref_gate), pent(be, out.ref_entries);
+    const bool plain = c.entry_round_trip != ops::RoundTrip::kNone;
+    ops::HostStep steps[2];
+    steps[0] = mixed_step();
+    steps[1].add_row(0, 9, 1);  // continues slot 0
+    steps[1].add_row(2, 39, 17);
+    steps[1].add_row(4, 23, 1);
+    for (const ops::HostStep& st : steps) {
+        const auto kv = randn(int64_t{st.T()} * width, rng);
+        const auto gate = randn(int64_t{st.T()} * width, rng);
+        DevStep ds(be, st);
+        Dev<float> dkv(be, kv), dgate(be, gate);
+        ops::CompressArgs a;
+        a.n_entries = n_entries;
+        a.m = m;
+        a.hd = hd;
+        a.coff = coff;
+        a.rope_dim = rd;
+        a.rope_scale = 1.0f;
+        a.entry_round_trip = c.entry_round_trip;
+        ops::CompressArgs g = a, r = a;
+        g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = c.with_norm ? dnorm.p : nullptr;
+        g.inv_freq = dinv.p, g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p;
+        g.step = ds.view();
+        r.kv = kv.data(), r.gate = gate.data(), r.ape = ape.data();
+        r.norm = c.with_norm ? norm.data() : nullptr;
+        r.inv_freq = inv.data(), r.state_kv = out.ref_kv.data(), r.state_gate = out.ref_gate.data();
+        r.entries = out.ref_entries.data(), r.step = st.view();
+        be.compress(g);
+        if (plain) {
+            ops::CompressArgs p = g;
+            p.entry_round_trip = ops::RoundTrip::kNone;
+            p.state_kv = pskv.p, p.state_gate = psgate.p, p.entries = pent.p;
+            be.compress(p);
+        }
+        cpu_ref::compress(r);
+    }
+    out.gpu_kv = dskv.get();
+    out.gpu_gate = dsgate.get();
+    out.gpu_entries = dent.get();
+    if (plain) out.gpu_plain_entries = pent.get();
+    return out;
 }
 
 }  // namespace dsv4::ops_gpu_test
