@@ -166,4 +166,35 @@ DSV4_HD uint8_t f32_to_e2m1(float x) {
     return static_cast<uint8_t>(c | (negative ? 0x8u : 0u));
 }
 
+// ---- DeepSeek's reference-numerics block round trips (ops/quant.h), one value at a time so the
+// CPU reference and the CUDA kernels run the same float operations: the UE8M0 block scale from
+// the block amax, then x / scale (exact: a power of two) clamped, rounded and scaled back.
+
+// 2^ceil(log2(v)) for positive normal v, from the exponent bits (the reference's
+// fast_round_scale).
+DSV4_HD float pow2_ceil(float v) {
+    const uint32_t bits = f32_to_bits(v);
+    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0);
+    return bits_to_f32(static_cast<uint32_t>(e + 127) << 23);
+}
+
+DSV4_HD float fp8_block_scale(float amax) {
+    return pow2_ceil((amax < 1e-4f ? 1e-4f : amax) * static_cast<float>(1.0 / 448.0));
+}
+DSV4_HD float fp8_round_trip(float x, float scale) {
+    float q = x / scale;
+    q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp
+    return e4m3_to_f32(f32_to_e4m3(q)) * scale;
+}
+
+DSV4_HD float fp4_block_scale(float amax) {
+    const float lo = 6.0f * 0x1p-126f;
+    return pow2_ceil((amax < lo ? lo : amax) * static_cast<float>(1.0 / 6.0));
+}
+DSV4_HD float fp4_round_trip(float x, float scale) {
+    float q = x / scale;
+    q = q < -6.0f ? -6.0f : (6.0f < q ? 6.0f : q);
+    return e2m1_to_f32(f32_to_e2m1(q)) * scale;
+}
+
 }  // namespace dsv4

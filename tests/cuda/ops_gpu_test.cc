@@ -20,102 +20,13 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
+#include "ops_gpu_util.h"
 
 namespace dsv4 {
 namespace {
 
-std::unique_ptr<Backend> make_gpu() {
-    auto b = make_cuda_backend();
-    DSV4_ASSERT(b.has_value(), b.status().message());
-    return std::move(*b);
-}
+using namespace ops_gpu_test;  // NOLINT(google-build-using-namespace): the shared helpers
 
-// A device array holding a copy of a host vector.
-template <typename T>
-struct Dev {
-    Backend* be = nullptr;
-    T* p = nullptr;
-    size_t n = 0;
-    Dev(Backend& b, const std::vector<T>& h) : be(&b), n(h.size()) {
-        p = static_cast<T*>(b.alloc(std::max<size_t>(n, 1) * sizeof(T)));
-        b.upload(p, h.data(), n * sizeof(T));
-    }
-    Dev(Backend& b, size_t count) : be(&b), n(count) {
-        p = static_cast<T*>(b.alloc(std::max<size_t>(n, 1) * sizeof(T)));
-    }
-    Dev(const Dev&) = delete;
-    Dev& operator=(const Dev&) = delete;
-    ~Dev() { be->free(p); }
-    void set(const std::vector<T>& h) { be->upload(p, h.data(), h.size() * sizeof(T)); }
-    std::vector<T> get() const {
-        std::vector<T> h(n);
-        be->download(h.data(), p, n * sizeof(T));
-        be->synchronize();
-        return h;
-    }
-};
-
-// The step descriptor's arrays on the device.
-struct DevStep {
-    Dev<int32_t> ids, tok_row, row_slot, row_start, row_len;
-    Dev<int64_t> tok_pos, row_pos0;
-    int T, B;
-    DevStep(Backend& b, const ops::HostStep& h)
-        : ids(b, h.ids), tok_row(b, h.tok_row), row_slot(b, h.row_slot), row_start(b, h.row_start),
-          row_len(b, h.row_len), tok_pos(b, h.tok_pos), row_pos0(b, h.row_pos0), T(h.T()),
-          B(h.B()) {}
-    ops::StepDesc view() const {
-        return {ids.p, tok_row.p, tok_pos.p, row_slot.p, row_start.p, row_len.p, row_pos0.p, T, B};
-    }
-};
-
-std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
-
-// |gpu - ref| <= atol + rtol * |ref| per element, NaN never passes. Prints the worst ratio.
-void expect_close(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref,
-                  double rtol, double atol) {
-    ASSERT_EQ(gpu.size(), ref.size()) << what;
-    double worst = 0, worst_abs = 0;
-    size_t at = 0, bad = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        const double err = std::fabs(static_cast<double>(gpu[i]) - ref[i]);
-        const double tol = atol + rtol * std::fabs(ref[i]);
-        const double r = std::isfinite(gpu[i]) ? (tol > 0 ? err / tol : (err > 0 ? 1e30 : 0)) : 1e30;
-        if (r > worst) {
-            worst = r;
-            at = i;
-        }
-        worst_abs = std::max(worst_abs, err);
-        bad += r > 1.0;
-    }
-    std::printf("[ops] %-34s n=%zu worst err/tol = %.3g (max abs err %.3g)\n", what, ref.size(),
-                worst, worst_abs);
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements out of tolerance; worst at " << at
-                       << ": gpu " << gpu[at] << " ref " << ref[at];
-}
-
-float max_abs(const std::vector<float>& v) {
-    float m = 0;
-    for (float x : v) m = std::max(m, std::fabs(x));
-    return m;
-}
-
-// Decode rows and prefill chunks in 5 slots, at positions that cross window wrap-arounds and
-// compressor block ends.
-ops::HostStep mixed_step() {
-    ops::HostStep s;
-    s.add_row(3, 41, 1);
-    s.add_row(0, 0, 9);
-    s.add_row(4, 17, 6);
-    s.add_row(1, 63, 1);
-    s.add_row(2, 26, 13);
-    return s;
-}
 
 TEST(CudaBackendGpu, MemoryAndCopies) {
     DSV4_REQUIRE_GPU();
@@ -353,48 +264,14 @@ TEST(CudaOpsGpu, RingWrite) {
 // HCA (coff 1, m 7), with and without the entry norm + rope.
 void compress_case(const char* what, int coff, int m, bool with_norm) {
     auto be = make_gpu();
-    std::mt19937 rng(9 + coff * 10 + m);
-    const int S = 5, hd = 36, rd = 12, width = coff * hd;
-    const int64_t n_entries = 30, state = int64_t{coff} * m * width;
-    const auto ape = randn(m * width, rng), norm = randn(hd, rng);
-    std::vector<float> inv(rd / 2);
-    for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
-    std::vector<float> skv(S * state, 0.0f),
-        sgate(S * state, -std::numeric_limits<float>::infinity()), entries(S * n_entries * hd, 0.0f);
-    Dev<float> dape(*be, ape), dnorm(*be, norm), dinv(*be, inv), dskv(*be, skv), dsgate(*be, sgate),
-        dent(*be, entries);
-    ops::HostStep steps[2];
-    steps[0] = mixed_step();
-    steps[1].add_row(0, 9, 1);  // continues slot 0
-    steps[1].add_row(2, 39, 17);
-    steps[1].add_row(4, 23, 1);
-    for (const ops::HostStep& st : steps) {
-        const auto kv = randn(int64_t{st.T()} * width, rng), gate = randn(int64_t{st.T()} * width, rng);
-        DevStep ds(*be, st);
-        Dev<float> dkv(*be, kv), dgate(*be, gate);
-        ops::CompressArgs a;
-        a.n_entries = n_entries;
-        a.m = m;
-        a.hd = hd;
-        a.coff = coff;
-        a.rope_dim = rd;
-        a.rope_scale = 1.0f;
-        ops::CompressArgs g = a, r = a;
-        g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = with_norm ? dnorm.p : nullptr;
-        g.inv_freq = dinv.p, g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p;
-        g.step = ds.view();
-        r.kv = kv.data(), r.gate = gate.data(), r.ape = ape.data();
-        r.norm = with_norm ? norm.data() : nullptr;
-        r.inv_freq = inv.data(), r.state_kv = skv.data(), r.state_gate = sgate.data();
-        r.entries = entries.data(), r.step = st.view();
-        be->compress(g);
-        cpu_ref::compress(r);
-    }
-    EXPECT_EQ(dskv.get(), skv) << what;
-    EXPECT_EQ(dsgate.get(), sgate) << what;
+    const CompressRun run =
+        run_compress(*be, {coff, m, 36, 12, with_norm, ops::RoundTrip::kNone}, 9 + coff * 10 + m);
+    EXPECT_EQ(run.gpu_kv, run.ref_kv) << what;
+    EXPECT_EQ(run.gpu_gate, run.ref_gate) << what;
     // Pooling in double (exp within 1 double ulp) is float-exact but for rounding-boundary
     // cases; norm + rope add the rms_norm and rope tolerances.
-    expect_close(what, dent.get(), entries, 1e-6, 1e-6 * max_abs(entries));
+    expect_close(what, run.gpu_entries, run.ref_entries, 1e-6,
+                 1e-6 * max_abs(run.ref_entries));
 }
 
 TEST(CudaOpsGpu, CompressCsaWithNormRope) {
@@ -824,9 +701,7 @@ TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
     const cudaStream_t s = cuda_backend_stream(*be);
     cuda::CudaGraph graph;
     reset();
-    cuda::CudaGraph::begin_capture(s);
-    run();
-    ASSERT_EQ(cuda::CudaGraph::end_capture(s, &graph), cudaSuccess);
+    ASSERT_TRUE(capture_graph(s, run, &graph));
     for (int replay = 0; replay < 2; ++replay) {
         reset();
         be->fill(out.p, 0.0f, static_cast<int64_t>(out.n));

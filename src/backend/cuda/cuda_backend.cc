@@ -18,6 +18,7 @@
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "backend/cuda/kernels/moe/route.h"
+#include "backend/cuda/kernels/quant/round_trip.h"
 #include "backend/cuda/kernels/sample/sample.h"
 #include "base/check.h"
 
@@ -296,11 +297,8 @@ class CudaBackend final : public Backend {
     void add_to_streams(const ops::AddToStreamsArgs& a) override {
         cuda::launch_add_to_streams(a, stream_.get());
     }
-    // DeepSeek's reference rounding points run on the CPU reference only so far (issue #16).
-    void round_trip(const ops::RoundTripArgs&) override {
-        DSV4_ASSERT(false,
-                    "CUDA backend: the reference-numerics round trips are not implemented "
-                    "yet (issue #16); use --numerics float");
+    void round_trip(const ops::RoundTripArgs& a) override {
+        cuda::launch_round_trip(a, stream_.get());
     }
     void attention(const ops::AttentionArgs& a) override {
         cuda::launch_attention(a, stream_.get());
@@ -308,11 +306,7 @@ class CudaBackend final : public Backend {
     void ring_write(const ops::RingWriteArgs& a) override {
         cuda::launch_ring_write(a, stream_.get());
     }
-    void compress(const ops::CompressArgs& a) override {
-        DSV4_ASSERT(a.entry_round_trip == ops::RoundTrip::kNone,
-                    "CUDA backend: reference-numerics entry round trips are not implemented yet");
-        cuda::launch_compress(a, stream_.get());
-    }
+    void compress(const ops::CompressArgs& a) override { cuda::launch_compress(a, stream_.get()); }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         cuda::launch_indexer_topk(a, stream_.get());
     }
@@ -405,11 +399,7 @@ class CudaBackend final : public Backend {
     void gather_rows(const ops::GatherRowsArgs& a) override {
         cuda::launch_gather_rows(a, stream_.get());
     }
-    void sample(const ops::SampleArgs& a) override {
-        DSV4_ASSERT(a.draft == nullptr,
-                    "CUDA backend: speculative verification in sampling is not implemented yet");
-        cuda::launch_sample(a, stream_.get());
-    }
+    void sample(const ops::SampleArgs& a) override { cuda::launch_sample(a, stream_.get()); }
     void scale(float* x, float s, int64_t n) override {
         cuda::launch_scale(x, s, n, stream_.get());
     }

@@ -11,28 +11,18 @@
 namespace dsv4::cpu_ref {
 namespace {
 
-// 2^ceil(log2(v)) for positive normal v, from the exponent bits (the reference's
-// fast_round_scale).
-float pow2_ceil(float v) {
-    const uint32_t bits = f32_to_bits(v);
-    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0);
-    return bits_to_f32(static_cast<uint32_t>(e + 127) << 23);
-}
-
 void fp8_block(float* x, int n) {
     float amax = 0;
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = pow2_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
-    for (int i = 0; i < n; ++i)
-        x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -448.0f, 448.0f))) * s;
+    const float s = fp8_block_scale(amax);
+    for (int i = 0; i < n; ++i) x[i] = fp8_round_trip(x[i], s);
 }
 
 void fp4_block(float* x, int n) {
     float amax = 0;
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = pow2_ceil(std::max(amax, 6.0f * 0x1p-126f) * static_cast<float>(1.0 / 6.0));
-    for (int i = 0; i < n; ++i)
-        x[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(x[i] / s, -6.0f, 6.0f))) * s;
+    const float s = fp4_block_scale(amax);
+    for (int i = 0; i < n; ++i) x[i] = fp4_round_trip(x[i], s);
 }
 
 // Natural-order (Sylvester) Walsh-Hadamard in fp32 butterflies, then times n^-1/2 (in fp32).

@@ -2,13 +2,14 @@
 // row's tokens consumed in order (each may complete its slot's block, and the next token writes
 // the state the completion read). Per token: the state row p % m (CSA: m + p % m) takes kv and
 // gate + ape; when p % m == m - 1 entry p / m is pooled per channel (softmax over the state rows
-// of the gate, in double like the reference's pool_entry), RMS-normed and roped at e * m, and a
-// CSA state shifts its open block into the previous-block rows. Layout and order as in
-// backend/cpu/ref/compressor.cc.
+// of the gate, in double like the reference's pool_entry), RMS-normed and roped at e * m,
+// round-tripped (reference numerics), and a CSA state shifts its open block into the previous-block
+// rows. Layout and order as in backend/cpu/ref/compressor.cc.
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/compressor/compress.h"
+#include "backend/cuda/kernels/quant/round_trip_sm90.cuh"
 #include "base/check.h"
 
 namespace dsv4::cuda {
@@ -69,6 +70,12 @@ __global__ void compress_kernel(ops::CompressArgs a) {
                                  dev::rope_cos_sin(e * m, a.inv_freq[q], a.rope_scale, false));
             __syncthreads();
         }
+        // Reference numerics: the NoPE dims to FP8 per 64 (main), Hadamard + FP4 per 32
+        // (indexer), as cpu_ref::compress.
+        if (a.entry_round_trip == ops::RoundTrip::kFp8)
+            dev::block_round_trip_row(entry, hd, hd - a.rope_dim, 64, ops::RoundTrip::kFp8);
+        else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
+            dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
         if (a.coff == 2) {
             for (int k = threadIdx.x; k < m * width; k += blockDim.x) {
                 skv[k] = skv[m * width + k];
@@ -85,6 +92,11 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.coff == 1 || a.coff == 2, "compress: coff ", a.coff);
     DSV4_ASSERT(a.m >= 1 && a.rope_dim % 2 == 0 && a.rope_dim <= a.hd, "compress: m ", a.m,
                 " rope_dim ", a.rope_dim);
+    DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kFp8 || (a.hd - a.rope_dim) % 64 == 0,
+                "compress: FP8 entry round trip of ", a.hd - a.rope_dim, " NoPE dims");
+    DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kHadamardFp4 ||
+                    ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
+                "compress: Hadamard entry round trip of width ", a.hd);
     if (a.step.B == 0) return;
     compress_kernel<<<static_cast<unsigned>(a.step.B), kThreads, 0, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);

@@ -1,8 +1,6 @@
-// Launcher of the sampling op (ops/sample.h): one block per logit row. Greedy rows and
-// top-k rows with 1 < top_k <= kSampleMaxTopK run on the device with the reference's
-// xoshiro256** draw; temperature sampling over more candidates (top_k 0 or larger) is not
-// implemented yet: such a row traps the kernel (a device-side abort naming the limit), never a
-// silently different draw. Rows must use distinct slots (one generator each).
+// Launcher of the sampling op (ops/sample.h): one block per logit row, every top_k up to V, with
+// the reference's xoshiro256** draws (speculative verification included). Rows must use
+// distinct slots (one generator each). Numerics: docs/numerics-cuda.md ("sample").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +9,8 @@
 
 namespace dsv4::cuda {
 
+// Rows keeping at most this many candidates are sorted in shared memory and walked in the
+// reference's order; larger ones go through the radix-select path.
 inline constexpr int kSampleMaxTopK = 1024;
 void launch_sample(const ops::SampleArgs& a, cudaStream_t stream);
 

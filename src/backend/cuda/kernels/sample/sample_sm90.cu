@@ -1,11 +1,22 @@
 // Sampling (sample.h), in the reference's steps (backend/cpu/ref/sample.cc): a row with a
-// non-finite logit gets -1 and draws nothing; greedy is the lowest id of the maximum (exact);
-// otherwise the top `keep` logits (ties to the lower id) are found with the block top-k
-// threshold search, sorted in descending order in shared memory, and one thread does the
-// reference's sequential double arithmetic: probabilities exp((l - max) / T), the top-p cut,
-// one xoshiro256** draw from the slot's state, and the walk. Only exp differs from the CPU
-// (CUDA's double exp is within 1 ulp, glibc's is correctly rounded in practice): the draw can
-// differ only when r falls within ~1e-16 of a cumulative boundary.
+// non-finite logit gets -1 and draws nothing; greedy is the lowest id of the maximum (exact).
+// Otherwise the candidates are ordered by logit descending, ties to the lower id, as the 64-bit
+// key (order_key(logit) << 32) | ~id, and the row takes one of two paths:
+//
+//  - keep <= kSampleMaxTopK: the top `keep` are found with the block top-k threshold search,
+//    sorted in shared memory, and one thread does the reference's sequential double arithmetic
+//    (probabilities exp((l - max) / T), the top-p cut, the draft test, the draw and the walk).
+//  - larger keep (top_k 0 or > 1024, up to V): no sort. Every "smallest prefix of the sorted
+//    candidates whose mass (or count) satisfies P" question (the top-k cut, the top-p cut, the
+//    draw's walk) is a radix select over the 64-bit keys, 8 bits per round: a histogram of the
+//    count and probability mass of the candidates under the current key prefix, scanned from the
+//    top bin. Masses are summed exactly in 128-bit fixed point (2^-96 units; every probability
+//    is <= 1 and truncated by < 2^-96), so they are independent of the order and deterministic,
+//    and differ from the reference's sequential double sums only by the reference's own rounding.
+//
+// Only exp (CUDA's double exp is within 1 ulp, glibc's is correctly rounded in practice) and,
+// on the radix path, the reference's summation rounding (~n * 2^-53 relative) separate the two:
+// a different id needs the uniform draw within that distance of a cumulative boundary.
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/sample/sample.h"
@@ -16,52 +27,291 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr unsigned kFull = 0xffffffffu;
 
 // Descending by logit, ties to the lower id: (order key << 32) | ~id, larger first.
 __device__ __forceinline__ uint64_t cand_key(uint32_t k, int64_t id) {
     return (static_cast<uint64_t>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
 }
+__device__ __forceinline__ int32_t key_id(uint64_t c) {
+    return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(c));
+}
+
+// Unsigned 128-bit fixed point in units of 2^-96: holds sums of up to 2^32 probabilities <= 1.
+struct Fx {
+    unsigned long long lo = 0, hi = 0;
+};
+__device__ __forceinline__ Fx fx_add(Fx a, Fx b) {
+    Fx r;
+    r.lo = a.lo + b.lo;
+    r.hi = a.hi + b.hi + (r.lo < a.lo ? 1ull : 0ull);
+    return r;
+}
+__device__ __forceinline__ Fx fx_sub(Fx a, Fx b) {
+    Fx r;
+    r.lo = a.lo - b.lo;
+    r.hi = a.hi - b.hi - (a.lo < b.lo ? 1ull : 0ull);
+    return r;
+}
+__device__ __forceinline__ bool fx_ge(Fx a, Fx b) {
+    return a.hi != b.hi ? a.hi > b.hi : a.lo >= b.lo;
+}
+// p in [0, 1], truncated to a multiple of 2^-96 (subnormals become 0).
+__device__ __forceinline__ Fx fx_of(double p) {
+    const unsigned long long bits = static_cast<unsigned long long>(__double_as_longlong(p));
+    const int be = static_cast<int>((bits >> 52) & 0x7ff);
+    Fx r;
+    if (be == 0) return r;
+    const unsigned long long m = (bits & ((1ull << 52) - 1)) | (1ull << 52);
+    const int s = be - 1023 + 44;  // p * 2^96 = m * 2^(e - 52 + 96), e <= 0
+    if (s >= 0) {
+        r.lo = m << s;
+        r.hi = s > 11 ? m >> (64 - s) : 0ull;
+    } else {
+        r.lo = -s < 64 ? m >> -s : 0ull;
+    }
+    return r;
+}
+__device__ __forceinline__ double fx_to_double(Fx a) {
+    return __dadd_rn(__dmul_rn(__ull2double_rn(a.hi), 0x1p-32),
+                     __dmul_rn(__ull2double_rn(a.lo), 0x1p-96));
+}
+
+struct Shared {
+    int red[32];
+    uint64_t cand[kSampleMaxTopK];
+    double probs[kSampleMaxTopK];
+    unsigned long long best;
+    // Radix path: one 256-bin histogram of (mass, count), and broadcasts from thread 0.
+    unsigned long long hlo[256], hhi[256];
+    unsigned hcnt[256];
+    int digit;
+    int flag;
+    double u;
+};
+
+// One logit row of the radix path: keys and probabilities recomputed from the logits.
+struct Row {
+    const float* logits;
+    int64_t V;
+    double mx, temperature;
+    __device__ __forceinline__ uint64_t ck(int64_t i) const {
+        return cand_key(dev::order_key(logits[i]), i);
+    }
+    __device__ __forceinline__ double p(int64_t i) const {
+        return exp(__ddiv_rn(__dsub_rn(static_cast<double>(logits[i]), mx), temperature));
+    }
+};
+
+// Warp-wide (all lanes): adds each lane's (w, 1) into bin `bin` of the histogram (bin < 0: none).
+// Lanes of a bin are summed by their lowest lane, which adds the sum with two 64-bit atomics
+// (the carry from the low word into the high one): integer sums, so any order gives one result.
+__device__ __forceinline__ void warp_bin_add(int bin, Fx w, Shared& sh) {
+    if (__all_sync(kFull, bin < 0)) return;
+    const unsigned peers = __match_any_sync(kFull, bin);
+    Fx s = w;
+    if (peers == kFull) {  // one bin for the whole warp (uniform): a butterfly
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            Fx v;
+            v.lo = __shfl_xor_sync(kFull, s.lo, o);
+            v.hi = __shfl_xor_sync(kFull, s.hi, o);
+            s = fx_add(s, v);
+        }
+    } else {
+        s = Fx{};
+        for (int src = 0; src < 32; ++src) {
+            Fx v;
+            v.lo = __shfl_sync(kFull, w.lo, src);
+            v.hi = __shfl_sync(kFull, w.hi, src);
+            if ((peers >> src) & 1u) s = fx_add(s, v);
+        }
+    }
+    if (bin >= 0 && static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) {
+        const unsigned long long old = atomicAdd(&sh.hlo[bin], s.lo);
+        atomicAdd(&sh.hhi[bin], s.hi + (old + s.lo < old ? 1ull : 0ull));
+        atomicAdd(&sh.hcnt[bin], static_cast<unsigned>(__popc(peers)));
+    }
+}
+
+// Histogram of the candidates (key >= cmin, id != skip) whose key bits above `shift + 8` equal
+// prefix's: bin = key bits [shift, shift + 8). shift < 0: everything in bin 0 (the total).
+__device__ __forceinline__ void hist_pass(const Row& row, Shared& sh, uint64_t cmin, int64_t skip,
+                                          int shift, uint64_t prefix, bool mass) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        sh.hlo[b] = 0;
+        sh.hhi[b] = 0;
+        sh.hcnt[b] = 0;
+    }
+    __syncthreads();
+    for (int64_t base = 0; base < row.V; base += blockDim.x) {
+        const int64_t i = base + threadIdx.x;
+        int bin = -1;
+        Fx w;
+        if (i < row.V && i != skip) {
+            const uint64_t c = row.ck(i);
+            const bool under =
+                shift < 0 || shift >= 56 || (c >> (shift + 8)) == (prefix >> (shift + 8));
+            if (c >= cmin && under) {
+                bin = shift < 0 ? 0 : static_cast<int>((c >> shift) & 255);
+                if (mass) w = fx_of(row.p(i));
+            }
+        }
+        warp_bin_add(bin, w, sh);
+    }
+    __syncthreads();
+}
+
+// The candidates' total mass and count (every thread gets them).
+__device__ __forceinline__ Fx mass_total(const Row& row, Shared& sh, uint64_t cmin, int64_t skip,
+                                         unsigned* count) {
+    hist_pass(row, sh, cmin, skip, -1, 0, true);
+    Fx s;
+    s.lo = sh.hlo[0];
+    s.hi = sh.hhi[0];
+    *count = sh.hcnt[0];
+    __syncthreads();
+    return s;
+}
+
+// Sorted descending by key, candidates e_0, e_1, ... (key >= cmin, id != skip) with prefix
+// sums M_n (mass, or count) and C_n (count): finds the smallest n with pred(M_n, C_n) (pred is
+// monotone) and returns e_{n-1}'s key in *out; false when pred never holds.
+template <typename Pred>
+__device__ __forceinline__ bool radix_select(const Row& row, Shared& sh, uint64_t cmin,
+                                             int64_t skip, bool mass, Pred pred, uint64_t* out) {
+    uint64_t prefix = 0;
+    Fx above;  // thread 0: the mass and count of the candidates above the current prefix
+    unsigned above_n = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        hist_pass(row, sh, cmin, skip, shift, prefix, mass);
+        if (threadIdx.x == 0) {
+            int digit = -1;
+            for (int b = 255; b >= 0; --b) {
+                if (sh.hcnt[b] == 0) continue;
+                Fx h;
+                h.lo = sh.hlo[b];
+                h.hi = sh.hhi[b];
+                const Fx m = fx_add(above, h);
+                const unsigned n = above_n + sh.hcnt[b];
+                if (pred(m, n)) {
+                    digit = b;
+                    break;
+                }
+                above = m;
+                above_n = n;
+            }
+            sh.digit = digit;
+        }
+        __syncthreads();
+        const int digit = sh.digit;
+        if (digit < 0) return false;  // block-uniform
+        prefix |= static_cast<uint64_t>(digit) << shift;
+    }
+    *out = prefix;
+    return true;
+}
+
+// Rows keeping more than kSampleMaxTopK candidates (see the top of the file). `best` is the
+// top candidate's key. Called by the whole block.
+__device__ __forceinline__ void sample_radix(const ops::SampleArgs& a, int64_t r,
+                                             const SamplingParams& p, int64_t keep, uint64_t best,
+                                             Shared& sh) {
+    const float* logits = a.logits + r * a.V;
+    const Row row{logits, a.V, static_cast<double>(logits[key_id(best)]),
+                  static_cast<double>(p.temperature)};
+    uint64_t* state = a.rng + 4 * static_cast<int64_t>(a.slot[r]);
+    uint64_t cmin = 0;
+    if (keep < a.V)
+        radix_select(
+            row, sh, 0, -1, false, [keep](Fx, unsigned n) { return n >= keep; }, &cmin);
+    unsigned n_set = 0;
+    Fx sum = mass_total(row, sh, cmin, -1, &n_set);
+    if (p.top_p < 1.0f) {
+        // Smallest prefix whose mass reaches top_p (at least one token).
+        const double total = fx_to_double(sum), top_p = p.top_p;
+        uint64_t cut = 0;
+        if (radix_select(
+                row, sh, cmin, -1, true,
+                [total, top_p](Fx m, unsigned) {
+                    return __ddiv_rn(fx_to_double(m), total) >= top_p;
+                },
+                &cut)) {
+            cmin = cut;
+            sum = mass_total(row, sh, cmin, -1, &n_set);
+        }
+    }
+    int64_t skip = -1;
+    const int32_t draft = a.draft ? a.draft[r] : -1;
+    if (draft >= 0) {
+        // Keep the draft with probability p(draft); else draw from the rest, renormalised.
+        const bool in_set = draft < a.V && row.ck(draft) >= cmin;
+        const double pd = in_set ? row.p(draft) : 0.0;
+        if (threadIdx.x == 0) sh.flag = __dmul_rn(xoshiro_uniform(state), fx_to_double(sum)) < pd;
+        __syncthreads();
+        const bool keep_draft = sh.flag != 0 || (in_set && n_set == 1);
+        if (keep_draft) {
+            if (threadIdx.x == 0) a.out[r] = draft;
+            return;
+        }
+        if (in_set) {
+            sum = fx_sub(sum, fx_of(pd));
+            skip = draft;
+        }
+    }
+    if (threadIdx.x == 0) sh.u = __dmul_rn(xoshiro_uniform(state), fx_to_double(sum));
+    __syncthreads();
+    const double u = sh.u;
+    uint64_t c = 0;
+    // The walk: the first candidate whose cumulative mass exceeds u; if rounding left u at the
+    // very top, the last candidate with mass (cumulative mass reaching the total).
+    if (!radix_select(
+            row, sh, cmin, skip, true, [u](Fx m, unsigned) { return u < fx_to_double(m); }, &c) &&
+        !radix_select(
+            row, sh, cmin, skip, true, [sum](Fx m, unsigned) { return fx_ge(m, sum); }, &c))
+        c = best;
+    if (threadIdx.x == 0) a.out[r] = key_id(c);
+}
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
-    __shared__ int red[32];
-    __shared__ uint64_t cand[kSampleMaxTopK];
-    __shared__ double probs[kSampleMaxTopK];
-    __shared__ unsigned long long best;
+    __shared__ Shared sh;
     const int64_t r = blockIdx.x;
     const float* logits = a.logits + r * a.V;
     int bad = 0;
     for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x) bad += !isfinite(logits[i]);
-    if (dev::block_sum(bad, red) > 0) {
+    if (dev::block_sum(bad, sh.red) > 0) {
         if (threadIdx.x == 0) a.out[r] = -1;
         return;
     }
     const SamplingParams p = a.params[r];
     auto key = [&](int64_t i) { return dev::order_key(logits[i]); };
+    if (threadIdx.x == 0) sh.best = 0;
+    __syncthreads();
+    unsigned long long mine = 0;
+    for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x) {
+        const unsigned long long c = cand_key(key(i), i);
+        mine = c > mine ? c : mine;
+    }
+    atomicMax(&sh.best, mine);
+    __syncthreads();
+    const uint64_t best = sh.best;
     if (p.temperature <= 0.0f || p.top_k == 1) {
-        if (threadIdx.x == 0) best = 0;
-        __syncthreads();
-        unsigned long long mine = 0;
-        for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x) {
-            const unsigned long long c = cand_key(key(i), i);
-            mine = c > mine ? c : mine;
-        }
-        atomicMax(&best, mine);
-        __syncthreads();
-        if (threadIdx.x == 0) a.out[r] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
+        if (threadIdx.x == 0) a.out[r] = key_id(best);
         return;
     }
     const int64_t keep = (p.top_k > 0 && p.top_k < a.V) ? p.top_k : a.V;
-    // Not implemented (sample.h): a device-side abort (a printf here would need local memory,
-    // which this build forbids).
-    if (keep > kSampleMaxTopK) __trap();
+    if (keep > kSampleMaxTopK) {
+        sample_radix(a, r, p, keep, best, sh);
+        return;
+    }
     int64_t above = 0;
-    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, red, &above);
+    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, sh.red, &above);
     int n_pow2 = 1;
     while (n_pow2 < keep) n_pow2 <<= 1;
-    for (int i = threadIdx.x; i < n_pow2; i += blockDim.x) cand[i] = 0;  // padding sorts last
+    for (int i = threadIdx.x; i < n_pow2; i += blockDim.x) sh.cand[i] = 0;  // padding sorts last
     __syncthreads();
-    dev::block_topk_collect(key, a.V, thr, above, keep, red,
-                            [&](int64_t i, int64_t rank) { cand[rank] = cand_key(key(i), i); });
+    dev::block_topk_collect(key, a.V, thr, above, keep, sh.red,
+                            [&](int64_t i, int64_t rank) { sh.cand[rank] = cand_key(key(i), i); });
     __syncthreads();
     // Bitonic sort, descending.
     for (int size = 2; size <= n_pow2; size <<= 1) {
@@ -70,10 +320,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
                 const int j = i ^ stride;
                 if (j > i) {
                     const bool desc = (i & size) == 0;
-                    const uint64_t x = cand[i], y = cand[j];
+                    const uint64_t x = sh.cand[i], y = sh.cand[j];
                     if (desc ? x < y : x > y) {
-                        cand[i] = y;
-                        cand[j] = x;
+                        sh.cand[i] = y;
+                        sh.cand[j] = x;
                     }
                 }
             }
@@ -81,7 +331,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
         }
     }
     if (threadIdx.x != 0) return;
-    auto id_at = [&](int64_t i) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(cand[i])); };
+    double* probs = sh.probs;
+    auto id_at = [&](int64_t i) { return key_id(sh.cand[i]); };
     const double mx = logits[id_at(0)];
     double sum = 0;
     for (int64_t i = 0; i < keep; ++i) {
@@ -101,7 +352,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
         sum = 0;
         for (int64_t i = 0; i < n; ++i) sum = __dadd_rn(sum, probs[i]);
     }
-    const double u = __dmul_rn(xoshiro_uniform(a.rng + 4 * static_cast<int64_t>(a.slot[r])), sum);
+    uint64_t* state = a.rng + 4 * static_cast<int64_t>(a.slot[r]);
+    const int32_t draft = a.draft ? a.draft[r] : -1;
+    if (draft >= 0) {
+        int64_t at = -1;
+        for (int64_t i = 0; i < n && at < 0; ++i)
+            if (id_at(i) == draft) at = i;
+        const double pd = at >= 0 ? probs[at] : 0.0;
+        if (__dmul_rn(xoshiro_uniform(state), sum) < pd) {
+            a.out[r] = draft;
+            return;
+        }
+        if (at >= 0) {
+            if (n == 1) {
+                a.out[r] = draft;
+                return;
+            }
+            sum = __dsub_rn(sum, pd);
+            probs[at] = 0.0;
+        }
+    }
+    const double u = __dmul_rn(xoshiro_uniform(state), sum);
     double acc = 0;
     for (int64_t i = 0; i < n; ++i) {
         acc = __dadd_rn(acc, probs[i]);
@@ -110,7 +381,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
             return;
         }
     }
-    a.out[r] = id_at(n - 1);
+    for (int64_t i = n - 1; i > 0; --i) {
+        if (probs[i] > 0) {
+            a.out[r] = id_at(i);
+            return;
+        }
+    }
+    a.out[r] = id_at(0);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// Device steps of the reference-numerics round trips (round_trip.h), shared by the round-trip
+// kernels and the compressor's entry round trip. Each value goes through the same float
+// operations as the CPU reference (base/fp_codes.h; the CUDA target is built without fast math),
+// the block amax is a max (any order), and the Hadamard butterflies run stage by stage in the
+// reference's order, each output one float add or subtract: the results are bitwise the CPU's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "base/fp_codes.h"
+#include "ops/quant.h"
+
+namespace dsv4::cuda::dev {
+
+// One warp rounds src[0, n) into dst[0, n) (may alias: each lane rewrites only what it read).
+template <ops::RoundTrip kKind>
+__device__ __forceinline__ void warp_round_block(const float* src, float* dst, int n) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f;
+    for (int i = lane; i < n; i += 32) amax = fmaxf(amax, fabsf(src[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if constexpr (kKind == ops::RoundTrip::kFp8) {
+        const float s = fp8_block_scale(amax);
+        for (int i = lane; i < n; i += 32) dst[i] = fp8_round_trip(src[i], s);
+    } else {
+        const float s = fp4_block_scale(amax);
+        for (int i = lane; i < n; i += 32) dst[i] = fp4_round_trip(src[i], s);
+    }
+}
+
+// The whole block rounds one row of `width` floats in place (global or shared memory): the
+// Hadamard rotation first for kHadamardFp4 (dims == width, a power of two), then the first
+// `dims` values in blocks of `block`, one warp per block. Called by every thread of the block
+// (blockDim.x a multiple of 32); begins and ends with a barrier.
+__device__ __forceinline__ void block_round_trip_row(float* row, int width, int dims, int block,
+                                                     ops::RoundTrip kind) {
+    __syncthreads();
+    if (kind == ops::RoundTrip::kNone) return;
+    if (kind == ops::RoundTrip::kHadamardFp4) {
+        // Natural-order Walsh-Hadamard: stage h pairs (j, j + h) with j % 2h < h.
+        for (int h = 1; h < width; h *= 2) {
+            for (int q = threadIdx.x; q < width / 2; q += blockDim.x) {
+                const int j = (q / h) * 2 * h + q % h;
+                const float x = row[j], y = row[j + h];
+                row[j] = __fadd_rn(x, y);
+                row[j + h] = __fsub_rn(x, y);
+            }
+            __syncthreads();
+        }
+        const float scale = static_cast<float>(__ddiv_rn(1.0, __dsqrt_rn(width)));
+        for (int i = threadIdx.x; i < width; i += blockDim.x) row[i] = __fmul_rn(row[i], scale);
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int b = warp; b < dims / block; b += warps) {
+        float* p = row + b * block;
+        if (kind == ops::RoundTrip::kFp8)
+            warp_round_block<ops::RoundTrip::kFp8>(p, p, block);
+        else
+            warp_round_block<ops::RoundTrip::kHadamardFp4>(p, p, block);
+    }
+    __syncthreads();
+}
+
+}  // namespace dsv4::cuda::dev
