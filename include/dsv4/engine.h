@@ -18,8 +18,8 @@ namespace dsv4 {
 
 struct EngineOptions {
     std::string model_dir;
-    // "cpu", "cuda", or "auto" (the CLI's default): cuda when this build has the CUDA backend,
-    // a usable GPU is present and the numerics run there; cpu otherwise.
+    // "cpu", "cuda", or "auto" (the CLI's default): cuda when this build has the CUDA backend
+    // and a usable GPU is present; cpu otherwise.
     std::string device = "cpu";
     int64_t max_context = 0;  // tokens per sequence the caches hold; 0: min(4096, the model's)
     int max_seqs = 1;         // sequence slots in the cache pool (sessions + requests)

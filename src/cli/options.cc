@@ -67,8 +67,7 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     };
     cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
     cmd->add_option("--device", e.device,
-                    "cpu, cuda, or auto (cuda when a usable GPU is present and the numerics run "
-                    "there, else cpu)")
+                    "cpu, cuda, or auto (cuda when a usable GPU is present, else cpu)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     cmd->add_option("--max-context", e.max_context,

@@ -257,16 +257,11 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     if (o.device != "cuda" && o.device != "auto")
         return error("unknown device '", o.device, "' (cpu, cuda or auto)");
 #if DSV4_WITH_CUDA
-    const bool float_numerics = o.numerics == "float";
     if (o.device == "auto") {
-        if (!float_numerics) return make_cpu_backend();
         auto b = make_cuda_backend(0);
         if (b) return b;
         return make_cpu_backend();
     }
-    if (!float_numerics)
-        return error("numerics '", o.numerics,
-                     "' run on the CPU backend only so far (issue #16); use --device cpu");
     return make_cuda_backend(0);
 #else
     if (o.device == "auto") return make_cpu_backend();

@@ -27,6 +27,7 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& ba
     std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend));
     m->numerics_ = numerics;
     DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend, progress));
+    DSV4_RETURN_IF_ERROR(backend.prepare_steps(int64_t{step_tokens} * m->cfg_.hc_mult));
     DSV4_LOG_INFO("loaded ", dir, ": ", m->cfg_.summary());
 
     const ModelConfig& c = m->cfg_;

@@ -56,6 +56,11 @@ class Backend {
     // Waits for everything enqueued (a no-op on the CPU).
     virtual void synchronize() = 0;
 
+    // Called once at load, after the weights: the most rows any op of a step sees (the step's
+    // tokens times the hc streams). A backend sizes its own step scratch here (CUDA: the FP8
+    // activation copies of the reference numerics), never inside a step.
+    virtual Status prepare_steps(int64_t max_rows) { return Status::ok(); }
+
     // Weights: handed over once at bind time; the checkpoint's mapping outlives the backend.
     virtual Expected<ops::Weight> upload_weight(const QuantWeight& w,
                                                 const ops::WeightPlacement& where) = 0;

@@ -65,11 +65,12 @@ inline bool moe_grouped_by_expert(int64_t T, int k, int E) {
     return T * k >= 4 * int64_t{E};
 }
 // Scratch for MoeArgs::routed_scratch: per row (a pair, or a padded slot of an expert's groups
-// of 16) its input, w1|w3 output and SwiGLU output, plus an int32 per row and per pair.
+// of 16) its input, w1|w3 output, SwiGLU output, routing weight and group id, plus an int32 per
+// pair.
 inline int64_t moe_routed_scratch_floats(int64_t T, int k, int E, int D, int I) {
     const int64_t P = T * k;
     const int64_t rows = moe_grouped_by_expert(T, k, E) ? (P + 15) / 16 * 16 + 16 * int64_t{E} : P;
-    return rows * (D + 3 * int64_t{I}) + rows + P;
+    return rows * (D + 3 * int64_t{I} + 2) + P;
 }
 
 }  // namespace dsv4::ops

@@ -159,6 +159,7 @@ class CudaBackend final : public Backend {
         CudaWeight cw;
         cw.rows = w.rows;
         cw.cols = w.cols;
+        max_cols_ = std::max(max_cols_, w.cols);
         const bool dense_in = w.format == WeightFormat::kDense;
         const bool embed = where.role == ops::WeightRole::kEmbed;
         if (embed && !dense_in)
@@ -189,6 +190,7 @@ class CudaBackend final : public Backend {
                                                 const ops::WeightPlacement&) override {
         DSV4_ASSERT(E >= 1, E);
         const int64_t I = w1[0].rows, D = w1[0].cols;
+        max_cols_ = std::max({max_cols_, I, D});
         for (int e = 0; e < E; ++e) {
             const QuantWeight* ws[] = {&w1[e], &w3[e], &w2[e]};
             for (const QuantWeight* q : ws)
@@ -235,6 +237,16 @@ class CudaBackend final : public Backend {
         return out;
     }
 
+    Status prepare_steps(int64_t max_rows) override {
+        const int64_t floats = max_rows * max_cols_;
+        if (floats <= act_floats_) return Status::ok();
+        DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(floats) * sizeof(float)));
+        free(act_);
+        act_ = static_cast<float*>(p);
+        act_floats_ = floats;
+        return Status::ok();
+    }
+
     void embed(const ops::EmbedArgs& a) override {
         const CudaWeight& t = cuda_weight(a.table);
         DSV4_ASSERT(t.dense != nullptr, "CUDA embed: the table has no dense copy");
@@ -243,9 +255,19 @@ class CudaBackend final : public Backend {
     }
     void linear(const ops::LinearArgs& a) override {
         const CudaWeight& w = cuda_weight(a.w);
-        DSV4_ASSERT(!a.act_fp8,
-                    "CUDA backend: FP8 activations (reference numerics) are not "
-                    "implemented yet (issue #16)");
+        if (a.act_fp8) {
+            // Reference numerics: the product reads x rounded to FP8 per 128 along K.
+            DSV4_ASSERT(a.x_type == ops::ActType::kF32 && a.M * w.cols <= act_floats_,
+                        "act_fp8 of ", a.M, " x ", w.cols, " (prepare_steps not called?)");
+            cuda::launch_act_fp8_copy(static_cast<const float*>(a.x), a.ldx ? a.ldx : w.cols,
+                                      act_, a.M, w.cols, stream_.get());
+            ops::LinearArgs r = a;
+            r.x = act_;
+            r.ldx = w.cols;
+            r.act_fp8 = false;
+            linear(r);
+            return;
+        }
         DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
                     ") outside weight of ", w.rows);
         const int64_t ldx = a.ldx ? a.ldx : w.cols, ldy = a.ldy ? a.ldy : a.N;
@@ -322,9 +344,6 @@ class CudaBackend final : public Backend {
     // launch, the clipped SwiGLU, w2 in one launch, and the weighted sum in slot order plus the
     // shared expert (the reference's order). Dense f32 experts: the dense kernel, one row each.
     void moe(const ops::MoeArgs& a) override {
-        DSV4_ASSERT(!a.act_fp8,
-                    "CUDA backend: FP8 activations (reference numerics) are not "
-                    "implemented yet (issue #16)");
         DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
         if (a.T == 0) return;
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
@@ -336,22 +355,31 @@ class CudaBackend final : public Backend {
         float* xr = a.routed_scratch;  // [R, D]: the inputs, later each row's output
         float* h13 = xr + R * D;       // [R, 2I]
         float* act = h13 + R * 2 * I;  // [R, I]
-        int32_t* group_expert = reinterpret_cast<int32_t*>(act + R * I);  // [n_groups]
-        int32_t* pair_row = group_expert + R;                             // [P]
+        float* row_weight = act + R * I;                                        // [R]
+        int32_t* group_expert = reinterpret_cast<int32_t*>(row_weight + R);  // [n_groups]
+        int32_t* pair_row = group_expert + R;                                // [P]
         const int32_t* ids = grouped ? group_expert : a.sel;
         const int32_t* row = grouped ? pair_row : nullptr;
         cudaStream_t s = stream_.get();
+        // Reference numerics: every expert reads x rounded to FP8 per 128 (in the FP8 copy
+        // buffer until the shared expert's w2 needs it).
+        const float* x = a.x;
+        if (a.act_fp8) {
+            DSV4_ASSERT(a.T * D <= act_floats_, "moe act_fp8 (prepare_steps not called?)");
+            cuda::launch_act_fp8_copy(a.x, D, act_, a.T, D, s);
+            x = act_;
+        }
         if (ex.has_gemv) {
             if (grouped) {
                 cuda::launch_moe_group({a.sel, group_expert, pair_row, P, a.E, n_groups}, s);
                 DSV4_CHECK_CUDA(cudaMemsetAsync(xr, 0, R * D * sizeof(float), s));
             }
-            cuda::launch_expand_rows(a.x, row, xr, a.T, a.k, D, s);
+            cuda::launch_expand_rows(x, row, xr, a.T, a.k, D, s);
             DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, R * 2 * I * sizeof(float), s));
             expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
         } else {
             cuda::DenseLinearArgs d;
-            d.x = a.x;
+            d.x = x;
             d.w = ex.w13;
             d.y = h13;
             d.M = P;
@@ -364,7 +392,19 @@ class CudaBackend final : public Backend {
             d.x_div = a.k;
             cuda::launch_dense_linear(d, s);
         }
-        cuda::launch_moe_swiglu({h13, nullptr, act, R, a.I, a.swiglu_limit}, s);
+        // Reference numerics (DeepSeek's order): the routing weight scales the SwiGLU output,
+        // which is rounded to FP8 per 128 for w2 (in place: each warp reads its block first).
+        const float* weight_first = nullptr;
+        if (a.act_fp8) {
+            weight_first = a.weight;
+            if (grouped) {
+                DSV4_CHECK_CUDA(cudaMemsetAsync(row_weight, 0, R * sizeof(float), s));
+                cuda::launch_expand_rows(a.weight, pair_row, row_weight, P, 1, 1, s);
+                weight_first = row_weight;
+            }
+        }
+        cuda::launch_moe_swiglu({h13, weight_first, act, R, a.I, a.swiglu_limit}, s);
+        if (a.act_fp8) cuda::launch_act_fp8_copy(act, I, act, R, I, s);
         float* y2 = xr;
         if (ex.has_gemv) {
             DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, R * D * sizeof(float), s));
@@ -388,13 +428,15 @@ class CudaBackend final : public Backend {
             float* g = a.shared_scratch;
             float* u = g + a.T * I;
             float* y = u + a.T * I;
-            linear({a.x, a.shared_w1, g, a.T, I});
-            linear({a.x, a.shared_w3, u, a.T, I});
+            const ops::ActType f32 = ops::ActType::kF32;
+            linear({x, a.shared_w1, g, a.T, I});  // x is already rounded under act_fp8
+            linear({x, a.shared_w3, u, a.T, I});
             swiglu({g, u, g, a.T * I, a.swiglu_limit});
-            linear({g, a.shared_w2, y, a.T, D});
+            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8});
             shared = y;
         }
-        cuda::launch_moe_combine({y2, a.weight, shared, a.out, a.T, a.k, D, row}, s);
+        cuda::launch_moe_combine(
+            {y2, a.act_fp8 ? nullptr : a.weight, shared, a.out, a.T, a.k, D, row}, s);
     }
     void gather_rows(const ops::GatherRowsArgs& a) override {
         cuda::launch_gather_rows(a, stream_.get());
@@ -477,6 +519,9 @@ class CudaBackend final : public Backend {
     std::deque<CudaWeight> weights_;  // stable addresses for the handles
     std::deque<CudaExperts> experts_;
     void* gemv_ws_ = nullptr;  // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    int64_t max_cols_ = 0;     // widest K of the weights uploaded
+    float* act_ = nullptr;     // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
+    int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
 };
 

@@ -4,9 +4,9 @@
 // packed (f32 activations split into bf16 hi + lo: f32-accurate products); dense F32 weights
 // (transformers-saved checkpoints) stay f32 for a plain f32 kernel; the embedding table stays
 // dense. Linears take up to 16 tokens a GEMV launch (prefill runs in slices: no tensor-core
-// GEMM yet). Not yet on CUDA: the reference numerics' FP8 activations (`act_fp8` aborts; the
-// engine refuses those numerics on cuda first). docs/numerics-cuda.md states each op's
-// tolerance against the CPU reference.
+// GEMM yet); the MoE groups prefill rows by expert. The reference numerics' rounding points run
+// here too (FP8 activation copies in a buffer sized by prepare_steps, round trips).
+// docs/numerics-cuda.md states each op's tolerance against the CPU reference.
 #pragma once
 
 #include <cuda_runtime.h>
