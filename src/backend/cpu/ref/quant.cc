@@ -7,22 +7,15 @@
 
 #include "backend/cpu/ref/ref_ops.h"
 #include "base/fp_codes.h"
+#include "formats/cache_row.h"
 
 namespace dsv4::cpu_ref {
 namespace {
 
-// 2^ceil(log2(v)) for positive normal v, from the exponent bits (the reference's
-// fast_round_scale).
-float pow2_ceil(float v) {
-    const uint32_t bits = f32_to_bits(v);
-    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0);
-    return bits_to_f32(static_cast<uint32_t>(e + 127) << 23);
-}
-
 void fp8_block(float* x, int n) {
     float amax = 0;
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = pow2_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
+    const float s = fp8_block_scale(amax);
     for (int i = 0; i < n; ++i)
         x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -448.0f, 448.0f))) * s;
 }
@@ -30,22 +23,9 @@ void fp8_block(float* x, int n) {
 void fp4_block(float* x, int n) {
     float amax = 0;
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = pow2_ceil(std::max(amax, 6.0f * 0x1p-126f) * static_cast<float>(1.0 / 6.0));
+    const float s = fp4_block_scale(amax);
     for (int i = 0; i < n; ++i)
         x[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(x[i] / s, -6.0f, 6.0f))) * s;
-}
-
-// Natural-order (Sylvester) Walsh-Hadamard in fp32 butterflies, then times n^-1/2 (in fp32).
-void hadamard(float* x, int n) {
-    for (int h = 1; h < n; h *= 2)
-        for (int i = 0; i < n; i += 2 * h)
-            for (int j = i; j < i + h; ++j) {
-                const float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
-    for (int i = 0; i < n; ++i) x[i] *= scale;
 }
 
 }  // namespace
@@ -59,7 +39,7 @@ void round_trip(const ops::RoundTripArgs& a) {
                 "Hadamard of width ", a.width);
     for (int64_t r = 0; r < a.rows; ++r) {
         float* row = a.x + r * a.width;
-        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard(row, a.width);
+        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard_rotate(row, a.width);
         for (int b = 0; b < a.dims; b += a.block) {
             if (a.kind == ops::RoundTrip::kFp8)
                 fp8_block(row + b, a.block);
