@@ -28,6 +28,11 @@ struct EngineOptions {
     // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
     // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
     std::string numerics = "float";
+    // Cache row types (docs/kv-cache.md): window rings and compressed K=V "f32", "bf16" or "fp8"
+    // (DeepSeek's 584-byte entry); indexer keys "f32", "bf16", "fp8" or "fp4" (Hadamard + E2M1).
+    // f32 keeps float mode equal to transformers. Other types: CPU backend only.
+    std::string kv_cache = "f32";
+    std::string indexer_cache = "f32";
 };
 
 struct ModelInfo {
@@ -39,7 +44,7 @@ struct ModelInfo {
     int hc_mult = 0;
     std::string summary;                      // one line: sizes and layer kinds
     size_t weight_bytes = 0;                  // checkpoint bytes bound
-    std::string cache_entry_type;             // "F32"
+    std::string cache_entry_type;             // "kv f32, indexer keys f32"
     int max_seqs = 0;                         // cache pool slots
     int64_t max_context = 0;                  // tokens per slot
     size_t cache_bytes = 0;                   // per sequence, at max_context

@@ -257,6 +257,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (options.max_queue < 0) return error("max_queue must be >= 0");
     if (options.cache_gib < 0) return error("cache budget must be >= 0");
     if (options.threads > 0) set_num_threads(options.threads);
+    const std::optional<CacheType> kv_type = cache_type_from_name(options.kv_cache);
+    const std::optional<CacheType> index_type = cache_type_from_name(options.indexer_cache);
+    if (!kv_type || *kv_type == CacheType::kFp4)
+        return error("unknown --kv-cache '", options.kv_cache, "' (f32, bf16 or fp8)");
+    if (!index_type)
+        return error("unknown --indexer-cache '", options.indexer_cache,
+                     "' (f32, bf16, fp8 or fp4)");
+    if (options.device != "cpu" && (*kv_type != CacheType::kF32 || *index_type != CacheType::kF32))
+        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ", options.indexer_cache,
+                     ": typed cache rows run on the CPU backend only (use f32 on ", options.device,
+                     ")");
     if (options.device == "cpu") {
         impl->backend = make_cpu_backend();
     } else if (options.device == "cuda") {
@@ -277,8 +288,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         context = cfg->max_position_embeddings > 0
                       ? std::min<int64_t>(4096, cfg->max_position_embeddings)
                       : 4096;
-    CacheLayout layout{options.max_seqs, context, DType::kF32, cfg->num_mtp_layers > 0};
-    const CacheFootprint fp = cache_footprint(*cfg, layout.entry, layout.mtp);
+    CacheLayout layout{options.max_seqs, context, *kv_type, *index_type, cfg->num_mtp_layers > 0};
+    const CacheFootprint fp = cache_footprint(*cfg, layout.kv, layout.index, layout.mtp);
     if (options.cache_gib > 0) {
         const double per_seq = fp.per_sequence(context);
         const double fit = options.cache_gib * (1 << 30) / per_seq;
@@ -309,7 +320,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     i.hc_mult = c.hc_mult;
     i.summary = c.summary();
     i.weight_bytes = impl->model->weights().bytes;
-    i.cache_entry_type = std::string(dtype_name(layout.entry));
+    i.cache_entry_type = "kv " + std::string(cache_type_name(layout.kv)) + ", indexer keys " +
+                         std::string(cache_type_name(layout.index));
     i.max_seqs = layout.max_seqs;
     i.max_context = layout.max_context;
     i.cache_bytes_per_token = fp.bytes_per_token;
