@@ -30,6 +30,11 @@ struct EngineOptions {
     // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
     // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
     std::string numerics = "float";
+    // Cache row types (docs/kv-cache.md): window rings and compressed K=V "f32", "bf16" or "fp8"
+    // (DeepSeek's 584-byte entry); indexer keys "f32", "bf16", "fp8" or "fp4" (Hadamard + E2M1).
+    // f32 keeps float mode equal to transformers. Other types: CPU backend only so far.
+    std::string kv_cache = "f32";
+    std::string indexer_cache = "f32";
     // Called while the weights load (copied to the device on cuda), after each layer:
     // (layers done, layers in all). May be empty.
     std::function<void(int, int)> on_load_progress;
@@ -45,7 +50,7 @@ struct ModelInfo {
     std::string summary;                      // one line: sizes and layer kinds
     std::string device;                       // the backend it runs on ("cpu" or "cuda")
     size_t weight_bytes = 0;                  // checkpoint bytes bound
-    std::string cache_entry_type;             // "F32"
+    std::string cache_entry_type;             // "kv f32, indexer keys f32"
     int max_seqs = 0;                         // cache pool slots
     int64_t max_context = 0;                  // tokens per slot
     size_t cache_bytes = 0;                   // per sequence, at max_context

@@ -23,7 +23,7 @@ int run_info(const EngineOptions& o) {
                 i.device == "cuda" ? "copied to the GPU: FP8/FP4/BF16 packed for the GEMV, F32 as is"
                                    : "read in place, dequantized per row");
     for (const auto& line : i.weight_formats) std::printf("  %s\n", line.c_str());
-    std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (%s entries)\n",
+    std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (%s)\n",
                 i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0,
                 i.cache_entry_type.c_str());
     std::printf("at %lld tokens: %.3f GiB per sequence; pool of %d sequence(s): %.3f GiB\n",

@@ -79,6 +79,15 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
                     "points: FP8 activations, FP8 KV, Hadamard + FP4 indexer keys)")
         ->capture_default_str()
         ->check(CLI::IsMember({"float", "reference-fp32"}));
+    cmd->add_option("--kv-cache", e.kv_cache,
+                    "Window ring and compressed K=V storage: f32, bf16 or fp8 (DeepSeek's "
+                    "584-byte entry: FP8 NoPE dims + bf16 RoPE dims)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
+    cmd->add_option("--indexer-cache", e.indexer_cache,
+                    "Indexer key storage: f32, bf16, fp8 (per 128) or fp4 (Hadamard + E2M1 per 32)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"f32", "bf16", "fp8", "fp4"}));
     cmd->add_option("--max-seqs", e.max_seqs, "Sequence slots in the KV-cache pool")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 20));

@@ -284,7 +284,19 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (options.max_queue < 0) return error("max_queue must be >= 0");
     if (options.cache_gib < 0) return error("cache budget must be >= 0");
     if (options.threads > 0) set_num_threads(options.threads);
+    const std::optional<CacheType> kv_type = cache_type_from_name(options.kv_cache);
+    const std::optional<CacheType> index_type = cache_type_from_name(options.indexer_cache);
+    if (!kv_type || *kv_type == CacheType::kFp4)
+        return error("unknown --kv-cache '", options.kv_cache, "' (f32, bf16 or fp8)");
+    if (!index_type)
+        return error("unknown --indexer-cache '", options.indexer_cache,
+                     "' (f32, bf16, fp8 or fp4)");
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
+    if (impl->backend->name() != std::string("cpu") &&
+        (*kv_type != CacheType::kF32 || *index_type != CacheType::kF32))
+        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ", options.indexer_cache,
+                     ": typed cache rows run on the CPU backend only so far (use f32 on ",
+                     impl->backend->name(), ", or --device cpu)");
     auto cfg = load_model_config(options.model_dir + "/config.json");
     if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
     // The cache first: its size is the one most likely not to fit, and checking it needs
@@ -296,8 +308,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         context = cfg->max_position_embeddings > 0
                       ? std::min<int64_t>(4096, cfg->max_position_embeddings)
                       : 4096;
-    CacheLayout layout{options.max_seqs, context, DType::kF32, cfg->num_mtp_layers > 0};
-    const CacheFootprint fp = cache_footprint(*cfg, layout.entry, layout.mtp);
+    CacheLayout layout{options.max_seqs, context, *kv_type, *index_type, cfg->num_mtp_layers > 0};
+    const CacheFootprint fp = cache_footprint(*cfg, layout.kv, layout.index, layout.mtp);
     if (options.cache_gib > 0) {
         const double per_seq = fp.per_sequence(context);
         const double fit = options.cache_gib * (1 << 30) / per_seq;
@@ -344,7 +356,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     i.summary = c.summary();
     i.device = impl->backend->name();
     i.weight_bytes = impl->model->weights().bytes;
-    i.cache_entry_type = std::string(dtype_name(layout.entry));
+    i.cache_entry_type = "kv " + std::string(cache_type_name(layout.kv)) + ", indexer keys " +
+                         std::string(cache_type_name(layout.index));
     i.max_seqs = layout.max_seqs;
     i.max_context = layout.max_context;
     i.cache_bytes_per_token = fp.bytes_per_token;

@@ -1,6 +1,7 @@
 #include "model/cache_pool.h"
 
 #include <limits>
+#include <string>
 
 namespace dsv4 {
 
@@ -11,17 +12,20 @@ std::vector<LayerSpec> cached_layers(const ModelConfig& c, bool mtp) {
     return layers;
 }
 
-CacheFootprint cache_footprint(const ModelConfig& c, DType entry, bool mtp) {
-    const double e = static_cast<double>(dtype_size(entry));
+CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType index, bool mtp) {
+    const auto kv_row =
+        static_cast<double>(cache_row_bytes(kv_row_format(kv, c.rope_dim), c.head_dim));
+    const auto key_row =
+        static_cast<double>(cache_row_bytes(index_key_format(index), c.index_head_dim));
     CacheFootprint f;
     for (const LayerSpec& l : cached_layers(c, mtp)) {
-        f.fixed_bytes += e * c.sliding_window * c.head_dim;
+        f.fixed_bytes += kv_row * c.sliding_window;
         if (l.kind == LayerKind::kSliding) continue;
         // Compressor states stay float32 (they are reduced in f32 whatever the entry type).
-        f.bytes_per_token += e * c.head_dim / l.compress_rate;
+        f.bytes_per_token += kv_row / l.compress_rate;
         f.fixed_bytes += 8.0 * l.coff() * l.compress_rate * l.coff() * c.head_dim;
         if (l.kind == LayerKind::kCsa) {
-            f.bytes_per_token += e * c.index_head_dim / l.compress_rate;
+            f.bytes_per_token += key_row / l.compress_rate;
             f.fixed_bytes += 8.0 * 2 * l.compress_rate * 2 * c.index_head_dim;
         }
     }
@@ -44,16 +48,21 @@ CacheSlot::~CacheSlot() {
 
 Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Backend& backend,
                                                        const CacheLayout& layout) {
-    if (layout.entry != DType::kF32)
-        return error("cache entry type ", dtype_name(layout.entry),
-                     " is not implemented yet (float32 only)");
+    const CacheRowFormat kv_format = kv_row_format(layout.kv, c.rope_dim);
+    const CacheRowFormat key_format = index_key_format(layout.index);
+    if (layout.kv == CacheType::kFp4)
+        return error("KV cache type fp4 is for indexer keys only (f32, bf16 or fp8)");
+    if (std::string why = cache_row_unsupported(kv_format, c.head_dim); !why.empty())
+        return error("KV cache type ", cache_type_name(layout.kv), ": ", why);
+    if (std::string why = cache_row_unsupported(key_format, c.index_head_dim); !why.empty())
+        return error("indexer cache type ", cache_type_name(layout.index), ": ", why);
     if (layout.max_seqs <= 0) return error("max_seqs must be > 0, got ", layout.max_seqs);
     if (layout.max_context <= 0) return error("max_context must be > 0, got ", layout.max_context);
     if (c.max_position_embeddings > 0 && layout.max_context > c.max_position_embeddings)
         return error("max_context ", layout.max_context, " exceeds the model's ",
                      c.max_position_embeddings, " positions");
     const double need =
-        cache_footprint(c, layout.entry, layout.mtp).per_sequence(layout.max_context) *
+        cache_footprint(c, layout.kv, layout.index, layout.mtp).per_sequence(layout.max_context) *
         layout.max_seqs;
     const double avail = static_cast<double>(backend.memory_available());
     if (need > avail)
@@ -70,12 +79,14 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         p->bytes_ += bytes;
         return m;
     };
-    auto make = [&](CompressorCache& s, int coff, int m, int width) -> Status {
+    auto make = [&](CompressorCache& s, int coff, int m, int width,
+                    const CacheRowFormat& f) -> Status {
         s.state_size = int64_t{coff} * m * coff * width;
         s.n_entries = layout.max_context / m + 1;
         DSV4_ASSIGN_OR_RETURN(void* kv, take(S * s.state_size, sizeof(float)));
         DSV4_ASSIGN_OR_RETURN(void* gate, take(S * s.state_size, sizeof(float)));
-        DSV4_ASSIGN_OR_RETURN(void* entries, take(S * s.n_entries * width, sizeof(float)));
+        DSV4_ASSIGN_OR_RETURN(
+            void* entries, take(S * s.n_entries, static_cast<size_t>(cache_row_bytes(f, width))));
         s.kv = static_cast<float*>(kv);
         s.gate = static_cast<float*>(gate);
         s.entries = static_cast<float*>(entries);
@@ -86,13 +97,18 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
     for (size_t l = 0; l < specs.size(); ++l) {
         const LayerSpec& spec = specs[l];
         LayerCache& lc = p->layers_[l];
+        lc.kv_format = kv_format;
+        lc.key_format = key_format;
         DSV4_ASSIGN_OR_RETURN(void* ring,
-                              take(S * int64_t{c.sliding_window} * c.head_dim, sizeof(float)));
+                              take(S * int64_t{c.sliding_window},
+                                   static_cast<size_t>(cache_row_bytes(kv_format, c.head_dim))));
         lc.ring = static_cast<float*>(ring);
         if (spec.kind != LayerKind::kSliding)
-            DSV4_RETURN_IF_ERROR(make(lc.main, spec.coff(), spec.compress_rate, c.head_dim));
+            DSV4_RETURN_IF_ERROR(
+                make(lc.main, spec.coff(), spec.compress_rate, c.head_dim, kv_format));
         if (spec.kind == LayerKind::kCsa)
-            DSV4_RETURN_IF_ERROR(make(lc.indexer, 2, spec.compress_rate, c.index_head_dim));
+            DSV4_RETURN_IF_ERROR(
+                make(lc.indexer, 2, spec.compress_rate, c.index_head_dim, key_format));
     }
     DSV4_ASSIGN_OR_RETURN(void* rng, take(S * 4, sizeof(uint64_t)));
     p->rng_ = static_cast<uint64_t*>(rng);

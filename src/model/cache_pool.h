@@ -3,49 +3,55 @@
 // the compressed-KV (and indexer-key) entries, each as one [S, ...] array in backend memory so
 // the ops find a slot's part from the slot index in the step descriptor. Sessions and requests
 // hold a slot through CacheSlot (RAII); a full pool is an error for the caller to report or
-// wait on, never an abort.
+// wait on, never an abort. Rings and entries are stored in the layout's row formats
+// (formats/cache_row.h, docs/kv-cache.md); compressor states stay float32.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "base/dtype.h"
 #include "base/status.h"
+#include "formats/cache_row.h"
 #include "model/config.h"
 #include "ops/backend.h"
 
 namespace dsv4 {
 
 struct CacheLayout {
-    int max_seqs = 1;          // slots
-    int64_t max_context = 0;   // tokens per slot
-    DType entry = DType::kF32;  // cache entry type: float32 today (bf16, FP8 layouts next)
-    bool mtp = false;           // also the MTP block's caches (layer index num_layers)
+    int max_seqs = 1;                   // slots
+    int64_t max_context = 0;            // tokens per slot
+    CacheType kv = CacheType::kF32;     // window rings and compressed K=V: f32, bf16 or fp8
+    CacheType index = CacheType::kF32;  // indexer keys: f32, bf16, fp8 or fp4
+    bool mtp = false;                   // also the MTP block's caches (layer index num_layers)
 };
 
 struct CompressorCache {
     float* kv = nullptr;       // [S, coff*m, coff*width]
     float* gate = nullptr;     // [S, coff*m, coff*width], -inf = empty
-    float* entries = nullptr;  // [S, n_entries, width]
+    float* entries = nullptr;  // [S, n_entries, width] in the layer's row format
     int64_t state_size = 0;    // elements of one slot's kv (and gate)
     int64_t n_entries = 0;     // entries per slot
 };
 
+// Rows of a type other than f32 are addressed through the float* fields by their first byte
+// (see ops::AttentionArgs).
 struct LayerCache {
-    float* ring = nullptr;    // [S, W, hd], slot row = pos % W
-    CompressorCache main;     // CSA / HCA
-    CompressorCache indexer;  // CSA: entries are the indexer keys [S, n_entries, hi]
+    float* ring = nullptr;    // [S, W, hd], slot row = pos % W, in kv_format
+    CompressorCache main;     // CSA / HCA: entries in kv_format
+    CompressorCache indexer;  // CSA: entries are the indexer keys [S, n_entries, hi] in key_format
+    CacheRowFormat kv_format;
+    CacheRowFormat key_format;
 };
 
-// Cache sizes per sequence for an entry type: growth per token and the fixed part.
+// Cache sizes per sequence for the row types: growth per token and the fixed part.
 struct CacheFootprint {
     double bytes_per_token = 0;
     double fixed_bytes = 0;
     double per_sequence(int64_t context) const { return fixed_bytes + bytes_per_token * context; }
 };
-CacheFootprint cache_footprint(const ModelConfig& cfg, DType entry = DType::kF32,
-                               bool mtp = false);
+CacheFootprint cache_footprint(const ModelConfig& cfg, CacheType kv = CacheType::kF32,
+                               CacheType index = CacheType::kF32, bool mtp = false);
 
 class CachePool;
 

@@ -49,26 +49,34 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     // The one shared K=V head.
     b.rms_norm({ws.kv, w.kv_norm, ws.kv, T, hd, eps});
     rope_at(ws.kv, 1, hd, false);
-    // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format).
-    if (reference()) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
+    // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
+    // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
+    // through it too, so here and on the main entries the round trip is redundant. (The fp8
+    // entry also keeps the RoPE dims in bf16, which the fp32 round trip leaves alone.)
+    const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
+    if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
     // Compressors: pool completed blocks into entries (normed and roped at their position).
     auto compress = [&](const CompressorWeights& cw, const CompressorCache& cc, const float* kv,
-                        const float* gate, int width, int coff, ops::RoundTrip entry_rt) {
+                        const float* gate, int width, int coff, ops::RoundTrip entry_rt,
+                        const CacheRowFormat& format) {
         b.compress({kv, gate, cw.ape, cw.norm, rope_compress_.inv_freq, cc.kv, cc.gate, cc.entries,
                     st, cc.n_entries, m, width, coff, rd, eps, rope_compress_.scale,
-                    reference() ? entry_rt : ops::RoundTrip::kNone});
+                    reference() ? entry_rt : ops::RoundTrip::kNone, format});
     };
     const float* entries = nullptr;
     const int32_t* topk = nullptr;
     if (spec.kind != LayerKind::kSliding) {
-        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(), ops::RoundTrip::kFp8);
+        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
+                 fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
         entries = lc.main.entries;
     }
     if (spec.kind == LayerKind::kCsa) {
-        // Lightning indexer: its own compressed keys, queries from the q latent.
+        // Lightning indexer: its own compressed keys, queries from the q latent. fp4 keys are
+        // the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
+        const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
         compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
-                 ops::RoundTrip::kHadamardFp4);
+                 fp4_keys ? ops::RoundTrip::kNone : ops::RoundTrip::kHadamardFp4, lc.key_format);
         b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                   fp8_act(w.indexer_wq_b)});
         rope_at(ws.qi, Hi, hi, false);
@@ -76,14 +84,14 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
             b.round_trip({ws.qi, T * Hi, hi, hi, 32, ops::RoundTrip::kHadamardFp4});
         b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
         b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
-                        hi, c.index_topk, m});
+                        hi, c.index_topk, m, lc.key_format, /*q_rotated=*/reference()});
         topk = ws.topk;
     }
 
     b.attention({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
                  c.sliding_window, c.index_topk, m, lc.main.n_entries,
-                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
-    b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd});
+                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), lc.kv_format});
+    b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format});
     // K = V carries rotated rope dims: de-rotate the output at the query position.
     rope_at(ws.o, H, hd, /*inverse=*/true);
 

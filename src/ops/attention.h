@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "formats/cache_row.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
@@ -13,6 +14,12 @@ namespace dsv4::ops {
 // positions [max(pos0, p-W+1), p], and slot s's compressed entries: all e < floor((p+1)/m)
 // when topk is nullptr (HCA), else the topk[t] entries >= 0 (CSA). One softmax over all keys,
 // with exp(sink[h]) added to the denominator only.
+//
+// Cache rows (`ring`, `entries`) are stored in `kv_format` (formats/cache_row.h) and decoded on
+// read; the step's own keys are read as the cache would give them back (encoded and decoded),
+// so a key is the same value whether it comes from the step or, later, from the ring.
+// NOTE: rows of a type other than f32 are passed as the byte address of their storage through
+// the float* fields (row stride cache_row_bytes); the CUDA backend implements f32 rows only.
 struct AttentionArgs {
     const float* q = nullptr;        // [T, H, hd]
     const float* kv = nullptr;       // [T, hd] this step's window K=V
@@ -25,14 +32,17 @@ struct AttentionArgs {
     int H = 0, hd = 0, W = 0, K = 0, compress_rate = 0;
     int64_t n_entries = 0;  // entries per slot
     float softmax_scale = 1.0f;
+    CacheRowFormat kv_format{};  // ring and entry rows
 };
 
-// Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it).
+// Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),
+// encoded in `kv_format`.
 struct RingWriteArgs {
     const float* kv = nullptr;  // [T, hd]
-    float* ring = nullptr;      // [S, W, hd], slot row = pos % W
+    float* ring = nullptr;      // [S, W, hd], slot row = pos % W (typed rows: see AttentionArgs)
     StepDesc step;
     int W = 0, hd = 0;
+    CacheRowFormat kv_format{};
 };
 
 }  // namespace dsv4::ops

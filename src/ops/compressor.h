@@ -2,7 +2,8 @@
 // Consumes each row's tokens in order into its slot's open block (`state`); a token at
 // position p with p % m == m - 1 completes entry p / m, which is pooled, RMS-normed with
 // `norm` and roped at the position of its block's first token (entry * m). Which tokens
-// complete a block is decided inside the op from the step descriptor.
+// complete a block is decided inside the op from the step descriptor. A finished entry is
+// encoded in `entry_format` (formats/cache_row.h).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ struct CompressArgs {
     const float* inv_freq = nullptr;  // [rope_dim / 2] rope of the entries (with norm)
     float* state_kv = nullptr;        // [S, coff*m, coff*hd] persistent per slot
     float* state_gate = nullptr;      // [S, coff*m, coff*hd] persistent; -inf = empty slot
-    float* entries = nullptr;         // [S, n_entries, hd]
+    float* entries = nullptr;         // [S, n_entries, hd] in entry_format (see AttentionArgs)
     StepDesc step;
     int64_t n_entries = 0;  // entries per slot
     int m = 0, hd = 0, coff = 1, rope_dim = 0;
@@ -28,6 +29,9 @@ struct CompressArgs {
     // Reference numerics: a completed entry's round trip after its rope (the main compressor's
     // NoPE dims to FP8 per 64, the indexer's keys Hadamard + FP4 per 32).
     RoundTrip entry_round_trip = RoundTrip::kNone;
+    // How a finished entry is stored (after the round trip, if any); the pooling state stays
+    // float32. kFp4 rotates the entry itself, so it never comes with kHadamardFp4.
+    CacheRowFormat entry_format{};
 };
 
 }  // namespace dsv4::ops

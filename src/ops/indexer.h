@@ -3,21 +3,26 @@
 
 #include <cstdint>
 
+#include "formats/cache_row.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
 
 // For token t at position p in slot s: I(t, e) = sum_h w[t,h] * relu(q[t,h] . keys[s][e]) for
 // e < floor((p+1)/m); selects the min(K, valid) best. Ties: the lower entry index wins.
-// Output sorted by entry index, padded with -1.
+// Output sorted by entry index, padded with -1. Keys are stored in `key_format` and decoded on
+// read; fp4 keys are Hadamard-rotated, so the op rotates q the same way (fp32, unquantized)
+// unless `q_rotated` says the caller already did (the reference numerics' round trip).
 struct IndexerTopkArgs {
     const float* q = nullptr;     // [T, Hi, hi]
     const float* w = nullptr;     // [T, Hi]
-    const float* keys = nullptr;  // [S, n_entries, hi]
+    const float* keys = nullptr;  // [S, n_entries, hi] in key_format (see AttentionArgs)
     int32_t* topk = nullptr;      // [T, K]
     StepDesc step;
     int64_t n_entries = 0;
     int Hi = 0, hi = 0, K = 0, m = 0;
+    CacheRowFormat key_format{};
+    bool q_rotated = false;
 };
 
 }  // namespace dsv4::ops

@@ -49,7 +49,7 @@ TEST(GraphReady, DecodeStepArgumentsAreTheSameAtEveryPosition) {
     auto model = Model::load(fixture("tiny-mix"), backend, 32);
     ASSERT_TRUE(model.has_value()) << model.status().message();
     Model& m = **model;
-    auto pool = CachePool::create(m.config(), backend, {4, 64, DType::kF32});
+    auto pool = CachePool::create(m.config(), backend, {4, 64});
     ASSERT_TRUE(pool.has_value()) << pool.status().message();
     std::vector<CacheSlot> slots;
     for (int i = 0; i < 3; ++i) slots.push_back(std::move(*(*pool)->acquire()));

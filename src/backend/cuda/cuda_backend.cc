@@ -322,14 +322,21 @@ class CudaBackend final : public Backend {
     void round_trip(const ops::RoundTripArgs& a) override {
         cuda::launch_round_trip(a, stream_.get());
     }
+    // Cache rows are f32 here (typed rows are CPU-only so far; Engine::create refuses them).
     void attention(const ops::AttentionArgs& a) override {
+        DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
         cuda::launch_attention(a, stream_.get());
     }
     void ring_write(const ops::RingWriteArgs& a) override {
+        DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA ring_write: f32 cache rows only");
         cuda::launch_ring_write(a, stream_.get());
     }
-    void compress(const ops::CompressArgs& a) override { cuda::launch_compress(a, stream_.get()); }
+    void compress(const ops::CompressArgs& a) override {
+        DSV4_ASSERT(a.entry_format.type == CacheType::kF32, "CUDA compress: f32 entries only");
+        cuda::launch_compress(a, stream_.get());
+    }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
+        DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
         cuda::launch_indexer_topk(a, stream_.get());
     }
     void router(const ops::RouterArgs& a) override {

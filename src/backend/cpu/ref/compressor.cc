@@ -1,10 +1,12 @@
 // Reference KV compressor with the reference's buffer layout: HCA keeps the open block in
 // slots [0, m); CSA keeps the previous complete block in [0, m) (only its first-half
 // channels are read) and the open block in [m, 2m). A completed entry is pooled, then
-// RMS-normed and roped by the plain reference ops (the fused op is their composition).
+// RMS-normed and roped by the plain reference ops (the fused op is their composition), and
+// stored in the entry format.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
 #include "base/thread_pool.h"
@@ -41,13 +43,18 @@ void compress(const ops::CompressArgs& a) {
     const int m = a.m, width = a.coff * a.hd;
     const int64_t state_size = int64_t{a.coff} * m * width;
     const ops::StepDesc& st = a.step;
+    const int64_t rb = cache_row_bytes(a.entry_format, a.hd);
+    DSV4_ASSERT(a.entry_format.type != CacheType::kFp4 ||
+                    a.entry_round_trip != ops::RoundTrip::kHadamardFp4,
+                "fp4 entries rotate once: no Hadamard round trip before them");
     // Rows are different slots: independent.
     parallel_for(st.B, 1, [&](int64_t b_begin, int64_t b_end) {
         for (int64_t b = b_begin; b < b_end; ++b) {
             const int64_t slot = st.row_slot[b];
             float* skv = a.state_kv + slot * state_size;
             float* sgate = a.state_gate + slot * state_size;
-            float* entries = a.entries + slot * a.n_entries * a.hd;
+            auto* entries = reinterpret_cast<uint8_t*>(a.entries) + slot * a.n_entries * rb;
+            std::vector<float> entry(a.hd);
             for (int i = 0; i < st.row_len[b]; ++i) {
                 const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
                 const int j = static_cast<int>(p % m);
@@ -61,18 +68,19 @@ void compress(const ops::CompressArgs& a) {
                 if (j != m - 1) continue;
                 const int64_t e = p / m;
                 DSV4_ASSERT(e < a.n_entries, "entry ", e, " past the slot's ", a.n_entries);
-                float* entry = entries + e * a.hd;
-                pool_entry(a, skv, sgate, entry);
+                float* x = entry.data();
+                pool_entry(a, skv, sgate, x);
                 if (a.norm != nullptr) {
-                    rms_norm({entry, a.norm, entry, 1, a.hd, a.eps});
+                    rms_norm({x, a.norm, x, 1, a.hd, a.eps});
                     // Entry e sits at the position of its block's first token, e*m.
                     const int64_t at = e * m;
-                    rope({entry, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale});
+                    rope({x, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale});
                 }
                 if (a.entry_round_trip == ops::RoundTrip::kFp8)
-                    round_trip({entry, 1, a.hd, a.hd - a.rope_dim, 64, ops::RoundTrip::kFp8});
+                    round_trip({x, 1, a.hd, a.hd - a.rope_dim, 64, ops::RoundTrip::kFp8});
                 else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
-                    round_trip({entry, 1, a.hd, a.hd, 32, ops::RoundTrip::kHadamardFp4});
+                    round_trip({x, 1, a.hd, a.hd, 32, ops::RoundTrip::kHadamardFp4});
+                encode_cache_row(a.entry_format, a.hd, x, entries + e * rb);
                 if (a.coff == 2) {
                     std::copy(skv + m * width, skv + 2 * m * width, skv);
                     std::copy(sgate + m * width, sgate + 2 * m * width, sgate);

@@ -1,4 +1,5 @@
-// Reference lightning-indexer scores and top-k with the documented tie rule.
+// Reference lightning-indexer scores and top-k with the documented tie rule; the keys are
+// decoded from their cache format first.
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -10,18 +11,27 @@ namespace dsv4::cpu_ref {
 
 void indexer_topk(const ops::IndexerTopkArgs& a) {
     const ops::StepDesc& st = a.step;
+    const int64_t rb = cache_row_bytes(a.key_format, a.hi);
+    const bool rotate_q = a.key_format.type == CacheType::kFp4 && !a.q_rotated;
     parallel_for(st.T, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> score;
+        std::vector<float> score, keys, q;
         std::vector<int32_t> order;
         for (int64_t t = begin; t < end; ++t) {
             const int64_t valid = (st.tok_pos[t] + 1) / a.m;
-            const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * a.hi;
             DSV4_DASSERT(valid <= a.n_entries, "position past the slot's entries");
+            const auto* stored = reinterpret_cast<const uint8_t*>(a.keys) +
+                                 st.row_slot[st.tok_row[t]] * a.n_entries * rb;
+            keys.resize(valid * a.hi);
+            for (int64_t b = 0; b < valid; ++b)
+                decode_cache_row(a.key_format, a.hi, stored + b * rb, keys.data() + b * a.hi);
+            q.assign(a.q + t * a.Hi * a.hi, a.q + (t + 1) * a.Hi * a.hi);
+            if (rotate_q)
+                for (int h = 0; h < a.Hi; ++h) hadamard_rotate(q.data() + h * a.hi, a.hi);
             score.resize(valid);
             for (int64_t b = 0; b < valid; ++b) {
                 double s = 0;
                 for (int h = 0; h < a.Hi; ++h) {
-                    const double d = dot(a.q + (t * a.Hi + h) * a.hi, keys + b * a.hi, a.hi);
+                    const double d = dot(q.data() + h * a.hi, keys.data() + b * a.hi, a.hi);
                     s += static_cast<double>(a.w[t * a.Hi + h]) * std::max(d, 0.0);
                 }
                 score[b] = static_cast<float>(s);

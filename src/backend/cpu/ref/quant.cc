@@ -7,6 +7,7 @@
 
 #include "backend/cpu/ref/ref_ops.h"
 #include "base/fp_codes.h"
+#include "formats/cache_row.h"
 
 namespace dsv4::cpu_ref {
 namespace {
@@ -25,19 +26,6 @@ void fp4_block(float* x, int n) {
     for (int i = 0; i < n; ++i) x[i] = fp4_round_trip(x[i], s);
 }
 
-// Natural-order (Sylvester) Walsh-Hadamard in fp32 butterflies, then times n^-1/2 (in fp32).
-void hadamard(float* x, int n) {
-    for (int h = 1; h < n; h *= 2)
-        for (int i = 0; i < n; i += 2 * h)
-            for (int j = i; j < i + h; ++j) {
-                const float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
-    for (int i = 0; i < n; ++i) x[i] *= scale;
-}
-
 }  // namespace
 
 void round_trip(const ops::RoundTripArgs& a) {
@@ -49,7 +37,7 @@ void round_trip(const ops::RoundTripArgs& a) {
                 "Hadamard of width ", a.width);
     for (int64_t r = 0; r < a.rows; ++r) {
         float* row = a.x + r * a.width;
-        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard(row, a.width);
+        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard_rotate(row, a.width);
         for (int b = 0; b < a.dims; b += a.block) {
             if (a.kind == ops::RoundTrip::kFp8)
                 fp8_block(row + b, a.block);
