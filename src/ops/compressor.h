@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "formats/cache_row.h"
 #include "ops/quant.h"
 #include "ops/step.h"
 

@@ -6,8 +6,8 @@
 #   test   ctest --preset gpu: the tests labelled gpu and cuda
 #   bench  the full GEMV benchmark (tools/bench_gemv.sh)
 #   full   benchmark + tests + compute-sanitizer memcheck / racecheck on the GEMV tests
-#   engine compute-sanitizer memcheck / racecheck on the engine op tests, then the whole-model
-#          benchmark (tools/gpu/bench_engine.sh: CPU vs CUDA); run after `test` (one call each)
+#   engine the whole-model benchmark (tools/gpu/bench_engine.sh: CPU vs CUDA), then
+#          compute-sanitizer memcheck / racecheck on the op and numerics tests; run after `test`
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -75,9 +75,11 @@ fi
 if [ "$mode" = engine ]; then
   step bench_engine timeout 330 bash tools/gpu/bench_engine.sh $B $L/engine
   cat $L/engine/engine_bench.md
-  for tool in memcheck racecheck; do
-    step ${tool}_ops timeout 100 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
-      --error-exitcode 9 $B/tests/cuda/cuda_ops_gpu_test
+  for t in ops numerics; do
+    for tool in memcheck racecheck; do
+      step ${tool}_$t timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool $tool \
+        --error-exitcode 9 $B/tests/cuda/cuda_${t}_gpu_test
+    done
   done
 fi
 exit $rc
