@@ -55,7 +55,7 @@ TEST(CacheRow, Bytes) {
 
 TEST(CacheRow, Fp8EntryIsTheReferenceRoundTripWithBf16Rope) {
     // hd 64 / rd 16 (kjv-tiny): one short block of 48.
-    for (const auto [hd, rd] : {std::pair{512, 64}, std::pair{192, 64}, std::pair{64, 16}}) {
+    for (const auto& [hd, rd] : {std::pair{512, 64}, std::pair{192, 64}, std::pair{64, 16}}) {
         const int rows = 21, block = std::min(64, hd - rd);
         const CacheRowFormat f = kv_row_format(CacheType::kFp8, rd);
         std::vector<float> x = varied_rows(rows, hd, hd), want = x, got(x.size());

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -83,7 +85,13 @@ cuda::GemvArgs gemv_rows(const cuda::GemvWeight& w, int64_t row0, int64_t n) {
 class CudaBackend final : public Backend {
   public:
     explicit CudaBackend(cuda::DeviceInfo info)
-        : info_(std::move(info)), stream_(cuda::CudaStream::create()) {}
+        : info_(std::move(info)), stream_(cuda::CudaStream::create()) {
+        // Diagnostics (docs/numerics-cuda.md): every weight dequantized to f32 at load and
+        // multiplied by the plain f32 kernels (exact products, ~4x the memory, slow), to tell
+        // the GEMV's hi + lo rounding apart from anything else.
+        const char* env = std::getenv("DSV4_CUDA_F32_WEIGHTS");
+        f32_weights_ = env != nullptr && env[0] != '\0' && std::string(env) != "0";
+    }
 
     ~CudaBackend() override {
         stream_.synchronize();
@@ -167,8 +175,8 @@ class CudaBackend final : public Backend {
                          " embedding table is not supported (dense F32/BF16 only)");
         const bool off_blocks =
             where.row_block != 0 && where.row_block % (cuda::kGemvRowBlock * cuda::kGemvQuad) != 0;
-        const bool keep_bf16 = dense_in && w.dtype == DType::kBF16;
-        if (embed || off_blocks || (dense_in && !keep_bf16)) {
+        const bool keep_bf16 = dense_in && w.dtype == DType::kBF16 && !f32_weights_;
+        if (embed || off_blocks || f32_weights_ || (dense_in && !keep_bf16)) {
             if (keep_bf16) {
                 DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(w.nbytes()));
                 upload(p, w.data, w.nbytes());
@@ -201,7 +209,7 @@ class CudaBackend final : public Backend {
                                  ")");
         }
         CudaExperts ce;
-        if (w1[0].format == WeightFormat::kDense && w1[0].dtype != DType::kBF16) {
+        if (f32_weights_ || (w1[0].format == WeightFormat::kDense && w1[0].dtype != DType::kBF16)) {
             // Dense f32 experts stacked for the dense grouped linear (f32 products).
             DSV4_ASSIGN_OR_RETURN(void* p13, try_alloc(static_cast<size_t>(E) * 2 * I * D * 4));
             DSV4_ASSIGN_OR_RETURN(void* p2, try_alloc(static_cast<size_t>(E) * D * I * 4));
@@ -526,6 +534,7 @@ class CudaBackend final : public Backend {
     std::deque<CudaWeight> weights_;  // stable addresses for the handles
     std::deque<CudaExperts> experts_;
     void* gemv_ws_ = nullptr;  // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
     int64_t max_cols_ = 0;     // widest K of the weights uploaded
     float* act_ = nullptr;     // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     int64_t act_floats_ = 0;
