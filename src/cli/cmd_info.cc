@@ -20,8 +20,9 @@ int run_info(const EngineOptions& o) {
     std::printf("model:          %s\n", o.model_dir.c_str());
     std::printf("config:         %s\n", i.summary.c_str());
     std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / gib,
-                i.device == "cuda" ? "copied to the GPU: FP8/FP4/BF16 packed for the GEMV, F32 as is"
-                                   : "read in place, dequantized per row");
+                i.device == "cuda"
+                    ? "copied to the GPU: FP8/FP4/BF16 packed for the GEMV, F32 as is"
+                    : "read in place, dequantized per row");
     for (const auto& line : i.weight_formats) std::printf("  %s\n", line.c_str());
     std::printf("kv cache:       %.1f bytes/token + %.2f MiB fixed per sequence (%s)\n",
                 i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0,

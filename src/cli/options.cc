@@ -125,8 +125,10 @@ void print_error(const Status& status) {
 
 void note_reading_stdin(const char* what) {
     if (isatty(STDIN_FILENO))
-        std::fprintf(stderr, "reading %s from stdin, one JSON object per line (Ctrl-D ends; "
-                             "--help shows the format)\n", what);
+        std::fprintf(stderr,
+                     "reading %s from stdin, one JSON object per line (Ctrl-D ends; "
+                     "--help shows the format)\n",
+                     what);
 }
 
 int exit_code() {

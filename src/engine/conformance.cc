@@ -58,12 +58,14 @@ Expected<Keys> keys_for(const SafetensorsFile& f, const std::string& mode) {
     const bool dsref = f.find("logits_full_f32") != nullptr;
     if (!dsref) {
         if (mode != "float")
-            return error(f.path(), " holds transformers' float outputs only; check it with "
-                                   "--numerics float");
+            return error(f.path(),
+                         " holds transformers' float outputs only; check it with "
+                         "--numerics float");
         return Keys{"logits_full", "logits_incr", "", false, ""};
     }
     const bool mtp = f.find("mtp_logits") != nullptr;
-    if (mode == "float") return Keys{"logits_full_f32", "", mtp ? "mtp_logits_f32" : "", true, "f32"};
+    if (mode == "float")
+        return Keys{"logits_full_f32", "", mtp ? "mtp_logits_f32" : "", true, "f32"};
     if (mode == "reference-fp32")
         return Keys{"logits_full_q32", "", mtp ? "mtp_logits_q32" : "", true, "q32"};
     return Keys{"logits_full", "logits_incr", mtp ? "mtp_logits" : "", false, ""};
@@ -115,7 +117,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
         return error(expected_path, ": chunks sum to ", chunk_sum, " but input_ids has ",
                      ids.size());
     options.max_context = std::max<int64_t>(
-        options.max_context, static_cast<int64_t>(std::max(ids.size(), prompt.size() + gen.size())) + 1);
+        options.max_context,
+        static_cast<int64_t>(std::max(ids.size(), prompt.size() + gen.size())) + 1);
     DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(options));
     const int L = engine->info().num_layers;
     DSV4_ASSIGN_OR_RETURN(auto session, engine->new_session());
@@ -154,9 +157,9 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
         incr.insert(incr.end(), piece.begin(), piece.end());
         pos += c;
     }
-    report.items.push_back(compare(keys.incr_vs_full ? "logits_incr (vs " + keys.full + ")"
-                                                     : keys.incr,
-                                   incr, logits_incr, tol));
+    report.items.push_back(
+        compare(keys.incr_vs_full ? "logits_incr (vs " + keys.full + ")" : keys.incr, incr,
+                logits_incr, tol));
 
     // 3. The MTP block: logits for token t+2 from the streams at t and token t+1, t < S-1.
     if (!keys.mtp.empty()) {
@@ -164,7 +167,8 @@ Expected<CheckReport> run_conformance_check(EngineOptions options, const std::st
             return error(expected_path, " has MTP outputs but the model has no MTP block");
         DSV4_ASSIGN_OR_RETURN(auto want, read_f32(*expected, keys.mtp));
         session->reset();
-        const std::vector<int32_t> head(ids.begin(), ids.end() - 1), next(ids.begin() + 1, ids.end());
+        const std::vector<int32_t> head(ids.begin(), ids.end() - 1),
+            next(ids.begin() + 1, ids.end());
         std::vector<float> mtp;
         DSV4_RETURN_IF_ERROR(session->feed_with_mtp(head, next, nullptr, &mtp));
         report.items.push_back(compare(keys.mtp, mtp, want, tol));

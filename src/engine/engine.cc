@@ -18,11 +18,16 @@ namespace dsv4 {
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::kNone: return "none";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kEos: return "stop";
-        case FinishReason::kCancelled: return "cancelled";
-        case FinishReason::kError: return "error";
+        case FinishReason::kNone:
+            return "none";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kEos:
+            return "stop";
+        case FinishReason::kCancelled:
+            return "cancelled";
+        case FinishReason::kError:
+            return "error";
     }
     return "?";
 }
@@ -35,12 +40,12 @@ struct Running {
     Request r;
     CacheSlot own;  // held when the request has no session
     int slot = -1;
-    int64_t pos = 0;          // tokens in the slot's sequence
-    size_t fed = 0;           // prompt tokens fed
-    int32_t pending = -1;     // sampled token to feed next (decode)
+    int64_t pos = 0;       // tokens in the slot's sequence
+    size_t fed = 0;        // prompt tokens fed
+    int32_t pending = -1;  // sampled token to feed next (decode)
     int generated = 0;
     bool cancelled = false;
-    int32_t sampled = -1;     // this step's output
+    int32_t sampled = -1;  // this step's output
     // Speculative decoding: the MTP's draft of the token after `pending` (-1: none), this
     // step's fed tokens and samples after each, and the counts reported at the finish.
     int32_t draft = -1;
@@ -137,9 +142,9 @@ struct Engine::Impl {
             for (int64_t done = 0; done < n;) {
                 const int32_t c = static_cast<int32_t>(std::min<int64_t>(cap, n - done));
                 StepRow r = row(f.s->slot.index(), f.s->pos, f.ids->data() + done, c);
-                r.logits = f.all ? LogitsWanted::kAll
-                                 : (done + c == n && f.logits ? LogitsWanted::kLast
-                                                              : LogitsWanted::kNone);
+                r.logits =
+                    f.all ? LogitsWanted::kAll
+                          : (done + c == n && f.logits ? LogitsWanted::kLast : LogitsWanted::kNone);
                 r.logits_out = &piece;
                 if (f.mtp_next) {
                     r.mtp_next = f.mtp_next->data() + done;
@@ -159,8 +164,8 @@ struct Engine::Impl {
         for (const FeedRow& f : rows) {
             StepRow& r = step.emplace_back(row(f.s->slot.index(), f.s->pos, f.ids->data(),
                                                static_cast<int32_t>(f.ids->size())));
-            r.logits = f.logits ? (f.all ? LogitsWanted::kAll : LogitsWanted::kLast)
-                                : LogitsWanted::kNone;
+            r.logits =
+                f.logits ? (f.all ? LogitsWanted::kAll : LogitsWanted::kLast) : LogitsWanted::kNone;
             r.logits_out = f.logits;
         }
         DSV4_RETURN_IF_ERROR(model->run_step(*pool, step));
@@ -265,8 +270,9 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     return make_cuda_backend(0);
 #else
     if (o.device == "auto") return make_cpu_backend();
-    return error("device 'cuda': this build has no CUDA backend (configure with nvcc present, "
-                 "or -DDSV4_CUDA=ON)");
+    return error(
+        "device 'cuda': this build has no CUDA backend (configure with nvcc present, "
+        "or -DDSV4_CUDA=ON)");
 #endif
 }
 
@@ -291,12 +297,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     if (!index_type)
         return error("unknown --indexer-cache '", options.indexer_cache,
                      "' (f32, bf16, fp8 or fp4)");
+    // Typed cache rows are CPU-only so far: refused for cuda, and for auto when it picks cuda.
+    const bool typed = *kv_type != CacheType::kF32 || *index_type != CacheType::kF32;
+    auto refuse_typed = [&](const std::string& device) {
+        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ",
+                     options.indexer_cache, ": typed cache rows run on the CPU backend only so far",
+                     " (use f32 on ", device, ", or --device cpu)");
+    };
+    if (typed && options.device == "cuda") return refuse_typed("cuda");
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
-    if (impl->backend->name() != std::string("cpu") &&
-        (*kv_type != CacheType::kF32 || *index_type != CacheType::kF32))
-        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ", options.indexer_cache,
-                     ": typed cache rows run on the CPU backend only so far (use f32 on ",
-                     impl->backend->name(), ", or --device cpu)");
+    if (typed && impl->backend->name() != std::string("cpu"))
+        return refuse_typed(impl->backend->name());
     auto cfg = load_model_config(options.model_dir + "/config.json");
     if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
     // The cache first: its size is the one most likely not to fit, and checking it needs
@@ -330,7 +341,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         if (weights + cache > avail)
             return error("the model needs ~", weights / gib, " GiB of weights + ", cache / gib,
                          " GiB of KV cache on the ", impl->backend->name(), " device, which has ",
-                         avail / gib, " GiB free (fewer --max-seqs / --max-context, or --device cpu)");
+                         avail / gib,
+                         " GiB free (fewer --max-seqs / --max-context, or --device cpu)");
     }
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
@@ -340,9 +352,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         numerics = Numerics::kReferenceFp32;
     else if (options.numerics != "float")
         return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
-    auto model = Model::load(options.model_dir, *impl->backend,
-                             options.max_chunk + layout.max_seqs, numerics,
-                             options.on_load_progress);
+    auto model = Model::load(options.model_dir, *impl->backend, options.max_chunk + layout.max_seqs,
+                             numerics, options.on_load_progress);
     if (!model) return model.status().with_context("loading " + options.model_dir);
     impl->model = std::move(*model);
     const ModelConfig& c = impl->model->config();
@@ -405,14 +416,15 @@ Expected<RequestId> Engine::submit(Request r) {
     const int64_t start = r.session ? r.session->impl_->pos : 0;
     if (start + static_cast<int64_t>(r.prompt.size()) > e.info.max_context)
         return error("the prompt (", r.prompt.size(), " tokens after ", start,
-                     " already in the sequence) is longer than the context of ",
-                     e.info.max_context, " tokens");
+                     " already in the sequence) is longer than the context of ", e.info.max_context,
+                     " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
     if (r.speculative == Speculation::kMtp) {
         if (!e.info.has_mtp)
-            return error("speculative decoding needs the checkpoint's MTP block (release-layout "
-                         "mtp.0.*); this model has none");
+            return error(
+                "speculative decoding needs the checkpoint's MTP block (release-layout "
+                "mtp.0.*); this model has none");
         if (e.model->config().mtp_spec.kind != LayerKind::kSliding)
             return error("speculative decoding with a compressed MTP block is not implemented");
     }
@@ -564,8 +576,8 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.pending = -1;
         const RequestId id = q.id;
         auto add_mtp = [&](int32_t last_next) {
-            std::vector<int32_t>& next = mtp_next.emplace_back(q.fed_tokens.begin() + 1,
-                                                               q.fed_tokens.begin() + final_len);
+            std::vector<int32_t>& next =
+                mtp_next.emplace_back(q.fed_tokens.begin() + 1, q.fed_tokens.begin() + final_len);
             next.push_back(last_next);
             Model::MtpRow m;
             m.slot = q.slot;
@@ -666,8 +678,8 @@ Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const std::function<bool(int32_t)>& on_token,
                                                 Speculation speculative, GenerateStats* stats) {
     if (!idle()) return error("generate: the engine is running other requests");
-    DSV4_ASSIGN_OR_RETURN(RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos,
-                                                &session, speculative}));
+    DSV4_ASSIGN_OR_RETURN(
+        RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos, &session, speculative}));
     std::vector<int32_t> out;
     std::vector<TokenEvent> events;
     for (bool done = false; !done;) {

@@ -80,8 +80,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                   fp8_act(w.indexer_wq_b)});
         rope_at(ws.qi, Hi, hi, false);
-        if (reference())
-            b.round_trip({ws.qi, T * Hi, hi, hi, 32, ops::RoundTrip::kHadamardFp4});
+        if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, ops::RoundTrip::kHadamardFp4});
         b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
         b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
                         hi, c.index_topk, m, lc.key_format, /*q_rotated=*/reference()});
@@ -111,12 +110,11 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
     const int E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
     const bool shared = c.n_shared_experts > 0;
     Backend& b = backend_;
-    b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel,
-              ws.route_w, T, E, k, static_cast<float>(c.routed_scaling_factor)});
+    b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel, ws.route_w, T,
+              E, k, static_cast<float>(c.routed_scaling_factor)});
     b.moe({x, ws.sel, ws.route_w, &w.experts, shared ? &w.shared_w1 : nullptr,
            shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, ws.routed,
-           out, T,
-           c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
+           out, T, c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
            reference() && w.experts.fp8_activations});
 }
 

@@ -118,18 +118,32 @@ Status Model::make_workspace(int capacity) {
     int64_t total = 0;
     for (const Piece& p : pieces) total += (p.bytes + 63) / 64 * 64;
     auto block = backend_.try_alloc(static_cast<size_t>(total));
-    if (!block) return block.status().with_context("activation workspace for " +
-                                                   std::to_string(capacity) + " tokens");
+    if (!block)
+        return block.status().with_context("activation workspace for " + std::to_string(capacity) +
+                                           " tokens");
     blocks_.push_back(*block);
     char* at = static_cast<char*>(*block);
     for (const Piece& p : pieces) {
         *p.dst = at;
         at += (p.bytes + 63) / 64 * 64;
     }
-    ws->step = {ws->ids, ws->tok_row, ws->tok_pos, ws->row_slot, ws->row_start, ws->row_len,
-                ws->row_pos0, 0, 0};
-    ws->mtp_step = {ws->m_ids,       ws->m_tok_row, ws->m_tok_pos, ws->m_row_slot,
-                    ws->m_row_start, ws->m_row_len, ws->m_row_pos0, 0,
+    ws->step = {ws->ids,
+                ws->tok_row,
+                ws->tok_pos,
+                ws->row_slot,
+                ws->row_start,
+                ws->row_len,
+                ws->row_pos0,
+                0,
+                0};
+    ws->mtp_step = {ws->m_ids,
+                    ws->m_tok_row,
+                    ws->m_tok_pos,
+                    ws->m_row_slot,
+                    ws->m_row_start,
+                    ws->m_row_len,
+                    ws->m_row_pos0,
+                    0,
                     0};
     buckets_.push_back(std::move(ws));
     return Status::ok();
@@ -208,8 +222,8 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         mtp_host_.add_row(rows[i].slot, rows[i].pos0, rows[i].len, rows[i].mtp_next);
         for (int32_t t = 0; t < rows[i].len; ++t) mtp_src.push_back(host_.row_start[i] + t);
     }
-    const Dims d{host_.T(), host_.B(), static_cast<int>(logit_idx.size()), Rs, mtp_host_.T(),
-                 mtp_host_.B()};
+    const Dims d{host_.T(), host_.B(),     static_cast<int>(logit_idx.size()),
+                 Rs,        mtp_host_.T(), mtp_host_.B()};
     const Workspace* ws = nullptr;
     for (const auto& b : buckets_)
         if (b->capacity >= d.T) {
@@ -390,8 +404,8 @@ void Model::block(const Workspace& ws, const ops::StepDesc& st, const LayerWeigh
     const int64_t T = st.T;
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
     Backend& b = backend_;
-    b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb,
-              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
+    b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb, T,
+              n, D, c.hc_sinkhorn_iters, eps, hc_eps});
     b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps});
     attention_block(ws, st, w, spec, lc, ws.xn, ws.sub_out);
     b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D});
@@ -419,8 +433,8 @@ void Model::mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& 
     b.gather_rows({ws.streams, ws.m_src, ws.streams_next, Tm, width});
     const ops::ActType f32 = ops::ActType::kF32;
     b.rms_norm({ws.streams_next, m.hnorm, ws.streams_next, Tm * n, D, eps});
-    b.linear({ws.streams_next, &m.h_proj, ws.streams, Tm * n, D, 0, 0, 0, f32, f32,
-              fp8_act(m.h_proj)});
+    b.linear(
+        {ws.streams_next, &m.h_proj, ws.streams, Tm * n, D, 0, 0, 0, f32, f32, fp8_act(m.h_proj)});
     b.embed({st.ids, &w_.embed, ws.y, Tm, 1});
     b.rms_norm({ws.y, m.enorm, ws.y, Tm, D, eps});
     b.linear({ws.y, &m.e_proj, ws.xn, Tm, D, 0, 0, 0, f32, f32, fp8_act(m.e_proj)});

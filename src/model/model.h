@@ -186,15 +186,15 @@ class Model {
         // token reads its h from, and its logits.
         ops::StepDesc mtp_step;
         int32_t *m_ids, *m_tok_row, *m_row_slot, *m_row_start, *m_row_len, *m_src;  // [T]
-        int64_t *m_tok_pos, *m_row_pos0;                                         // [T]
-        float* mtp_logits;                                                        // [T, V]
+        int64_t *m_tok_pos, *m_row_pos0;                                            // [T]
+        float* mtp_logits;                                                          // [T, V]
     };
     std::vector<std::unique_ptr<Workspace>> buckets_;
-    std::vector<void*> blocks_;  // workspace and table memory, freed with the model
+    std::vector<void*> blocks_;           // workspace and table memory, freed with the model
     const Workspace* last_ws_ = nullptr;  // the workspace of the last run_step
     int last_T_ = 0;                      // its tokens
-    float* capture_ = nullptr;   // [L+1, step_tokens, n*D] when a tap was asked for
-    ops::HostStep host_, mtp_host_;  // the descriptors being built (host)
+    float* capture_ = nullptr;            // [L+1, step_tokens, n*D] when a tap was asked for
+    ops::HostStep host_, mtp_host_;       // the descriptors being built (host)
 };
 
 }  // namespace dsv4

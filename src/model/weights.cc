@@ -9,18 +9,26 @@ namespace dsv4 {
 namespace {
 
 // Format groups reported by `dsv4 info`, in this order.
-constexpr const char* kGroupNames[] = {"embed",  "head",           "attention",     "compressor",
+constexpr const char* kGroupNames[] = {"embed",   "head",   "attention",      "compressor",
                                        "indexer", "router", "shared experts", "routed experts"};
 int group_of(ops::WeightRole r) {
     switch (r) {
-        case ops::WeightRole::kEmbed: return 0;
-        case ops::WeightRole::kHead: return 1;
-        case ops::WeightRole::kAttention: return 2;
-        case ops::WeightRole::kCompressor: return 3;
-        case ops::WeightRole::kIndexer: return 4;
-        case ops::WeightRole::kRouter: return 5;
-        case ops::WeightRole::kSharedExpert: return 6;
-        case ops::WeightRole::kExperts: return 7;
+        case ops::WeightRole::kEmbed:
+            return 0;
+        case ops::WeightRole::kHead:
+            return 1;
+        case ops::WeightRole::kAttention:
+            return 2;
+        case ops::WeightRole::kCompressor:
+            return 3;
+        case ops::WeightRole::kIndexer:
+            return 4;
+        case ops::WeightRole::kRouter:
+            return 5;
+        case ops::WeightRole::kSharedExpert:
+            return 6;
+        case ops::WeightRole::kExperts:
+            return 7;
     }
     DSV4_UNREACHABLE("weight role");
 }
@@ -185,8 +193,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     wo_a_at.row_block = c.o_lora_rank;  // one range per output group (layer.cc)
     DSV4_BIND(w.wo_a, b.matrix(a + "wo_a", int64_t{c.o_groups} * c.o_lora_rank,
                                int64_t{H} * hd / c.o_groups, wo_a_at));
-    DSV4_BIND(w.wo_b, b.matrix(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank,
-                               at(R::kAttention)));
+    DSV4_BIND(w.wo_b,
+              b.matrix(a + "wo_b", D, int64_t{c.o_groups} * c.o_lora_rank, at(R::kAttention)));
     DSV4_BIND(w.attn_sink, b.vec(a + "attn_sink", {H}));
     if (spec.kind != LayerKind::kSliding) {
         DSV4_RETURN_IF_ERROR(bind_compressor(b, a + "compressor.", spec.coff(), hd,
@@ -226,8 +234,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
         DSV4_BIND(w2[e], b.view(x + "w2", D, I, R::kExperts));
         DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
     }
-    DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E,
-                                                    at(R::kExperts)));
+    DSV4_BIND(w.experts,
+              b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E, at(R::kExperts)));
     w.experts.fp8_activations = Binder::low_precision(w1[0].format);
     return Status::ok();
 }

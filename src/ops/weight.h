@@ -21,15 +21,23 @@ struct Weight {
 // [E, D, I]. The MoE op takes it with expert ids in backend memory.
 struct ExpertWeights {
     int E = 0, I = 0, D = 0;
-    const void* impl = nullptr;  // backend-defined
+    const void* impl = nullptr;    // backend-defined
     bool fp8_activations = false;  // as Weight
     bool valid() const { return impl != nullptr; }
 };
 
 // Where a weight goes, decided at bind time: a multi-device plan can place each layer's
 // experts (or a range of them) on its own device. One device today: informative only.
-enum class WeightRole : uint8_t { kEmbed, kHead, kAttention, kCompressor, kIndexer, kRouter,
-                                  kSharedExpert, kExperts };
+enum class WeightRole : uint8_t {
+    kEmbed,
+    kHead,
+    kAttention,
+    kCompressor,
+    kIndexer,
+    kRouter,
+    kSharedExpert,
+    kExperts
+};
 struct WeightPlacement {
     WeightRole role = WeightRole::kAttention;
     int layer = -1;  // -1: not in a layer (embed, head)

@@ -148,5 +148,57 @@ TEST(CudaEngineGpu, GreedyRequestsTogetherMatchAlone) {
     }
 }
 
+// Speculative decoding on CUDA: MTP drafts (dsref-pub-a carries the MTP block) and n-gram
+// drafts give exactly the plain greedy tokens; verification runs in the CUDA sampler.
+TEST(CudaEngineGpu, SpeculativeGreedyIsPlainGreedy) {
+    DSV4_REQUIRE_GPU();
+    EngineOptions o;
+    o.model_dir = std::string(DSV4_DSREF_DIR) + "/dsref-pub-a";
+    o.device = "cuda";
+    o.max_context = 256;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().message();
+    Engine& engine = **e;
+    ASSERT_TRUE(engine.info().has_mtp);
+    const std::vector<int32_t> prompt = random_ids(17, engine.info().vocab_size, 7);
+    auto run = [&](Speculation spec, Engine::GenerateStats* stats) {
+        auto s = engine.new_session();
+        EXPECT_TRUE(s.has_value());
+        auto got = engine.generate(**s, prompt, 40, SamplingParams{}, false, nullptr, spec, stats);
+        EXPECT_TRUE(got.has_value()) << got.status().message();
+        return got ? *got : std::vector<int32_t>{};
+    };
+    const auto plain = run(Speculation::kNone, nullptr);
+    ASSERT_EQ(plain.size(), 40u);
+    for (Speculation spec : {Speculation::kMtp, Speculation::kNgram}) {
+        Engine::GenerateStats stats;
+        EXPECT_EQ(run(spec, &stats), plain) << (spec == Speculation::kMtp ? "mtp" : "ngram");
+        std::printf("[engine] speculative %s: %d of %d drafts accepted\n",
+                    spec == Speculation::kMtp ? "mtp" : "ngram", stats.accepted, stats.drafted);
+        EXPECT_GT(stats.drafted, 0);
+    }
+}
+
+// Temperature sampling over the whole vocabulary (top_k 0) on CUDA: the same seed gives the
+// same tokens, every id in the vocabulary.
+TEST(CudaEngineGpu, TemperatureSamplingIsSeeded) {
+    DSV4_REQUIRE_GPU();
+    auto gpu = make_engine("fmt-official", "cuda", 1);
+    ASSERT_TRUE(gpu);
+    const int V = gpu->info().vocab_size;
+    const SamplingParams p{0.9f, 0, 0.95f, 1234};
+    std::vector<std::vector<int32_t>> runs;
+    for (int r = 0; r < 2; ++r) {
+        auto s = gpu->new_session();
+        ASSERT_TRUE(s.has_value());
+        auto got = gpu->generate(**s, random_ids(9, V, 5), 24, p, false, nullptr);
+        ASSERT_TRUE(got.has_value()) << got.status().message();
+        ASSERT_EQ(got->size(), 24u);
+        for (int32_t id : *got) EXPECT_TRUE(id >= 0 && id < V) << id;
+        runs.push_back(*got);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -27,7 +27,6 @@ namespace {
 
 using namespace ops_gpu_test;  // NOLINT(google-build-using-namespace): the shared helpers
 
-
 TEST(CudaBackendGpu, MemoryAndCopies) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -176,8 +175,8 @@ TEST(CudaOpsGpu, HyperConnections) {
     const auto hfn = randn(n * n * D, rng, 0.05f), hbase = randn(n, rng), hscale = randn(1, rng);
     Dev<float> dhfn(*be, hfn), dhbase(*be, hbase), dhscale(*be, hscale);
     be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
-    cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D,
-                      1e-6f, 1e-6f});
+    cpu_ref::hc_head(
+        {x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D, 1e-6f, 1e-6f});
     expect_close("hc_head", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
 }
 
@@ -216,7 +215,8 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     g.entries = with_entries ? dent.p : nullptr;
     g.topk = csa ? dtopk.p : nullptr;
     std::vector<float> ref(int64_t{T} * H * hd);
-    r.q = q.data(), r.kv = kv.data(), r.ring = ring.data(), r.sink = sink.data(), r.out = ref.data();
+    r.q = q.data(), r.kv = kv.data(), r.ring = ring.data(), r.sink = sink.data(),
+    r.out = ref.data();
     r.step = st.view();
     r.entries = with_entries ? entries.data() : nullptr;
     r.topk = csa ? topk.data() : nullptr;
@@ -224,8 +224,8 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     cpu_ref::attention(r);
     // Outputs are convex combinations of keys: FP32 scores and sums against the reference's
     // double, bounded relative to the largest key value.
-    expect_close(what, out.get(), ref, 0.0, 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) +
-                                                 2e-5 * max_abs(ring));
+    expect_close(what, out.get(), ref, 0.0,
+                 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) + 2e-5 * max_abs(ring));
 }
 
 TEST(CudaOpsGpu, AttentionSlidingOnly) {
@@ -270,8 +270,7 @@ void compress_case(const char* what, int coff, int m, bool with_norm) {
     EXPECT_EQ(run.gpu_gate, run.ref_gate) << what;
     // Pooling in double (exp within 1 double ulp) is float-exact but for rounding-boundary
     // cases; norm + rope add the rms_norm and rope tolerances.
-    expect_close(what, run.gpu_entries, run.ref_entries, 1e-6,
-                 1e-6 * max_abs(run.ref_entries));
+    expect_close(what, run.gpu_entries, run.ref_entries, 1e-6, 1e-6 * max_abs(run.ref_entries));
 }
 
 TEST(CudaOpsGpu, CompressCsaWithNormRope) {
@@ -313,8 +312,8 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     Dev<int32_t> dt(*be, int64_t{T} * K);
     be->indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
     std::vector<int32_t> ref(int64_t{T} * K);
-    cpu_ref::indexer_topk({q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi,
-                           hi, K, m});
+    cpu_ref::indexer_topk(
+        {q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi, hi, K, m});
     const auto got = dt.get();
     int64_t diff = 0;
     for (size_t i = 0; i < ref.size(); ++i) diff += got[i] != ref[i];
@@ -354,7 +353,8 @@ TEST(CudaOpsGpu, SampleMatchesExactly) {
     int64_t mismatches = 0;
     for (int round = 0; round < 20; ++round) {  // the generators advance
         be->sample({dl.p, dp.p, dslot.p, drng.p, dout.p, R, V});
-        cpu_ref::sample({logits.data(), params.data(), slot.data(), state.data(), ref.data(), R, V});
+        cpu_ref::sample(
+            {logits.data(), params.data(), slot.data(), state.data(), ref.data(), R, V});
         const auto got = dout.get();
         for (int r = 0; r < R; ++r) mismatches += got[r] != ref[r];
         EXPECT_EQ(got, ref) << "round " << round;
@@ -407,8 +407,12 @@ TEST(CudaOpsGpu, DenseLinear) {
                         float gv = yg[mm * ldy + n], rv = yref[mm * ldy + n];
                         if (ybf) {  // bf16 outputs sit in the low half of the float's storage
                             uint16_t gb, rb;
-                            std::memcpy(&gb, reinterpret_cast<const uint16_t*>(yg.data()) + mm * ldy + n, 2);
-                            std::memcpy(&rb, reinterpret_cast<const uint16_t*>(yref.data()) + mm * ldy + n, 2);
+                            std::memcpy(&gb,
+                                        reinterpret_cast<const uint16_t*>(yg.data()) + mm * ldy + n,
+                                        2);
+                            std::memcpy(
+                                &rb, reinterpret_cast<const uint16_t*>(yref.data()) + mm * ldy + n,
+                                2);
                             gv = bf16_to_f32(gb);
                             rv = bf16_to_f32(rb);
                         }
@@ -418,7 +422,8 @@ TEST(CudaOpsGpu, DenseLinear) {
                 // FP32 sums of K products against double: K * 2^-24 of sum|w x| (sum|w x| <
                 // 4 * sqrt(K) * K^0.5 here); a bf16 output adds one bf16 ulp (2^-7 relative).
                 const std::string what = std::string("linear w=") + (wbf ? "bf16" : "f32") +
-                                         " x=" + (xbf ? "bf16" : "f32") + " y=" + (ybf ? "bf16" : "f32");
+                                         " x=" + (xbf ? "bf16" : "f32") +
+                                         " y=" + (ybf ? "bf16" : "f32");
                 expect_close(what.c_str(), got, ref, ybf ? 0x1p-7 : 0.0, 2e-4);
             }
 }
@@ -466,8 +471,9 @@ TEST(CudaOpsGpu, RouterMatchesSelections) {
         std::vector<int32_t> rsel(T * k);
         be->router({dx.p, &*w, hash ? nullptr : dbias.p, hash ? dtab.p : nullptr, dids.p, dlog.p,
                     dsel.p, dwt.p, T, E, k, 2.5f});
-        cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(), hash ? tid2eid.data() : nullptr,
-                         ids.data(), rlog.data(), rsel.data(), rwt.data(), T, E, k, 2.5f});
+        cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(),
+                         hash ? tid2eid.data() : nullptr, ids.data(), rlog.data(), rsel.data(),
+                         rwt.data(), T, E, k, 2.5f});
         EXPECT_EQ(dsel.get(), rsel) << (hash ? "hash" : "score");
         // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
         expect_close(hash ? "router hash weights" : "router score weights", dwt.get(), rwt, 1e-5,
@@ -600,8 +606,8 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                 if (fi < 0) {
                     dv.push_back(randn(rows * cols, rng, 0.05f));
                 } else {
-                    ow.push_back(cuda::test::random_weight(static_cast<TestFormat>(fi), rows,
-                                                            cols, rng));
+                    ow.push_back(
+                        cuda::test::random_weight(static_cast<TestFormat>(fi), rows, cols, rng));
                 }
             }
         for (int e = 0; e < E; ++e)
@@ -610,7 +616,8 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                 const QuantWeight q = fi < 0 ? dense(dv[e * 3 + p], rows, cols) : ow[e * 3 + p].w;
                 (p == 0 ? ce.w1 : p == 1 ? ce.w3 : ce.w2).push_back(q);
             }
-        const char* name = fi < 0 ? "f32" : cuda::test::test_format_name(static_cast<TestFormat>(fi));
+        const char* name =
+            fi < 0 ? "f32" : cuda::test::test_format_name(static_cast<TestFormat>(fi));
         auto ex = be->upload_experts(ce.w1.data(), ce.w3.data(), ce.w2.data(), E,
                                      {ops::WeightRole::kExperts, 0});
         ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
@@ -626,8 +633,8 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                 cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, with_shared ? &r1 : nullptr,
                               with_shared ? &r3 : nullptr, with_shared ? &r2 : nullptr,
                               scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
-                const std::string what = std::string("moe ") + name + " T=" +
-                                         std::to_string(Tc) + (with_shared ? " + shared" : "");
+                const std::string what = std::string("moe ") + name + " T=" + std::to_string(Tc) +
+                                         (with_shared ? " + shared" : "");
                 auto got = out.get();
                 got.resize(Tc * D);
                 expect_close(what.c_str(), got, ref, 1e-4, 1e-4 * max_abs(ref));
@@ -657,8 +664,7 @@ TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
     const int64_t n_entries = 20;
     const auto x0 = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
                ring0 = randn(S * W * hd, rng), entries = randn(S * n_entries * hd, rng),
-               sink = randn(H, rng), logits = randn(int64_t{T} * V, rng),
-               iw = randn(T, rng);
+               sink = randn(H, rng), logits = randn(int64_t{T} * V, rng), iw = randn(T, rng);
     std::vector<float> inv(rd / 2);
     for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
     std::vector<SamplingParams> params(T, SamplingParams{0.9f, 20, 0.95f, 0});

@@ -65,8 +65,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Case{"huge_context", gen + " --max-context 2147483647", 1, "exceeds the model's"},
         Case{"context_not_a_number", gen + " --max-context 1e400", 2, "--max-context"},
-        Case{"bench_huge_prompt", "bench" + kModel + " --prompt-len 2000000000", 2,
-             "--prompt-len"},
+        Case{"bench_huge_prompt", "bench" + kModel + " --prompt-len 2000000000", 2, "--prompt-len"},
         Case{"bench_respects_context", "bench" + kModel + " --max-context 10 --prompt-len 20", 2,
              "exceed --max-context 10"},
         Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
@@ -92,8 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
              "/nonexistent"},
         Case{"token_outside_vocab", "generate" + kModel + " --prompt-ids 1,99999", 1,
              "outside the vocabulary"},
-        Case{"perplexity_missing_text",
-             "perplexity" + kModel + " --text /nonexistent.txt", 1, "/nonexistent.txt"},
+        Case{"perplexity_missing_text", "perplexity" + kModel + " --text /nonexistent.txt", 1,
+             "/nonexistent.txt"},
         Case{"perplexity_stride_over_context",
              "perplexity" + kModel + " --text /dev/null --context 8 --stride 9", 2, "--stride"}),
     [](const auto& p) { return std::string(p.param.name); });
@@ -120,7 +119,7 @@ TEST(Cli, TokenizerMayBeAFolder) {
     fs::copy_file(DSV4_TINY_TOKENIZER, tmp / "tokenizer.json",
                   fs::copy_options::overwrite_existing);
     const CliRun r = dsv4("generate" + kModel + " --tokenizer " + tmp.string() +
-                       " --prompt hello --max-tokens 2 --ignore-eos");
+                          " --prompt hello --max-tokens 2 --ignore-eos");
     EXPECT_EQ(r.code, 0) << r.err;
     fs::remove_all(tmp);
 }

@@ -193,8 +193,8 @@ TEST(OpsMoe, WeightedSumOverSelectedExpertsOnly) {
     std::vector<int32_t> sel = {0, 1, 1, 0, 1, 0};
     std::vector<float> weight = {0.25f, 1.25f, 0.5f, 1.0f, 2.0f, -0.5f};
     std::vector<float> out(T * D);
-    moe_ref(x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(),
-                  T, D, I, E, k, L);
+    moe_ref(x.data(), sel.data(), weight.data(), w1.data(), w3.data(), w2.data(), out.data(), T, D,
+            I, E, k, L);
     for (int t = 0; t < T; ++t) {
         std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
         std::vector<double> want(D, 0.0);
@@ -220,8 +220,8 @@ TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
     cpu_ref::router({x.data(), &gate, bias.data(), nullptr, nullptr, logits.data(), sel.data(),
                      w.data(), T, E, k, 1.5f});
     cpu_ref::linear({x.data(), &gate, logits2.data(), T, E});
-    cpu_ref::route({logits2.data(), bias.data(), nullptr, nullptr, sel2.data(), w2v.data(), T, E,
-                    k, 1.5f});
+    cpu_ref::route(
+        {logits2.data(), bias.data(), nullptr, nullptr, sel2.data(), w2v.data(), T, E, k, 1.5f});
     EXPECT_EQ(sel, sel2);
     EXPECT_EQ(w, w2v);
 
@@ -240,7 +240,8 @@ TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
     v[3 * E] = unit::lcg_values(I * D, 90);
     v[3 * E + 1] = unit::lcg_values(I * D, 91);
     v[3 * E + 2] = unit::lcg_values(D * I, 92);
-    const QuantWeight s1 = unit::dense_f32(v[3 * E], I, D), s3 = unit::dense_f32(v[3 * E + 1], I, D),
+    const QuantWeight s1 = unit::dense_f32(v[3 * E], I, D),
+                      s3 = unit::dense_f32(v[3 * E + 1], I, D),
                       s2 = unit::dense_f32(v[3 * E + 2], D, I);
     const ops::Weight h1 = cpu_ref::wrap(s1), h3 = cpu_ref::wrap(s3), h2 = cpu_ref::wrap(s2);
     const cpu_ref::CpuExperts ex{q1, q3, q2};

@@ -67,11 +67,10 @@ cuda::GemvArgs gemv_rows(const cuda::GemvWeight& w, int64_t row0, int64_t n) {
     a.format = s.format;
     a.w_tiles = static_cast<const uint8_t*>(w.tiles) +
                 quad0 * s.k_tiles() * cuda::kGemvQuad * cuda::kGemvTileBytes;
-    a.w_scales = w.scales == nullptr
-                     ? nullptr
-                     : static_cast<const uint8_t*>(w.scales) +
-                           quad0 * s.k_tiles() * cuda::kGemvQuad *
-                               cuda::gemv_tile_scale_bytes(s.format);
+    a.w_scales = w.scales == nullptr ? nullptr
+                                     : static_cast<const uint8_t*>(w.scales) +
+                                           quad0 * s.k_tiles() * cuda::kGemvQuad *
+                                               cuda::gemv_tile_scale_bytes(s.format);
     a.out_scale = w.out_scale + quad0 * cuda::kGemvQuad;
     a.w_tiles_expert_stride = s.tiles_expert_bytes();
     a.w_scales_expert_stride = s.scales_expert_bytes();
@@ -267,8 +266,8 @@ class CudaBackend final : public Backend {
             // Reference numerics: the product reads x rounded to FP8 per 128 along K.
             DSV4_ASSERT(a.x_type == ops::ActType::kF32 && a.M * w.cols <= act_floats_,
                         "act_fp8 of ", a.M, " x ", w.cols, " (prepare_steps not called?)");
-            cuda::launch_act_fp8_copy(static_cast<const float*>(a.x), a.ldx ? a.ldx : w.cols,
-                                      act_, a.M, w.cols, stream_.get());
+            cuda::launch_act_fp8_copy(static_cast<const float*>(a.x), a.ldx ? a.ldx : w.cols, act_,
+                                      a.M, w.cols, stream_.get());
             ops::LinearArgs r = a;
             r.x = act_;
             r.ldx = w.cols;
@@ -366,11 +365,11 @@ class CudaBackend final : public Backend {
         const bool grouped = ex.has_gemv && ops::moe_grouped_by_expert(a.T, a.k, a.E);
         const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;
         const int m = grouped ? 16 : 1;
-        const int64_t R = n_groups * m;  // rows
-        float* xr = a.routed_scratch;  // [R, D]: the inputs, later each row's output
-        float* h13 = xr + R * D;       // [R, 2I]
-        float* act = h13 + R * 2 * I;  // [R, I]
-        float* row_weight = act + R * I;                                        // [R]
+        const int64_t R = n_groups * m;   // rows
+        float* xr = a.routed_scratch;     // [R, D]: the inputs, later each row's output
+        float* h13 = xr + R * D;          // [R, 2I]
+        float* act = h13 + R * 2 * I;     // [R, I]
+        float* row_weight = act + R * I;  // [R]
         int32_t* group_expert = reinterpret_cast<int32_t*>(row_weight + R);  // [n_groups]
         int32_t* pair_row = group_expert + R;                                // [P]
         const int32_t* ids = grouped ? group_expert : a.sel;
@@ -533,10 +532,10 @@ class CudaBackend final : public Backend {
     size_t in_use_ = 0;
     std::deque<CudaWeight> weights_;  // stable addresses for the handles
     std::deque<CudaExperts> experts_;
-    void* gemv_ws_ = nullptr;  // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    void* gemv_ws_ = nullptr;   // plain-mode GEMV workspace (zeroed; launches leave it zero)
     bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
-    int64_t max_cols_ = 0;     // widest K of the weights uploaded
-    float* act_ = nullptr;     // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
+    int64_t max_cols_ = 0;      // widest K of the weights uploaded
+    float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
 };

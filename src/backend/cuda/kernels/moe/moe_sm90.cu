@@ -14,8 +14,8 @@ unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 16 ? 65535 * 16 : b));
 }
 
-__global__ void expand_rows_kernel(const float* x, const int32_t* row, float* out, int64_t n,
-                                   int k, int64_t D) {
+__global__ void expand_rows_kernel(const float* x, const int32_t* row, float* out, int64_t n, int k,
+                                   int64_t D) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t p = i / D, d = i % D;
@@ -88,8 +88,8 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
 
 }  // namespace
 
-void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k,
-                        int64_t D, cudaStream_t stream) {
+void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k, int64_t D,
+                        cudaStream_t stream) {
     const int64_t n = T * k * D;
     if (n == 0) return;
     expand_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, row, out, n, k, D);
