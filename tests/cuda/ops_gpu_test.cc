@@ -431,17 +431,25 @@ TEST(CudaOpsGpu, DenseLinear) {
 // Score routing (gate f32 and bf16) and hash routing. Inputs are redrawn until the k-th and
 // (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32 gate
 // sums cannot reorder them: the selections must match exactly.
-TEST(CudaOpsGpu, RouterMatchesSelections) {
-    DSV4_REQUIRE_GPU();
+// An f32 gate takes the fused path (the gate product inside the routing kernel); a bf16 gate the
+// two-kernel path (the GEMV, then the routing kernel).
+void router_case(int D, bool bf16_gate) {
     auto be = make_gpu();
     std::mt19937 rng(13);
     const int64_t T = 19;
-    const int D = 129, E = 67, k = 6;
-    const auto wf = randn(int64_t{E} * D, rng, 0.1f), bias = randn(E, rng, 0.1f);
+    const int E = 67, k = 6;
+    auto wf = randn(int64_t{E} * D, rng, 0.1f);
+    const auto bias = randn(E, rng, 0.1f);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) {
+        wb[i] = f32_to_bf16(wf[i]);
+        if (bf16_gate) wf[i] = bf16_to_f32(wb[i]);
+    }
     QuantWeight q;
     q.rows = E;
     q.cols = D;
-    q.data = wf.data();
+    q.dtype = bf16_gate ? DType::kBF16 : DType::kF32;
+    q.data = bf16_gate ? static_cast<const void*>(wb.data()) : wf.data();
     const ops::Weight rw = cpu_ref::wrap(q);
     auto w = be->upload_weight(q, {ops::WeightRole::kRouter});
     ASSERT_TRUE(w.has_value());
@@ -474,11 +482,18 @@ TEST(CudaOpsGpu, RouterMatchesSelections) {
         cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(),
                          hash ? tid2eid.data() : nullptr, ids.data(), rlog.data(), rsel.data(),
                          rwt.data(), T, E, k, 2.5f});
-        EXPECT_EQ(dsel.get(), rsel) << (hash ? "hash" : "score");
+        const std::string what = std::string(bf16_gate ? "router bf16 gate " : "router fused ") +
+                                 (hash ? "hash weights" : "score weights");
+        EXPECT_EQ(dsel.get(), rsel) << what;
         // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
-        expect_close(hash ? "router hash weights" : "router score weights", dwt.get(), rwt, 1e-5,
-                     1e-7);
+        expect_close(what.c_str(), dwt.get(), rwt, 1e-5, 1e-7);
     }
+}
+
+TEST(CudaOpsGpu, RouterMatchesSelections) {
+    DSV4_REQUIRE_GPU();
+    router_case(129, false);
+    router_case(132, true);
 }
 
 // Every checkpoint format through the weight GEMV: whole weights and row ranges on 64-row

@@ -346,11 +346,19 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
         cuda::launch_indexer_topk(a, stream_.get());
     }
+    // Fused (a dense gate: the product inside the routing kernel, one launch), else two
+    // kernels (the gate through linear, then the routing kernel).
     void router(const ops::RouterArgs& a) override {
+        const CudaWeight& g = cuda_weight(a.gate);
+        const ops::RouteArgs r{a.logits, a.bias, a.tid2eid, a.ids, a.sel,
+                               a.weight, a.T,    a.E,       a.k,   a.scale};
+        if (g.dense != nullptr) {
+            const cuda::RouterGate fused{a.x, g.dense, g.dtype == DType::kBF16, g.cols, a.logits};
+            cuda::launch_route(r, stream_.get(), &fused);
+            return;
+        }
         linear({a.x, a.gate, a.logits, a.T, a.E});
-        cuda::launch_route(
-            {a.logits, a.bias, a.tid2eid, a.ids, a.sel, a.weight, a.T, a.E, a.k, a.scale},
-            stream_.get());
+        cuda::launch_route(r, stream_.get());
     }
     // Decode: every (token, slot) pair is a group of one row. Prefill (pairs >= 4x experts,
     // ops::moe_grouped_by_expert): the pairs are grouped by expert into groups of 16 rows, so an

@@ -8,6 +8,7 @@
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/moe/route.h"
 #include "base/check.h"
+#include "base/fp_codes.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -18,13 +19,31 @@ __device__ __forceinline__ float softplus_ref(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-__global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a) {
+__global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a, RouterGate g) {
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
     __shared__ unsigned long long best;
     __shared__ int32_t sel_s[kRouteMaxK];
     const int64_t t = blockIdx.x;
     const float* l = a.logits + t * a.E;
+    if (g.w != nullptr) {
+        // Fused gate: warp w computes experts w, w + 8, ...; written to the logits scratch
+        // (the op's contract) and read back after the barrier.
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const float* x = g.x + t * g.D;
+        for (int e = warp; e < a.E; e += kThreads / 32) {
+            float s = 0;
+            for (int64_t k = lane; k < g.D; k += 32) {
+                const int64_t i = static_cast<int64_t>(e) * g.D + k;
+                const float w = g.w_bf16 ? bf16_to_f32(static_cast<const uint16_t*>(g.w)[i])
+                                         : static_cast<const float*>(g.w)[i];
+                s = fmaf(x[k], w, s);
+            }
+            s = dev::warp_sum(s);
+            if (lane == 0) g.logits[t * a.E + e] = s;
+        }
+        __syncthreads();
+    }
     for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
         const float s = sqrtf(softplus_ref(l[e]));
         s_s[e] = s;
@@ -50,7 +69,8 @@ __global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a) {
             }
             atomicMax(&best, mine);
             __syncthreads();
-            if (threadIdx.x == 0) sel_s[j] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
+            if (threadIdx.x == 0)
+                sel_s[j] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
             __syncthreads();
         }
     }
@@ -60,17 +80,19 @@ __global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a) {
     for (int j = 0; j < a.k; ++j) sum = __dadd_rn(sum, static_cast<double>(s_s[sel_s[j]]));
     for (int j = 0; j < a.k; ++j) {
         a.sel[t * a.k + j] = sel_s[j];
-        a.weight[t * a.k + j] = static_cast<float>(
-            __dmul_rn(__ddiv_rn(static_cast<double>(s_s[sel_s[j]]), sum), static_cast<double>(a.scale)));
+        a.weight[t * a.k + j] = static_cast<float>(__dmul_rn(
+            __ddiv_rn(static_cast<double>(s_s[sel_s[j]]), sum), static_cast<double>(a.scale)));
     }
 }
 
 }  // namespace
 
-void launch_route(const ops::RouteArgs& a, cudaStream_t stream) {
+void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate) {
     DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E, "route: k ", a.k, " of ", a.E);
+    DSV4_ASSERT(gate == nullptr || gate->logits == a.logits, "route: fused gate logits");
     if (a.T == 0) return;
-    route_kernel<<<static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream>>>(a);
+    route_kernel<<<static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream>>>(
+        a, gate != nullptr ? *gate : RouterGate{});
     DSV4_CHECK_LAUNCH(stream);
 }
 
