@@ -16,15 +16,15 @@ inline constexpr int kExitError = 1;  // runtime or input-file error (model, fix
 inline constexpr int kExitUsage = 2;  // bad command line: unknown flag, value out of range
 inline constexpr int kExitCheckFailed = 3;  // `check` ran and a comparison failed
 
-void add_generate_command(CLI::App& app);     // cmd_generate.cc
-void add_check_command(CLI::App& app);        // cmd_check.cc
-void add_bench_command(CLI::App& app);        // cmd_bench.cc
-void add_info_command(CLI::App& app);         // cmd_info.cc
-void add_chat_command(CLI::App& app);         // cmd_chat.cc
-void add_tokenize_commands(CLI::App& app);    // cmd_tokenize.cc: tokenize, chat-encode, chat-parse
-void add_quantize_command(CLI::App& app);     // cmd_quantize.cc
-void add_perplexity_command(CLI::App& app);   // cmd_perplexity.cc
-void add_serve_command(CLI::App& app);        // cmd_serve.cc
+void add_generate_command(CLI::App& app);    // cmd_generate.cc
+void add_check_command(CLI::App& app);       // cmd_check.cc
+void add_bench_command(CLI::App& app);       // cmd_bench.cc
+void add_info_command(CLI::App& app);        // cmd_info.cc
+void add_chat_command(CLI::App& app);        // cmd_chat.cc
+void add_tokenize_commands(CLI::App& app);   // cmd_tokenize.cc: tokenize, chat-encode, chat-parse
+void add_quantize_command(CLI::App& app);    // cmd_quantize.cc
+void add_perplexity_command(CLI::App& app);  // cmd_perplexity.cc
+void add_serve_command(CLI::App& app);       // cmd_serve.cc
 
 // --model, --device, --max-context, --max-seqs, --cache-gib, --max-chunk, --threads.
 void add_engine_options(CLI::App* cmd, EngineOptions& e);

@@ -300,9 +300,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     // Typed cache rows are CPU-only so far: refused for cuda, and for auto when it picks cuda.
     const bool typed = *kv_type != CacheType::kF32 || *index_type != CacheType::kF32;
     auto refuse_typed = [&](const std::string& device) {
-        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ",
-                     options.indexer_cache, ": typed cache rows run on the CPU backend only so far",
-                     " (use f32 on ", device, ", or --device cpu)");
+        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ", options.indexer_cache,
+                     ": typed cache rows run on the CPU backend only so far", " (use f32 on ",
+                     device, ", or --device cpu)");
     };
     if (typed && options.device == "cuda") return refuse_typed("cuda");
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));

@@ -400,19 +400,7 @@ class CudaBackend final : public Backend {
             DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, R * 2 * I * sizeof(float), s));
             expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
         } else {
-            cuda::DenseLinearArgs d;
-            d.x = x;
-            d.w = ex.w13;
-            d.y = h13;
-            d.M = P;
-            d.N = 2 * I;
-            d.K = D;
-            d.ldx = D;
-            d.ldy = 2 * I;
-            d.w_ids = a.sel;
-            d.w_stride = 2 * I * D;
-            d.x_div = a.k;
-            cuda::launch_dense_linear(d, s);
+            dense_experts(x, a.k, ex.w13, h13, P, 2 * I, D, a.sel);
         }
         // Reference numerics (DeepSeek's order): the routing weight scales the SwiGLU output,
         // which is rounded to FP8 per 128 for w2 (in place: each warp reads its block first).
@@ -432,18 +420,7 @@ class CudaBackend final : public Backend {
             DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, R * D * sizeof(float), s));
             expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids);
         } else {
-            cuda::DenseLinearArgs d;
-            d.x = act;
-            d.w = ex.w2;
-            d.y = y2;
-            d.M = P;
-            d.N = D;
-            d.K = I;
-            d.ldx = I;
-            d.ldy = D;
-            d.w_ids = a.sel;
-            d.w_stride = D * I;
-            cuda::launch_dense_linear(d, s);
+            dense_experts(act, 1, ex.w2, y2, P, D, I, a.sel);
         }
         const float* shared = nullptr;
         if (a.shared_w1 != nullptr) {
@@ -488,6 +465,24 @@ class CudaBackend final : public Backend {
         g.y_group_stride = ldy * m;
         g.y_accumulate = true;
         cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+    }
+
+    // y[p] = x[p / x_div] . W[sel[p]]^T for P rows, W a dense f32 stack [E][N][K].
+    void dense_experts(const float* x, int x_div, const void* w, float* y, int64_t P, int64_t N,
+                       int64_t K, const int32_t* sel) {
+        cuda::DenseLinearArgs d;
+        d.x = x;
+        d.w = w;
+        d.y = y;
+        d.M = P;
+        d.N = N;
+        d.K = K;
+        d.ldx = K;
+        d.ldy = N;
+        d.w_ids = sel;
+        d.w_stride = N * K;
+        d.x_div = x_div;
+        cuda::launch_dense_linear(d, stream_.get());
     }
 
     // Host-to-device copy waited for (load time: the host buffer is reused next).
