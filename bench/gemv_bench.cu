@@ -23,6 +23,7 @@
 #include "backend/cuda/common/device.h"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/common/stream.h"
+#include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/gemv/gemv.h"
 #include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
@@ -66,30 +67,10 @@ __global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed) {
     }
 }
 
-// Pure read: every byte of the buffer once, 4 independent 16-byte loads in flight per thread.
-__global__ void read_sum(const uint4* p, size_t n, uint32_t* sink) {
-    uint32_t acc = 0;
-    const size_t stride = size_t{gridDim.x} * blockDim.x;
-    size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        const uint4 a = ptx::ld_stream_v4(p + i);
-        const uint4 b = ptx::ld_stream_v4(p + i + stride);
-        const uint4 c = ptx::ld_stream_v4(p + i + 2 * stride);
-        const uint4 d = ptx::ld_stream_v4(p + i + 3 * stride);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
-               d.z ^ d.w;
-    }
-    for (; i < n; i += stride) {
-        const uint4 a = ptx::ld_stream_v4(p + i);
-        acc ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive; practically never stores
-}
-
 // Access-pattern probe: the same pure read (8 independent 16-byte loads in flight per thread,
 // 528 CTAs x 128 threads like the GEMV grid) with three mappings of threads to addresses:
 //   0 interleaved: load j of iteration i of thread t reads element (8i + j) * T + t (T threads),
-//     so at any moment the whole grid reads one contiguous window (read_sum's pattern);
+//     so at any moment the whole grid reads one contiguous window (launch_read_sum's pattern);
 //   1 warp-blocked: warp w streams its own contiguous 1/W of the buffer, 2 KB per 4 loads (the
 //     GEMV's stream-K mapping: ~2100 streams ~30 KB apart for a 66 MB launch);
 //   2 CTA-blocked: CTA b streams its own contiguous 1/B, its 128 threads interleaved within it;
@@ -291,10 +272,8 @@ float measure_read_bandwidth(cudaStream_t s, int sms) {
     DSV4_CHECK_CUDA(cudaMalloc(&buf, bytes));
     DSV4_CHECK_CUDA(cudaMalloc(&sink, 4));
     fill(buf, bytes, 1);
-    const float ms = median_event_ms(s, 3, 10, [&] {
-        read_sum<<<sms * 8, 512, 0, s>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
-        DSV4_CHECK_LAUNCH(s);
-    });
+    const float ms = median_event_ms(
+        s, 3, 10, [&] { launch_read_sum(buf, static_cast<int64_t>(bytes), sink, sms * 8, s); });
     DSV4_CHECK_CUDA(cudaFree(buf));
     DSV4_CHECK_CUDA(cudaFree(sink));
     return static_cast<float>(bytes) / (ms * 1e-3f) / 1e9f;

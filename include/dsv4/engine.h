@@ -18,6 +18,13 @@ namespace dsv4 {
 
 struct EngineOptions {
     std::string model_dir;
+    // Instead of model_dir: a synthetic model of random weights with the real shapes, drawn
+    // where it runs (benchmarks): "v4-flash", "v4-pro" or a config.json path; the layers to
+    // keep (0: as many of the config's as fit in memory); "release" (FP8 + MXFP4 experts +
+    // BF16) or "nvfp4" (everything NVFP4 but embed and head, as `dsv4 quantize --all`).
+    std::string synthetic;
+    int synthetic_layers = 0;
+    std::string synthetic_format = "nvfp4";
     // "cpu", "cuda", or "auto" (the CLI's default): cuda when this build has the CUDA backend
     // and a usable GPU is present; cpu otherwise.
     std::string device = "cpu";
@@ -35,6 +42,9 @@ struct EngineOptions {
     // f32 keeps float mode equal to transformers. Other types: CPU backend only so far.
     std::string kv_cache = "f32";
     std::string indexer_cache = "f32";
+    // Steps of up to 64 tokens whose shape repeats (decode) replay a recording of their ops (a
+    // CUDA graph on cuda: one launch per step). false: every step enqueues its ops one by one.
+    bool step_graphs = true;
     // Called while the weights load (copied to the device on cuda), after each layer:
     // (layers done, layers in all). May be empty.
     std::function<void(int, int)> on_load_progress;
@@ -60,6 +70,16 @@ struct ModelInfo {
     int step_tokens = 0;                      // tokens one step holds (all rows)
     bool has_mtp = false;                     // the checkpoint's MTP block is loaded
     std::vector<std::string> weight_formats;  // "group: format" lines
+    std::string source;                       // the model folder, or "synthetic v4-flash (nvfp4)"
+};
+
+// What one decode step reads from memory (bytes as stored): the weights (every layer's dense
+// part, the routed experts the step's rows pick — each distinct expert once — and the head)
+// and the KV cache (window, compressed entries attended, indexer keys scored).
+struct StepBytes {
+    double weights = 0, cache = 0;
+    double experts_per_layer = 0;  // distinct routed experts read per layer
+    double total() const { return weights + cache; }
 };
 
 class Engine;
@@ -86,6 +106,9 @@ class Session {
                          std::vector<float>* logits, std::vector<float>* mtp_logits);
     int64_t position() const;
     void reset();
+    // Continues from where `src` (a session of the same engine) is: its cache is copied into
+    // this session's slot (a prefix fed once, several sequences from it).
+    Status copy_from(const Session& src);
 
   private:
     friend class Engine;
@@ -165,6 +188,23 @@ class Engine {
     int free_slots() const;
     // Bytes allocated through the backend (weights it copied, cache pool, workspaces).
     size_t memory_in_use() const;
+
+    // The bytes a decode step of `batch` rows at `context` tokens each reads. Batch 1 reads k
+    // experts per layer; a larger batch the expected number of distinct experts when each row
+    // picks k of E uniformly: E (1 - (1 - k/E)^batch).
+    StepBytes decode_step_bytes(int batch, int64_t context) const;
+    // The device's read bandwidth in bytes/s, measured now by a pure streaming read of a buffer
+    // far larger than the caches (the roofline's denominator); an error on a backend that does
+    // not measure it.
+    Expected<double> measure_read_bandwidth();
+    // Routing histogram: while on, the routed-expert picks of every step are counted per layer
+    // (switching it on starts from zero); expert_use() returns them, [num_layers][E] flat.
+    Status count_expert_use(bool on);
+    std::vector<int64_t> expert_use();
+    // Per-op device time while on (steps then run op by op, not as recorded graphs);
+    // op_profile() returns the table so far (markdown, "" on the CPU) and clears it.
+    void profile_ops(bool on);
+    std::string op_profile();
 
     // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
     // is called for each token as it is produced; returning false stops the request.

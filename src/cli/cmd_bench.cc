@@ -1,8 +1,15 @@
-// `dsv4 bench`: prefill and decode speed of a model on a device, with synthetic token ids.
+// `dsv4 bench`: prefill and decode speed of a model (or a synthetic one) on a device, with
+// synthetic token ids. Decode is measured at each --context for each --batch: one sequence is
+// prefilled to the context, copied into `batch` sessions, and `batch` requests decode from
+// there in batched steps (only the sampled ids come back each step, as in serving). Each row
+// gives the bytes a step reads (weights as stored + KV cache, Engine::decode_step_bytes) and
+// that over the read bandwidth measured in the same run: the fraction of the roofline.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
@@ -17,60 +24,236 @@ struct BenchArgs {
     int prompt_len = 128;
     int decode_tokens = 32;
     int repeats = 3;
+    std::string batches = "1";
+    std::string contexts;        // empty: the prompt length
     bool context_given = false;  // --max-context on the command line: kept as given
+    bool seqs_given = false;     // --max-seqs likewise
+    bool profile = false;
 };
 
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+Expected<std::vector<int64_t>> parse_list(const std::string& s, const char* flag) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        char* end = nullptr;
+        const long long v = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || end == nullptr || *end != '\0' || v < 1 || v > (1ll << 30))
+            return error(flag, ": '", item, "' is not a whole number in [1, 2^30]");
+        out.push_back(v);
+    }
+    if (out.empty()) return error(flag, ": no values");
+    return out;
+}
+
+std::vector<int32_t> synthetic_ids(int64_t n, int vocab, int salt) {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+        ids[i] = static_cast<int32_t>((i * 7919 + 13 + salt * 104729) % vocab);
+    return ids;
+}
+
+struct DecodeRow {
+    int64_t context = 0;
+    int batch = 0;
+    double ms_per_step = 0;
+    StepBytes bytes;
+};
+
+// `batch` requests decode `steps` tokens from copies of `src`; the mean time of the steps after
+// the first two (the first runs a new step shape op by op, the second records it).
+Expected<double> time_decode(Engine& engine, Session& src, std::vector<Session*>& sessions,
+                             int batch, int steps) {
+    const int vocab = engine.info().vocab_size;
+    for (int i = 0; i < batch; ++i) {
+        DSV4_RETURN_IF_ERROR(sessions[i]->copy_from(src));
+        Request r;
+        r.prompt = {static_cast<int32_t>((17 * i + 3) % vocab)};
+        r.max_tokens = steps;
+        r.stop_at_eos = false;
+        r.session = sessions[i];
+        DSV4_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(r)));
+        (void)id;
+    }
+    std::vector<double> step_s;
+    std::vector<TokenEvent> events;
+    while (!engine.idle()) {
+        events.clear();
+        const auto t0 = clock_type::now();
+        DSV4_RETURN_IF_ERROR(engine.step(&events));
+        step_s.push_back(seconds_since(t0));
+        for (const TokenEvent& e : events)
+            if (e.finish == FinishReason::kError) return error("decode failed: ", e.error);
+    }
+    const int skip = std::min<int>(2, static_cast<int>(step_s.size()) - 1);
+    double sum = 0;
+    for (size_t i = skip; i < step_s.size(); ++i) sum += step_s[i];
+    return 1e3 * sum / static_cast<double>(step_s.size() - skip);
+}
+
+// How evenly the routing spread over the experts (a benchmark whose tokens all go to a few
+// experts would read less and flatter the numbers): per layer, each expert's picks relative
+// to the mean, bucketed, plus the extremes.
+void print_expert_use(const std::vector<int64_t>& counts, int layers) {
+    if (layers <= 0 || counts.empty()) return;
+    const size_t E = counts.size() / static_cast<size_t>(layers);
+    const double edges[] = {0.25, 0.5, 0.8, 1.25, 2.0, 4.0};
+    int64_t buckets[7] = {0};
+    double lo = 1e30, hi = 0;
+    int64_t total = 0, unused = 0;
+    for (int l = 0; l < layers; ++l) {
+        int64_t sum = 0;
+        for (size_t x = 0; x < E; ++x) sum += counts[l * E + x];
+        total += sum;
+        if (sum == 0) continue;
+        const double mean = static_cast<double>(sum) / static_cast<double>(E);
+        for (size_t x = 0; x < E; ++x) {
+            const double r = static_cast<double>(counts[l * E + x]) / mean;
+            lo = std::min(lo, r);
+            hi = std::max(hi, r);
+            unused += counts[l * E + x] == 0;
+            int b = 0;
+            while (b < 6 && r >= edges[b]) ++b;
+            ++buckets[b];
+        }
+    }
+    std::printf(
+        "expert use while prefilling (%lld picks, %d layers x %zu experts; share of "
+        "experts by picks / layer mean):\n  <0.25: %lld  0.25-0.5: %lld  0.5-0.8: %lld  "
+        "0.8-1.25: %lld  1.25-2: %lld  2-4: %lld  >=4: %lld  (min %.2f, max %.2f, "
+        "never picked %lld)\n",
+        static_cast<long long>(total), layers, E, static_cast<long long>(buckets[0]),
+        static_cast<long long>(buckets[1]), static_cast<long long>(buckets[2]),
+        static_cast<long long>(buckets[3]), static_cast<long long>(buckets[4]),
+        static_cast<long long>(buckets[5]), static_cast<long long>(buckets[6]), lo, hi,
+        static_cast<long long>(unused));
+}
+
 int run_bench(BenchArgs a) {
-    const int64_t need = int64_t{a.prompt_len} + a.decode_tokens;
+    auto batches = parse_list(a.batches, "--batch");
+    auto contexts =
+        parse_list(a.contexts.empty() ? std::to_string(a.prompt_len) : a.contexts, "--context");
+    if (!batches || !contexts) {
+        print_error(!batches ? batches.status() : contexts.status());
+        return kExitUsage;
+    }
+    const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
+    const int64_t max_ctx = *std::max_element(contexts->begin(), contexts->end());
+    const int64_t need = std::max<int64_t>(a.prompt_len, max_ctx) + a.decode_tokens + 1;
     if (a.context_given && need > a.engine.max_context) {
         std::fprintf(stderr,
-                     "error: --prompt-len %d + --decode %d = %lld tokens exceed --max-context "
+                     "error: the longest context %lld + --decode %d tokens exceed --max-context "
                      "%lld\n",
-                     a.prompt_len, a.decode_tokens, static_cast<long long>(need),
-                     static_cast<long long>(a.engine.max_context));
+                     static_cast<long long>(std::max<int64_t>(a.prompt_len, max_ctx)),
+                     a.decode_tokens, static_cast<long long>(a.engine.max_context));
         return kExitUsage;
     }
     if (!a.context_given) a.engine.max_context = need;
+    // The prefilled source sequence plus one session per decoded sequence.
+    if (!a.seqs_given) a.engine.max_seqs = static_cast<int>(max_batch) + 1;
+    if (a.engine.max_seqs < max_batch + 1) {
+        std::fprintf(stderr, "error: --batch %lld needs --max-seqs >= %lld\n",
+                     static_cast<long long>(max_batch), static_cast<long long>(max_batch + 1));
+        return kExitUsage;
+    }
     auto engine = Engine::create(a.engine);
     if (!engine) {
         print_error(engine.status());
         return kExitError;
     }
-    const ModelInfo& info = (*engine)->info();
-    std::vector<int32_t> prompt(a.prompt_len);
-    for (int i = 0; i < a.prompt_len; ++i) prompt[i] = (i * 7919 + 13) % info.vocab_size;
-    auto made = (*engine)->new_session();
-    if (!made) {
-        print_error(made.status());
+    Engine& e = **engine;
+    const ModelInfo& info = e.info();
+    auto fail = [](const Status& st) {
+        print_error(st);
         return kExitError;
+    };
+    std::vector<std::unique_ptr<Session>> owned;
+    for (int64_t i = 0; i <= max_batch; ++i) {
+        auto s = e.new_session();
+        if (!s) return fail(s.status());
+        owned.push_back(std::move(*s));
     }
-    Session* session = made->get();
-    using clock = std::chrono::steady_clock;
-    double best_prefill = 1e30, best_decode = 1e30;
-    std::vector<float> logits;
-    for (int r = 0; r < a.repeats; ++r) {
-        session->reset();
-        const auto t0 = clock::now();
-        Status st = session->feed(prompt, nullptr, &logits);
-        const auto t1 = clock::now();
-        for (int i = 0; st.is_ok() && i < a.decode_tokens; ++i)
-            st = session->feed({(i * 31 + 7) % info.vocab_size}, nullptr, &logits);
-        const auto t2 = clock::now();
-        if (!st.is_ok()) {
-            print_error(st);
-            return kExitError;
-        }
-        best_prefill = std::min(best_prefill, std::chrono::duration<double>(t1 - t0).count());
-        best_decode = std::min(best_decode, std::chrono::duration<double>(t2 - t1).count());
-    }
-    std::printf("model %s on %s: %s\n", a.engine.model_dir.c_str(), info.device.c_str(),
+    Session& src = *owned[0];
+    std::vector<Session*> sessions;
+    for (size_t i = 1; i < owned.size(); ++i) sessions.push_back(owned[i].get());
+
+    std::printf("model %s on %s: %s\n", info.source.c_str(), info.device.c_str(),
                 info.summary.c_str());
-    std::printf("prefill %d tokens: %.3f s, %.1f tokens/s\n", a.prompt_len, best_prefill,
-                a.prompt_len / best_prefill);
-    if (a.decode_tokens > 0)
-        std::printf("decode %d tokens: %.2f ms/token, %.1f tokens/s (best of %d)\n",
-                    a.decode_tokens, 1e3 * best_decode / a.decode_tokens,
-                    a.decode_tokens / best_decode, a.repeats);
+    for (const auto& line : info.weight_formats) std::printf("  %s\n", line.c_str());
+    // Prefill: the best of --repeats feeds of --prompt-len tokens.
+    const std::vector<int32_t> prompt = synthetic_ids(a.prompt_len, info.vocab_size, 0);
+    double best_prefill = 1e30;
+    for (int r = 0; r < a.repeats; ++r) {
+        src.reset();
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(prompt, nullptr, nullptr);
+        if (!st.is_ok()) return fail(st);
+        best_prefill = std::min(best_prefill, seconds_since(t0));
+    }
+    std::printf("prefill %d tokens: %.3f s, %.1f tokens/s (best of %d)\n", a.prompt_len,
+                best_prefill, a.prompt_len / best_prefill, a.repeats);
+    if (a.decode_tokens == 0) return 0;
+
+    Expected<double> bw = e.measure_read_bandwidth();
+    if (bw)
+        std::printf("read bandwidth (pure streaming read, this run): %.0f GB/s\n", *bw / 1e9);
+    else
+        std::printf("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
+    std::vector<DecodeRow> rows;
+    for (size_t ci = 0; ci < contexts->size(); ++ci) {
+        const int64_t ctx = (*contexts)[ci];
+        src.reset();
+        // The first context's prefill also counts the routing (then untimed: a second feed).
+        if (ci == 0) {
+            Status st = e.count_expert_use(true);
+            if (st.is_ok()) st = src.feed(synthetic_ids(ctx, info.vocab_size, 1), nullptr, nullptr);
+            if (st.is_ok()) st = e.count_expert_use(false);
+            if (!st.is_ok()) return fail(st);
+            print_expert_use(e.expert_use(), info.num_layers);
+            src.reset();
+        }
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(synthetic_ids(ctx, info.vocab_size, 1), nullptr, nullptr);
+        if (!st.is_ok()) return fail(st);
+        const double prefill_s = seconds_since(t0);
+        std::printf("context %lld: prefilled in %.2f s (%.1f tokens/s)\n",
+                    static_cast<long long>(ctx), prefill_s, ctx / prefill_s);
+        for (int64_t b : *batches) {
+            auto ms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens);
+            if (!ms) return fail(ms.status());
+            rows.push_back(
+                {ctx, static_cast<int>(b), *ms, e.decode_step_bytes(static_cast<int>(b), ctx)});
+            if (a.profile && ci == 0 && b == batches->front()) {
+                // The same decode again, op by op with device events around each op.
+                e.profile_ops(true);
+                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens);
+                e.profile_ops(false);
+                if (!pms) return fail(pms.status());
+                std::printf(
+                    "op profile, context %lld, batch %lld, %d steps op by op (%.3f ms/step):\n%s",
+                    static_cast<long long>(ctx), static_cast<long long>(b), a.decode_tokens, *pms,
+                    e.op_profile().c_str());
+            }
+        }
+    }
+    std::printf(
+        "\n| context | batch | ms/step | tokens/s | GB read/step (weights + cache) | experts/layer "
+        "| GB/s | roofline |\n|---|---|---|---|---|---|---|---|\n");
+    for (const DecodeRow& r : rows) {
+        const double gbs = r.bytes.total() / (r.ms_per_step * 1e-3) / 1e9;
+        char roof[32] = "n/a";
+        if (bw) std::snprintf(roof, sizeof roof, "%.1f%%", 100.0 * gbs * 1e9 / *bw);
+        std::printf("| %lld | %d | %.3f | %.1f | %.3f (%.3f + %.3f) | %.1f | %.0f | %s |\n",
+                    static_cast<long long>(r.context), r.batch, r.ms_per_step,
+                    r.batch * 1e3 / r.ms_per_step, r.bytes.total() / 1e9, r.bytes.weights / 1e9,
+                    r.bytes.cache / 1e9, r.bytes.experts_per_layer, gbs, roof);
+    }
     return 0;
 }
 
@@ -79,19 +262,31 @@ int run_bench(BenchArgs a) {
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
     CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
-    cmd->footer("Example: dsv4 bench --model tests/data/golden/small-rates --prompt-len 256");
-    add_engine_options(cmd, args->engine);
-    cmd->add_option("--prompt-len", args->prompt_len, "Prompt tokens")
+    cmd->footer(
+        "Examples:\n  dsv4 bench --model tests/data/golden/small-rates --prompt-len 256\n"
+        "  dsv4 bench --synthetic v4-flash --format nvfp4 --context 8192 --batch 1,8,32");
+    add_engine_options(cmd, args->engine, /*synthetic=*/true);
+    cmd->add_option("--prompt-len", args->prompt_len, "Prompt tokens of the prefill measurement")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 30));
-    cmd->add_option("--decode", args->decode_tokens, "Decode steps")
+    cmd->add_option("--decode", args->decode_tokens, "Decode steps per measurement")
         ->capture_default_str()
         ->check(whole_number(0, 1 << 30));
-    cmd->add_option("--repeats", args->repeats, "Runs; the best is reported")
+    cmd->add_option("--batch", args->batches,
+                    "Sequences decoded together, a comma-separated list (e.g. 1,8,32)")
+        ->capture_default_str();
+    cmd->add_option("--context", args->contexts,
+                    "Tokens already in each sequence when decode is measured, a comma-separated "
+                    "list (default: --prompt-len)");
+    cmd->add_flag("--profile", args->profile,
+                  "Also decode the first context at the first batch op by op with device time "
+                  "per op (CUDA), and print the breakdown");
+    cmd->add_option("--repeats", args->repeats, "Prefill runs; the best is reported")
         ->capture_default_str()
         ->check(whole_number(1, 1000));
     cmd->callback([args, cmd] {
         args->context_given = cmd->get_option("--max-context")->count() > 0;
+        args->seqs_given = cmd->get_option("--max-seqs")->count() > 0;
         set_exit_code(run_bench(*args));
     });
 }

@@ -87,20 +87,21 @@ int run_generate(const GenerateArgs& a) {
     std::chrono::steady_clock::time_point first;
     int n = 0;
     Engine::GenerateStats spec;
-    auto out = (*engine)->generate(**session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
-                                   [&](int32_t t) {
-                                       if (n++ == 0) first = std::chrono::steady_clock::now();
-                                       if (stream)
-                                           std::fputs(stream->push(t).c_str(), stdout);
-                                       else
-                                           std::printf("%s%d", n > 1 ? "," : "", t);
-                                       std::fflush(stdout);
-                                       return true;
-                                   },
-                                   a.speculative == "mtp"     ? Speculation::kMtp
-                                   : a.speculative == "ngram" ? Speculation::kNgram
-                                                              : Speculation::kNone,
-                                   &spec);
+    auto out = (*engine)->generate(
+        **session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
+        [&](int32_t t) {
+            if (n++ == 0) first = std::chrono::steady_clock::now();
+            if (stream)
+                std::fputs(stream->push(t).c_str(), stdout);
+            else
+                std::printf("%s%d", n > 1 ? "," : "", t);
+            std::fflush(stdout);
+            return true;
+        },
+        a.speculative == "mtp"     ? Speculation::kMtp
+        : a.speculative == "ngram" ? Speculation::kNgram
+                                   : Speculation::kNone,
+        &spec);
     if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
     std::fflush(stdout);
@@ -116,8 +117,9 @@ int run_generate(const GenerateArgs& a) {
         secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
         n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
     if (a.speculative != "off")
-        std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%)\n", a.speculative.c_str(), spec.drafted,
-                     spec.accepted, spec.drafted ? 100.0 * spec.accepted / spec.drafted : 0.0);
+        std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%)\n",
+                     a.speculative.c_str(), spec.drafted, spec.accepted,
+                     spec.drafted ? 100.0 * spec.accepted / spec.drafted : 0.0);
     return 0;
 }
 
@@ -130,21 +132,23 @@ void add_generate_command(CLI::App& app) {
         "Examples:\n  dsv4 generate --model DIR --prompt \"Pipeline parallelism in ai is \" "
         "--max-tokens 32\n  dsv4 generate --model tests/data/golden/small-rates --prompt-ids "
         "0,17,42 --max-tokens 16");
-    add_engine_options(cmd, args->engine);
+    add_engine_options(cmd, args->engine, /*synthetic=*/true);
     cmd->add_option("--prompt", args->prompt,
                     "Prompt text (tokenized with the model's tokenizer.json)");
     cmd->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids");
-    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json or a folder holding one (default: the model folder's)");
+    cmd->add_option("--tokenizer", args->tokenizer,
+                    "tokenizer.json or a folder holding one (default: the model folder's)");
     cmd->add_flag("--no-bos", args->no_bos, "Do not start the text prompt with BOS");
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens to generate")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 30));
     add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
-    cmd->add_option("--speculative", args->speculative,
-                    "Speculative decoding (fewer steps; greedy gives the same tokens, sampling the same "
-                    "distribution): drafts from the checkpoint's MTP block (mtp) or from the text "
-                    "itself (ngram)")
+    cmd->add_option(
+           "--speculative", args->speculative,
+           "Speculative decoding (fewer steps; greedy gives the same tokens, sampling the same "
+           "distribution): drafts from the checkpoint's MTP block (mtp) or from the text "
+           "itself (ngram)")
         ->capture_default_str()
         ->check(CLI::IsMember({"off", "mtp", "ngram"}));
     cmd->callback([args] { set_exit_code(run_generate(*args)); });

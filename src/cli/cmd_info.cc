@@ -17,7 +17,7 @@ int run_info(const EngineOptions& o) {
     }
     const ModelInfo& i = (*engine)->info();
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    std::printf("model:          %s\n", o.model_dir.c_str());
+    std::printf("model:          %s\n", i.source.c_str());
     std::printf("config:         %s\n", i.summary.c_str());
     std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / gib,
                 i.device == "cuda"
@@ -42,7 +42,7 @@ void add_info_command(CLI::App& app) {
     auto opts = std::make_shared<EngineOptions>();
     CLI::App* cmd = app.add_subcommand("info", "Describe a model folder: config, formats, memory");
     cmd->footer("Example: dsv4 info --model tests/data/golden/fmt-nvfp4");
-    add_engine_options(cmd, *opts);
+    add_engine_options(cmd, *opts, /*synthetic=*/true);
     cmd->callback([opts] { set_exit_code(run_info(*opts)); });
 }
 

@@ -14,8 +14,6 @@
 
 namespace dsv4::cli {
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
-
 namespace {
 
 int run_serve(const ServerOptions& options) {
@@ -67,7 +65,7 @@ void add_serve_command(CLI::App& app) {
         "Example: dsv4 serve --model DIR --port 8000 --max-batch 16\n"
         "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, "
         "GET /health, GET /metrics (docs/server.md)");
-    add_engine_options(cmd, o->engine);
+    add_engine_options(cmd, o->engine, /*synthetic=*/true);
     cmd->add_option("--max-batch", o->engine.max_seqs,
                     "Requests running together (cache slots; same as --max-seqs)")
         ->capture_default_str();

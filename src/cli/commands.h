@@ -27,7 +27,9 @@ void add_perplexity_command(CLI::App& app);  // cmd_perplexity.cc
 void add_serve_command(CLI::App& app);       // cmd_serve.cc
 
 // --model, --device, --max-context, --max-seqs, --cache-gib, --max-chunk, --threads.
-void add_engine_options(CLI::App* cmd, EngineOptions& e);
+// synthetic: --model becomes optional beside --synthetic / --layers / --format (Engine::create
+// asks for one of the two).
+void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic = false);
 // --temperature, --top-k, --top-p, --seed, each range-checked.
 void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k = true);
 

@@ -53,7 +53,7 @@ CLI::Validator finite_number(double lo, double hi, bool lo_open) {
         "NUMBER in " + range);
 }
 
-void add_engine_options(CLI::App* cmd, EngineOptions& e) {
+void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic) {
     e.device = "auto";
     // A progress bar on a terminal while the weights load (on cuda: copied and repacked).
     e.on_load_progress = [](int done, int total) {
@@ -65,7 +65,27 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
         if (done == total) std::fprintf(stderr, "\r\033[K");
         std::fflush(stderr);
     };
-    cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)")->required();
+    CLI::Option* model =
+        cmd->add_option("--model", e.model_dir, "Model folder (config.json + safetensors)");
+    if (synthetic) {
+        CLI::Option* synth = cmd->add_option(
+            "--synthetic", e.synthetic,
+            "Instead of --model: random weights with the real shapes, drawn on the device: "
+            "v4-flash, v4-pro or a config.json (benchmarks)");
+        model->excludes(synth);
+        synth->excludes(model);
+        cmd->add_option("--layers", e.synthetic_layers,
+                        "Synthetic model: decoder layers to keep (0: as many as fit)")
+            ->capture_default_str()
+            ->check(whole_number(0, 1 << 10));
+        cmd->add_option("--format", e.synthetic_format,
+                        "Synthetic model: release (FP8 + MXFP4 experts + BF16) or nvfp4 "
+                        "(everything but embed and head, as dsv4 quantize --all)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"release", "nvfp4"}));
+    } else {
+        model->required();
+    }
     cmd->add_option("--device", e.device,
                     "cpu, cuda, or auto (cuda when a usable GPU is present, else cpu)")
         ->capture_default_str()
@@ -98,6 +118,9 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e) {
     cmd->add_option("--max-chunk", e.max_chunk, "Prompt tokens per forward step")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 16));
+    cmd->add_flag("!--no-graphs", e.step_graphs,
+                  "Enqueue every step's ops one by one instead of replaying a recorded CUDA "
+                  "graph of repeated step shapes");
     cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")
         ->capture_default_str()
         ->check(whole_number(0, 4096));

@@ -3,6 +3,7 @@
 #include "dsv4/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 
@@ -243,6 +244,16 @@ void Session::reset() {
     impl_->pos = 0;
 }
 
+Status Session::copy_from(const Session& src) {
+    if (src.impl_->engine != impl_->engine)
+        return error("copy_from: the sessions belong to different engines");
+    if (impl_->busy || src.impl_->busy)
+        return error("copy_from: a request is running on one of the sessions");
+    impl_->engine->pool->copy_slot(src.impl_->slot.index(), impl_->slot.index());
+    impl_->pos = src.impl_->pos;
+    return Status::ok();
+}
+
 Status check_model_folder(const std::string& dir) {
     auto cfg = load_model_config(dir + "/config.json");
     if (!cfg) return cfg.status().with_context(dir);
@@ -284,6 +295,10 @@ Engine::~Engine() = default;
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
+    if (options.model_dir.empty() == options.synthetic.empty())
+        return error(options.model_dir.empty()
+                         ? "no model: give --model DIR (or --synthetic v4-flash|v4-pro|CONFIG.json)"
+                         : "give either a model folder or a synthetic model, not both");
     if (options.max_context < 0) return error("max_context must be >= 0");
     if (options.max_chunk <= 0) return error("max_chunk must be > 0");
     if (options.max_seqs <= 0) return error("max_seqs must be > 0");
@@ -308,8 +323,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
     if (typed && impl->backend->name() != std::string("cpu"))
         return refuse_typed(impl->backend->name());
-    auto cfg = load_model_config(options.model_dir + "/config.json");
-    if (!cfg) return cfg.status().with_context("loading " + options.model_dir);
+    const bool synthetic = !options.synthetic.empty();
+    const std::string source =
+        synthetic ? "synthetic " + options.synthetic + " (" + options.synthetic_format + ")"
+                  : options.model_dir;
+    SynthSpec synth{options.synthetic, options.synthetic_layers, options.synthetic_format};
+    auto cfg =
+        synthetic ? synth_config(synth) : load_model_config(options.model_dir + "/config.json");
+    if (!cfg) return cfg.status().with_context("loading " + source);
     // The cache first: its size is the one most likely not to fit, and checking it needs
     // only the config.
     // The MTP block's caches when the config has one (a checkpoint without its tensors then
@@ -329,12 +350,39 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                          context, " tokens (", per_seq / (1 << 30), " GiB each)");
         layout.max_seqs = static_cast<int>(std::min(fit, 1e6));
     }
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (synthetic) {
+        // As many layers as fit (or the ones asked for, if they fit), with the cache and a
+        // margin for the workspaces.
+        const double avail = static_cast<double>(impl->backend->memory_available());
+        const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
+        // The margin: the step workspaces (all buckets: about twice the largest, whose logits,
+        // streams and projections dominate) and 2 GiB for everything else.
+        const double step_tokens = options.max_chunk + layout.max_seqs;
+        const double workspaces =
+            3.0 * step_tokens * 4 *
+            (cfg->vocab_size + 16.0 * cfg->hidden_size + 2.0 * cfg->num_heads * cfg->head_dim);
+        double need = synth_fixed_bytes(*cfg, synth.format) + cache + workspaces + 2 * gib;
+        int fit = 0;
+        while (fit < cfg->num_layers && need + synth_layer_bytes(*cfg, synth.format, fit) <= avail)
+            need += synth_layer_bytes(*cfg, synth.format, fit++);
+        if (fit == 0 || (synth.layers > 0 && fit < synth.layers))
+            return error("synthetic ", options.synthetic, ": ",
+                         synth.layers > 0 ? std::to_string(synth.layers) : std::string("1"),
+                         " layers need more than the ", avail / gib, " GiB free on the ",
+                         impl->backend->name(), " device (~",
+                         synth_layer_bytes(*cfg, synth.format, 0) / gib, " GiB per layer + ",
+                         cache / gib, " GiB of KV cache); at most ", fit, " fit");
+        if (synth.layers == 0) {
+            synth.layers = fit;
+            DSV4_ASSIGN_OR_RETURN(*cfg, synth_config(synth));
+        }
+    }
     // On a GPU, everything must fit at once: one line with what is needed and what is there,
     // before anything is copied (weights as stored: the GPU keeps them packed as they are).
-    if (impl->backend->name() != std::string("cpu")) {
+    if (!synthetic && impl->backend->name() != std::string("cpu")) {
         auto store = TensorStore::open(options.model_dir);
         if (!store) return store.status().with_context("loading " + options.model_dir);
-        const double gib = 1024.0 * 1024.0 * 1024.0;
         const double weights = static_cast<double>(store->total_bytes());
         const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
         const double avail = static_cast<double>(impl->backend->memory_available());
@@ -352,10 +400,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
         numerics = Numerics::kReferenceFp32;
     else if (options.numerics != "float")
         return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
-    auto model = Model::load(options.model_dir, *impl->backend, options.max_chunk + layout.max_seqs,
-                             numerics, options.on_load_progress);
-    if (!model) return model.status().with_context("loading " + options.model_dir);
+    const int step_tokens = options.max_chunk + layout.max_seqs;
+    auto model = synthetic ? Model::load_synthetic(synth, *impl->backend, step_tokens, numerics,
+                                                   options.on_load_progress)
+                           : Model::load(options.model_dir, *impl->backend, step_tokens, numerics,
+                                         options.on_load_progress);
+    if (!model) return model.status().with_context("loading " + source);
     impl->model = std::move(*model);
+    impl->model->set_recorded_steps(options.step_graphs);
     const ModelConfig& c = impl->model->config();
     ModelInfo& i = impl->info;
     i.vocab_size = c.vocab_size;
@@ -378,6 +430,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     i.step_tokens = impl->model->step_tokens();
     i.weight_formats = impl->model->weights().formats;
     i.has_mtp = impl->model->has_mtp();
+    i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -670,6 +723,60 @@ int Engine::free_slots() const {
 }
 size_t Engine::memory_in_use() const {
     return impl_->backend->memory_in_use();
+}
+
+StepBytes Engine::decode_step_bytes(int batch, int64_t context) const {
+    const Model& m = *impl_->model;
+    const ModelConfig& c = m.config();
+    const ModelWeights& w = m.weights();
+    const CacheLayout& layout = impl_->pool->layout();
+    const double E = c.n_routed_experts, k = c.num_experts_per_tok;
+    StepBytes out;
+    out.experts_per_layer = batch == 1 ? k : E * (1 - std::pow(1 - k / E, batch));
+    const CacheRowFormat kv = kv_row_format(layout.kv, c.rope_dim);
+    const CacheRowFormat keys = index_key_format(layout.index);
+    const double kv_row = static_cast<double>(cache_row_bytes(kv, c.head_dim));
+    for (int l = 0; l < c.num_layers; ++l) {
+        const LayerWeights& lw = w.layers[l];
+        out.weights += static_cast<double>(lw.bytes_dense) +
+                       out.experts_per_layer * static_cast<double>(lw.bytes_expert);
+        // Per row: the window, then the compressed entries attended (all of HCA's, CSA's top
+        // K) and CSA's indexer keys, every one scored.
+        const LayerSpec& spec = c.layers[l];
+        double rows = static_cast<double>(std::min<int64_t>(context, c.sliding_window));
+        if (spec.kind != LayerKind::kSliding) {
+            const double entries = static_cast<double>(context / spec.compress_rate);
+            rows +=
+                spec.kind == LayerKind::kCsa ? std::min<double>(entries, c.index_topk) : entries;
+            if (spec.kind == LayerKind::kCsa)
+                out.cache +=
+                    batch * entries * static_cast<double>(cache_row_bytes(keys, c.index_head_dim));
+        }
+        out.cache += batch * rows * kv_row;
+    }
+    out.weights += static_cast<double>(w.bytes_head);
+    return out;
+}
+
+Status Engine::count_expert_use(bool on) {
+    return impl_->model->count_expert_use(on);
+}
+
+std::vector<int64_t> Engine::expert_use() {
+    return impl_->model->expert_use();
+}
+
+void Engine::profile_ops(bool on) {
+    impl_->model->set_recorded_steps(!on && impl_->options.step_graphs);
+    impl_->backend->profile_ops(on);
+}
+
+std::string Engine::op_profile() {
+    return impl_->backend->op_profile();
+}
+
+Expected<double> Engine::measure_read_bandwidth() {
+    return impl_->backend->measure_read_bandwidth();
 }
 
 Expected<std::vector<int32_t>> Engine::generate(Session& session,

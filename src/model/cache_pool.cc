@@ -89,6 +89,7 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
             void* entries, take(S * s.n_entries, static_cast<size_t>(cache_row_bytes(f, width))));
         s.kv = static_cast<float*>(kv);
         s.gate = static_cast<float*>(gate);
+        s.entry_bytes = static_cast<size_t>(cache_row_bytes(f, width));
         s.entries = static_cast<float*>(entries);
         return Status::ok();
     };
@@ -113,6 +114,8 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
     DSV4_ASSIGN_OR_RETURN(void* rng, take(S * 4, sizeof(uint64_t)));
     p->rng_ = static_cast<uint64_t*>(rng);
     p->in_use_.assign(S, false);
+    p->head_dim_ = c.head_dim;
+    p->window_ = c.sliding_window;
     return p;
 }
 
@@ -139,6 +142,27 @@ int CachePool::free_slots() const {
     int n = 0;
     for (bool u : in_use_) n += !u;
     return n;
+}
+
+void CachePool::copy_slot(int src, int dst) {
+    DSV4_ASSERT(src >= 0 && src < layout_.max_seqs && dst >= 0 && dst < layout_.max_seqs, src,
+                " -> ", dst);
+    if (src == dst) return;
+    const size_t ring_row = static_cast<size_t>(cache_row_bytes(layers_[0].kv_format, head_dim_));
+    auto slice = [&](void* base, size_t bytes) {
+        char* b = static_cast<char*>(base);
+        backend_.copy(b + dst * bytes, b + src * bytes, bytes);
+    };
+    for (auto& l : layers_) {
+        slice(l.ring, ring_row * window_);
+        for (CompressorCache* s : {&l.main, &l.indexer}) {
+            if (s->gate == nullptr) continue;
+            slice(s->kv, s->state_size * sizeof(float));
+            slice(s->gate, s->state_size * sizeof(float));
+            slice(s->entries, static_cast<size_t>(s->n_entries) * s->entry_bytes);
+        }
+    }
+    slice(rng_, 4 * sizeof(uint64_t));
 }
 
 void CachePool::reset(int slot) {

@@ -32,6 +32,7 @@ struct CompressorCache {
     float* entries = nullptr;  // [S, n_entries, width] in the layer's row format
     int64_t state_size = 0;    // elements of one slot's kv (and gate)
     int64_t n_entries = 0;     // entries per slot
+    size_t entry_bytes = 0;    // bytes of one entry in its row format
 };
 
 // Rows of a type other than f32 are addressed through the float* fields by their first byte
@@ -86,6 +87,9 @@ class CachePool {
     Expected<CacheSlot> acquire();
     // Empties a held slot (compressor gates back to -inf) for a new sequence.
     void reset(int slot);
+    // Makes slot dst hold what slot src holds (rings, compressor states, entries, generator):
+    // a copy of a sequence's cache, e.g. to start several sequences from one prefilled prefix.
+    void copy_slot(int src, int dst);
     int free_slots() const;
     const CacheLayout& layout() const { return layout_; }
     const LayerCache& layer(int l) const { return layers_[l]; }  // l == num_layers: MTP
@@ -104,6 +108,7 @@ class CachePool {
     std::vector<bool> in_use_;
     uint64_t* rng_ = nullptr;
     size_t bytes_ = 0;
+    int head_dim_ = 0, window_ = 0;  // ring rows: window_ of head_dim_ values per slot
 };
 
 }  // namespace dsv4

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "base/log.h"
@@ -25,26 +26,44 @@ Expected<std::unique_ptr<Model>> Model::load(const std::string& dir, Backend& ba
                           load_model_config((fs::path(dir) / "config.json").string()));
     DSV4_ASSIGN_OR_RETURN(TensorStore store, TensorStore::open(dir));
     std::unique_ptr<Model> m(new Model(std::move(cfg), std::move(store), backend));
-    m->numerics_ = numerics;
-    DSV4_ASSIGN_OR_RETURN(m->w_, bind_weights(m->store_, m->cfg_, backend, progress));
-    DSV4_RETURN_IF_ERROR(backend.prepare_steps(int64_t{step_tokens} * m->cfg_.hc_mult));
-    DSV4_LOG_INFO("loaded ", dir, ": ", m->cfg_.summary());
+    DSV4_RETURN_IF_ERROR(m->init(step_tokens, numerics, progress, dir));
+    return m;
+}
 
-    const ModelConfig& c = m->cfg_;
+Expected<std::unique_ptr<Model>> Model::load_synthetic(const SynthSpec& spec, Backend& backend,
+                                                       int step_tokens, Numerics numerics,
+                                                       const LoadProgress& progress) {
+    if (step_tokens <= 0) return error("step_tokens must be > 0, got ", step_tokens);
+    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, synth_config(spec));
+    std::unique_ptr<Model> m(new Model(std::move(cfg), TensorStore(), backend));
+    m->synth_ = std::make_unique<SynthSource>(spec);
+    DSV4_RETURN_IF_ERROR(m->init(step_tokens, numerics, progress,
+                                 "synthetic " + spec.base + " (" + spec.format + ")"));
+    return m;
+}
+
+Status Model::init(int step_tokens, Numerics numerics, const LoadProgress& progress,
+                   const std::string& label) {
+    numerics_ = numerics;
+    DSV4_ASSIGN_OR_RETURN(w_, bind_weights(store_, cfg_, backend_, progress, synth_.get()));
+    DSV4_RETURN_IF_ERROR(backend_.prepare_steps(int64_t{step_tokens} * cfg_.hc_mult));
+    DSV4_LOG_INFO("loaded ", label, ": ", cfg_.summary());
+
+    const ModelConfig& c = cfg_;
     auto upload_freq = [&](const RopeParams& p) -> Expected<RopeTable> {
         std::vector<float> f = rope_inv_freq(p, c.rope_dim);
-        DSV4_ASSIGN_OR_RETURN(void* d, backend.try_alloc(f.size() * sizeof(float)));
-        m->blocks_.push_back(d);
-        backend.upload(d, f.data(), f.size() * sizeof(float));
+        DSV4_ASSIGN_OR_RETURN(void* d, backend_.try_alloc(f.size() * sizeof(float)));
+        blocks_.push_back(d);
+        backend_.upload(d, f.data(), f.size() * sizeof(float));
         return RopeTable{static_cast<const float*>(d), static_cast<float>(p.attention_factor)};
     };
-    DSV4_ASSIGN_OR_RETURN(m->rope_main_, upload_freq(c.rope_main));
-    DSV4_ASSIGN_OR_RETURN(m->rope_compress_, upload_freq(c.rope_compress));
+    DSV4_ASSIGN_OR_RETURN(rope_main_, upload_freq(c.rope_main));
+    DSV4_ASSIGN_OR_RETURN(rope_compress_, upload_freq(c.rope_compress));
     // Buckets 1, 2, 4, ... and step_tokens itself.
-    for (int cap = 1; cap < step_tokens; cap *= 2) DSV4_RETURN_IF_ERROR(m->make_workspace(cap));
-    DSV4_RETURN_IF_ERROR(m->make_workspace(step_tokens));
-    backend.synchronize();
-    return m;
+    for (int cap = 1; cap < step_tokens; cap *= 2) DSV4_RETURN_IF_ERROR(make_workspace(cap));
+    DSV4_RETURN_IF_ERROR(make_workspace(step_tokens));
+    backend_.synchronize();
+    return Status::ok();
 }
 
 Status Model::make_workspace(int capacity) {
@@ -238,25 +257,35 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         blocks_.push_back(capture_);
     }
 
-    // One write of the descriptor, the step, then the outputs.
-    auto up = [&](void* dst, const auto& v) {
-        backend_.upload(dst, v.data(), v.size() * sizeof(v[0]));
+    // One write of the descriptor (its arrays are consecutive in the workspace block, from
+    // ids to sample_draft), the step, then the outputs.
+    char* const desc0 = reinterpret_cast<char*>(ws->ids);
+    const size_t desc_bytes = static_cast<size_t>(reinterpret_cast<char*>(ws->sampled) - desc0);
+    desc_image_.assign(desc_bytes, 0);
+    auto put = [&](void* dst, const auto& v) {
+        if (v.empty()) return;
+        const size_t at = static_cast<size_t>(static_cast<char*>(dst) - desc0);
+        DSV4_ASSERT(at + v.size() * sizeof(v[0]) <= desc_bytes, "descriptor layout");
+        std::memcpy(desc_image_.data() + at, v.data(), v.size() * sizeof(v[0]));
     };
-    up(ws->ids, host_.ids);
-    up(ws->tok_row, host_.tok_row);
-    up(ws->tok_pos, host_.tok_pos);
-    up(ws->row_slot, host_.row_slot);
-    up(ws->row_start, host_.row_start);
-    up(ws->row_len, host_.row_len);
-    up(ws->row_pos0, host_.row_pos0);
-    up(ws->logit_idx, logit_idx);
-    if (Rs > 0) {
-        up(ws->sampling, sampling);
-        up(ws->sample_slot, sample_slot);
-        if (any_draft) up(ws->sample_draft, sample_draft);
-    }
+    put(ws->ids, host_.ids);
+    put(ws->tok_row, host_.tok_row);
+    put(ws->tok_pos, host_.tok_pos);
+    put(ws->row_slot, host_.row_slot);
+    put(ws->row_start, host_.row_start);
+    put(ws->row_len, host_.row_len);
+    put(ws->row_pos0, host_.row_pos0);
+    put(ws->logit_idx, logit_idx);
+    put(ws->sampling, sampling);
+    put(ws->sample_slot, sample_slot);
+    if (any_draft) put(ws->sample_draft, sample_draft);
+    backend_.upload(desc0, desc_image_.data(), desc_bytes);
     if (d.Tm > 0) upload_mtp_desc(*ws, mtp_src);
-    forward(*ws, pool, d, tap ? capture_ : nullptr, any_draft);
+    if (tap) {
+        forward(*ws, pool, d, capture_, any_draft);
+    } else {
+        DSV4_RETURN_IF_ERROR(run_forward(*ws, pool, d, any_draft));
+    }
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -299,6 +328,62 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         for (int l = 0; l <= c.num_layers; ++l)
             tap(l, captured.data() + l * d.T * width, l < c.num_layers ? d.T : d.R);
     return Status::ok();
+}
+
+// The forward without taps: replayed from its recording when the shape repeats (and the
+// backend records), else enqueued op by op.
+Status Model::run_forward(const Workspace& ws, const CachePool& pool, const Dims& d,
+                          bool verify_drafts) {
+    if (!record_steps_ || d.T + d.Tm > kGraphTokens) {
+        forward(ws, pool, d, nullptr, verify_drafts);
+        return Status::ok();
+    }
+    const StepKey key{&ws, &pool, d.T, d.B, d.R, d.Rs, d.Tm, d.Bm, verify_drafts};
+    auto it = recorded_.find(key);
+    if (it == recorded_.end()) {
+        // First sight of this shape: run it directly (one-off prefill shapes never record).
+        recorded_.emplace(key, nullptr);
+        forward(ws, pool, d, nullptr, verify_drafts);
+        return Status::ok();
+    }
+    if (it->second == nullptr) {
+        auto rec = backend_.record([&] { forward(ws, pool, d, nullptr, verify_drafts); });
+        if (!rec) return rec.status();
+        if (*rec == nullptr) {  // the backend does not record: stop trying
+            record_steps_ = false;
+            forward(ws, pool, d, nullptr, verify_drafts);
+            return Status::ok();
+        }
+        it->second = std::move(*rec);
+    }
+    backend_.replay(*it->second);
+    return Status::ok();
+}
+
+Status Model::count_expert_use(bool on) {
+    const int64_t n = int64_t{cfg_.num_layers} * cfg_.n_routed_experts;
+    if (on && expert_counts_ == nullptr) {
+        DSV4_ASSIGN_OR_RETURN(void* p, backend_.try_alloc(n * sizeof(int32_t)));
+        blocks_.push_back(p);
+        expert_counts_ = static_cast<int32_t*>(p);
+    }
+    if (on && !count_experts_) {
+        const std::vector<int32_t> zeros(n, 0);
+        backend_.upload(expert_counts_, zeros.data(), n * sizeof(int32_t));
+    }
+    if (on != count_experts_) recorded_.clear();
+    count_experts_ = on;
+    return Status::ok();
+}
+
+std::vector<int64_t> Model::expert_use() {
+    const int64_t n = int64_t{cfg_.num_layers} * cfg_.n_routed_experts;
+    std::vector<int32_t> counts(n, 0);
+    if (expert_counts_ != nullptr) {
+        backend_.download(counts.data(), expert_counts_, n * sizeof(int32_t));
+        backend_.synchronize();
+    }
+    return std::vector<int64_t>(counts.begin(), counts.end());
 }
 
 // The MTP step descriptor (mtp_host_) and each MTP token's source token in the step.
@@ -378,6 +463,9 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
     b.embed({st.ids, &w_.embed, ws.streams, T, n});
     for (int l = 0; l < c.num_layers; ++l) {
         block(ws, st, w_.layers[l], c.layers[l], pool.layer(l));
+        if (count_experts_)  // ws.sel still holds this layer's picks
+            b.count_experts({ws.sel, expert_counts_ + int64_t{l} * c.n_routed_experts,
+                             T * c.num_experts_per_tok, c.n_routed_experts});
         if (capture) b.copy(capture + l * cap_stride, ws.streams, T * width * sizeof(float));
     }
     if (d.R > 0) {

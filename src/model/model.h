@@ -6,9 +6,11 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -16,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "model/cache_pool.h"
 #include "model/config.h"
+#include "model/synthetic.h"
 #include "model/weights.h"
 #include "ops/backend.h"
 
@@ -65,6 +68,11 @@ class Model {
                                                  int step_tokens,
                                                  Numerics numerics = Numerics::kFloat,
                                                  const LoadProgress& progress = {});
+    // A synthetic model (model/synthetic.h): random weights of the real shapes, for benchmarks.
+    static Expected<std::unique_ptr<Model>> load_synthetic(const SynthSpec& spec, Backend& backend,
+                                                           int step_tokens,
+                                                           Numerics numerics = Numerics::kFloat,
+                                                           const LoadProgress& progress = {});
     ~Model();
 
     const ModelConfig& config() const { return cfg_; }
@@ -74,9 +82,19 @@ class Model {
     int step_tokens() const { return buckets_.back()->capacity; }
 
     // Checks the rows (ids in the vocabulary, positions within the pool's context, distinct
-    // slots, tokens within step_tokens), writes the step descriptor, runs the step, fetches the
-    // sampled ids and requested logits, and synchronizes once at the end.
+    // slots, tokens within step_tokens), writes the step descriptor (one upload), runs the
+    // step, fetches the sampled ids and requested logits, and synchronizes once at the end.
+    // A step of at most kGraphTokens tokens whose shape (Dims) was seen before replays the
+    // recording of its first repeat (a CUDA graph) where the backend records.
     Status run_step(CachePool& pool, std::span<const StepRow> rows, const LayerTap& tap = nullptr);
+    static constexpr int kGraphTokens = 64;
+    // Routing histogram (benchmarks): while on, every step adds its rows' routed-expert picks
+    // to a [L, E] count in backend memory (one small op per layer). Switching drops the
+    // recorded steps (their op sequence changes).
+    Status count_expert_use(bool on);
+    std::vector<int64_t> expert_use();  // [L, E] picks counted so far (waits for the device)
+    // Off: every step enqueues its ops one by one (for comparison; on by default).
+    void set_recorded_steps(bool on) { record_steps_ = on; }
 
     // The MTP block on positions the last run_step fed (speculative decoding drafts after the
     // step's tokens are known): row r covers `len` of the last step's tokens from token index
@@ -103,9 +121,13 @@ class Model {
   private:
     struct Workspace;
     Model(ModelConfig cfg, TensorStore store, Backend& backend);
+    Status init(int step_tokens, Numerics numerics, const LoadProgress& progress,
+                const std::string& label);
     Status validate(const CachePool& pool, std::span<const StepRow> rows) const;
     void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture,
                  bool verify_drafts);
+    Status run_forward(const Workspace& ws, const CachePool& pool, const Dims& d,
+                       bool verify_drafts);
     void mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d);
     // One decoder block on ws.streams [T, n, D] in place (streams_next is its scratch).
     void block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
@@ -126,6 +148,7 @@ class Model {
     ModelConfig cfg_;
     Numerics numerics_ = Numerics::kFloat;
     TensorStore store_;
+    std::unique_ptr<SynthSource> synth_;  // a synthetic model's host tensors
     Backend& backend_;
     ModelWeights w_;
     struct RopeTable {
@@ -194,7 +217,16 @@ class Model {
     const Workspace* last_ws_ = nullptr;  // the workspace of the last run_step
     int last_T_ = 0;                      // its tokens
     float* capture_ = nullptr;            // [L+1, step_tokens, n*D] when a tap was asked for
-    ops::HostStep host_, mtp_host_;       // the descriptors being built (host)
+    // Recorded steps by shape: the workspace and pool they point into, the Dims, draft
+    // verification. A null entry: the shape was seen once (recorded on its next step).
+    using StepKey =
+        std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int, bool>;
+    std::map<StepKey, std::unique_ptr<RecordedStep>> recorded_;
+    bool record_steps_ = true;
+    int32_t* expert_counts_ = nullptr;  // [L, E], allocated when counting is first switched on
+    bool count_experts_ = false;
+    std::vector<char> desc_image_;   // the step descriptor's host image (one upload)
+    ops::HostStep host_, mtp_host_;  // the descriptors being built (host)
 };
 
 }  // namespace dsv4

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "formats/tensor_names.h"
+#include "model/synthetic.h"
 
 namespace dsv4 {
 
@@ -35,12 +36,16 @@ int group_of(ops::WeightRole r) {
 
 class Binder {
   public:
-    Binder(const TensorStore& store, Backend& backend) : store_(store), backend_(backend) {}
+    // With `synth`, every tensor is drawn by it instead of read from `store`.
+    Binder(const TensorStore& store, Backend& backend, SynthSource* synth)
+        : store_(store), backend_(backend), synth_(synth) {}
+    SynthSource* synth() { return synth_; }
 
     // A matrix's checkpoint view, checked against its shape (not yet handed to the backend).
     Expected<QuantWeight> view(const std::string& prefix, int64_t rows, int64_t cols,
                                ops::WeightRole role) {
-        auto w = bind_quant_weight(store_, prefix, rows, cols);
+        auto w = synth_ ? Expected<QuantWeight>(synth_->matrix(prefix, rows, cols, role))
+                        : bind_quant_weight(store_, prefix, rows, cols);
         if (!w) return w.status();
         for (const char* const* s = quant_weight_suffixes(); *s != nullptr; ++s)
             if (store_.find(prefix + *s)) used_.insert(prefix + *s);
@@ -83,6 +88,12 @@ class Binder {
 
     // A small float tensor as float32 in backend memory.
     Expected<const float*> vec(const std::string& name, Shape shape) {
+        if (synth_) {
+            const int64_t cols = shape[shape.ndim - 1];
+            const std::vector<float> host = synth_->vec(name, shape.numel() / cols, cols);
+            bytes_ += host.size() * sizeof(float);
+            return upload_floats(host);
+        }
         const TensorInfo* t = store_.find(name);
         if (t == nullptr) return error("missing tensor '", name, "'");
         if (!(t->shape == shape))
@@ -95,12 +106,16 @@ class Binder {
         bytes_ += t->nbytes;
         std::vector<float> host(shape.numel());
         for (int64_t i = 0; i < shape.numel(); ++i) host[i] = load_as_f32(t->data, t->dtype, i);
-        float* dev = backend_.alloc_array<float>(shape.numel());
+        return upload_floats(host);
+    }
+    Expected<const float*> upload_floats(const std::vector<float>& host) {
+        DSV4_ASSIGN_OR_RETURN(void* dev, backend_.try_alloc(host.size() * sizeof(float)));
         backend_.upload(dev, host.data(), host.size() * sizeof(float));
         return static_cast<const float*>(dev);
     }
 
     Expected<const int32_t*> hash_table(const std::string& name, int64_t V, int k, int E) {
+        if (synth_) return upload_ids(synth_->hash_table(name, V, k, E));
         const TensorInfo* t = store_.find(name);
         if (t == nullptr) return error("missing tensor '", name, "' (hash-routed layer)");
         if (!(t->shape == Shape{V, k}))
@@ -119,7 +134,10 @@ class Binder {
                              " (only ", E, " experts)");
             host[i] = static_cast<int32_t>(e);
         }
-        int32_t* dev = backend_.alloc_array<int32_t>(V * k);
+        return upload_ids(host);
+    }
+    Expected<const int32_t*> upload_ids(const std::vector<int32_t>& host) {
+        DSV4_ASSIGN_OR_RETURN(void* dev, backend_.try_alloc(host.size() * sizeof(int32_t)));
         backend_.upload(dev, host.data(), host.size() * sizeof(int32_t));
         return static_cast<const int32_t*>(dev);
     }
@@ -127,7 +145,16 @@ class Binder {
     void mark_used(const std::string& name) {
         if (store_.find(name)) used_.insert(name);
     }
-    bool has(const std::string& name) const { return store_.find(name) != nullptr; }
+    // (A synthetic model has a head of its own and no MTP block.)
+    bool has(const std::string& name) const {
+        return synth_ ? name == "head.weight" : store_.find(name) != nullptr;
+    }
+
+    // Bookkeeping of weights made by the backend itself (synthetic experts).
+    void count(size_t bytes, ops::WeightRole role, WeightFormat f) {
+        bytes_ += bytes;
+        formats_[group_of(role)].insert(weight_format_name(f));
+    }
 
     Status check_all_used() const {
         std::vector<std::string> unexpected;
@@ -147,6 +174,7 @@ class Binder {
   private:
     const TensorStore& store_;
     Backend& backend_;
+    SynthSource* synth_ = nullptr;
     std::set<std::string> used_;
     std::set<std::string> formats_[8];
     size_t bytes_ = 0;
@@ -176,6 +204,7 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
                   int l, LayerWeights& w) {
     const int D = c.hidden_size, n = c.hc_mult, H = c.num_heads, hd = c.head_dim;
     const int64_t nD = int64_t{n} * D;
+    const size_t bytes0 = b.bytes();
     DSV4_BIND(w.attn_norm, b.vec(p + "attn_norm.weight", {D}));
     DSV4_BIND(w.ffn_norm, b.vec(p + "ffn_norm.weight", {D}));
     DSV4_RETURN_IF_ERROR(bind_hc(b, p + "hc_attn_", c.hc_mix(), nD, 3, w.hc_attn));
@@ -227,6 +256,21 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
         DSV4_BIND(w.shared_w2, b.matrix(f + "shared_experts.w2", D, I, at(R::kSharedExpert)));
         DSV4_BIND(w.shared_w3, b.matrix(f + "shared_experts.w3", I, D, at(R::kSharedExpert)));
     }
+    w.bytes_dense = b.bytes() - bytes0;
+    if (SynthSource* syn = b.synth()) {
+        // Drawn by the backend where it can (in device memory), else on the host below.
+        const WeightFormat ef = syn->expert_format();
+        DSV4_BIND(w.experts, b.backend().synth_experts(E, I, D, ef, syn->seed_of(f + "experts"),
+                                                       at(R::kExperts)));
+        if (w.experts.valid()) {
+            // Codes (half a byte each) and one scale byte per 16 (NVFP4) or 32 (MXFP4).
+            const size_t elems = static_cast<size_t>(E) * 3 * I * D;
+            b.count(elems / 2 + elems / (ef == WeightFormat::kNvfp4 ? 16 : 32), R::kExperts, ef);
+            w.experts.fp8_activations = Binder::low_precision(ef);
+            w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;
+            return Status::ok();
+        }
+    }
     std::vector<QuantWeight> w1(E), w2(E), w3(E);
     for (int e = 0; e < E; ++e) {
         const std::string x = f + "experts." + std::to_string(e) + ".";
@@ -237,25 +281,30 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     DSV4_BIND(w.experts,
               b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E, at(R::kExperts)));
     w.experts.fp8_activations = Binder::low_precision(w1[0].format);
+    w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;
     return Status::ok();
 }
 
 }  // namespace
 
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Backend& backend,
-                                    const LoadProgress& progress) {
+                                    const LoadProgress& progress, SynthSource* synth) {
     DSV4_RETURN_IF_ERROR(store.rename(release_tensor_name));
-    Binder b(store, backend);
+    Binder b(store, backend, synth);
     ModelWeights w;
     const int D = c.hidden_size, n = c.hc_mult;
+    const size_t embed0 = b.bytes();
     DSV4_BIND(w.embed, b.matrix("embed", c.vocab_size, D, {ops::WeightRole::kEmbed, -1}));
+    const size_t head0 = b.bytes();
     if (b.has("head.weight") || !c.tie_word_embeddings) {
         DSV4_BIND(w.head, b.matrix("head", c.vocab_size, D, {ops::WeightRole::kHead, -1}));
     } else {
         w.head = w.embed;
+        w.bytes_head = head0 - embed0;
     }
     DSV4_BIND(w.norm, b.vec("norm.weight", {D}));
     DSV4_RETURN_IF_ERROR(bind_hc(b, "hc_head_", n, int64_t{n} * D, 1, w.hc_head));
+    w.bytes_head += b.bytes() - head0;
     w.layers.resize(c.num_layers);
     for (int l = 0; l < c.num_layers; ++l) {
         DSV4_RETURN_IF_ERROR(
@@ -274,7 +323,7 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
         DSV4_BIND(m.norm, b.vec(p + "norm.weight", {D}));
         DSV4_RETURN_IF_ERROR(bind_hc(b, p + "hc_head_", n, int64_t{n} * D, 1, m.hc_head));
     }
-    DSV4_RETURN_IF_ERROR(b.check_all_used());
+    if (synth == nullptr) DSV4_RETURN_IF_ERROR(b.check_all_used());
     w.bytes = b.bytes();
     w.formats = b.formats();
     return w;

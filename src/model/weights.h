@@ -55,6 +55,9 @@ struct LayerWeights {
     const int32_t* tid2eid = nullptr;        // [V, k] hash-routed layers
     Weight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]; invalid: none
     ExpertWeights experts;                   // E routed experts
+    // Bytes as stored: everything a token reads in this layer but the routed experts, and one
+    // routed expert's w1 + w2 + w3 (decode bandwidth accounting, `dsv4 bench`).
+    size_t bytes_dense = 0, bytes_expert = 0;
 };
 
 // The MTP block (release `mtp.0.*`): a decoder block plus the projections that merge the main
@@ -77,6 +80,7 @@ struct ModelWeights {
     std::vector<LayerWeights> layers;
     std::vector<MtpWeights> mtp;  // 0 or 1 block (mtp.0; further blocks are not used)
     size_t bytes = 0;             // checkpoint bytes bound
+    size_t bytes_head = 0;        // the head matrix and the final norms, as stored
     // "group: format[, format]" lines (embed, head, attention, compressors, indexer, router,
     // shared experts, routed experts) for `dsv4 info`, recorded while binding.
     std::vector<std::string> formats;
@@ -87,8 +91,11 @@ struct ModelWeights {
 // one and the checkpoint carries it (a transformers-saved folder has none); other `mtp.*`
 // tensors are accepted and not used.
 // `progress` (may be empty) is called after each layer with (layers done, layers in all).
+// With `synth`, the tensors are drawn by it (a synthetic model) and `store` is not read.
 using LoadProgress = std::function<void(int, int)>;
+class SynthSource;
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& cfg, Backend& backend,
-                                    const LoadProgress& progress = {});
+                                    const LoadProgress& progress = {},
+                                    SynthSource* synth = nullptr);
 
 }  // namespace dsv4

@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "base/status.h"
 #include "formats/quant_weight.h"
@@ -28,6 +30,18 @@
 #include "ops/weight.h"
 
 namespace dsv4 {
+
+// A step's op sequence recorded once and replayed (a CUDA graph): replay reads the same
+// pointers and shapes, and whatever the step descriptor holds at the time.
+class RecordedStep {
+  public:
+    virtual ~RecordedStep() = default;
+};
+
+// What crossed between host and backend since the backend was made (tests count them).
+struct TransferCounts {
+    int64_t uploads = 0, downloads = 0, synchronizes = 0, replays = 0;
+};
 
 class Backend {
   public:
@@ -56,6 +70,30 @@ class Backend {
     // Waits for everything enqueued (a no-op on the CPU).
     virtual void synchronize() = 0;
 
+    // Records the ops `body` enqueues into a replayable step without running them. A backend
+    // that does not record (the CPU) returns nullptr: the caller runs the ops itself. An error
+    // when something inside `body` waited for the device or allocated (the capture breaks).
+    virtual Expected<std::unique_ptr<RecordedStep>> record(const std::function<void()>& body) {
+        (void)body;
+        return std::unique_ptr<RecordedStep>();
+    }
+    // Enqueues a recorded step (from this backend's record()).
+    virtual void replay(const RecordedStep& step) {
+        (void)step;
+        DSV4_ASSERT(false, name(), " backend has no recorded steps");
+    }
+    virtual TransferCounts transfer_counts() const { return {}; }
+    // Per-op device time (benchmarks' breakdown): while on, each op's device time is summed by
+    // op (linears by weight role); op_profile() returns the table so far as markdown and clears
+    // it ("" where the backend does not profile). Steps run op by op while profiling.
+    virtual void profile_ops(bool on) { (void)on; }
+    virtual std::string op_profile() { return ""; }
+    // Bytes/s of a pure streaming read of a buffer far larger than the caches, measured now
+    // (benchmarks' roofline); an error where the backend does not measure it.
+    virtual Expected<double> measure_read_bandwidth() {
+        return error(name(), " backend does not measure its read bandwidth");
+    }
+
     // Called once at load, after the weights: the most rows any op of a step sees (the step's
     // tokens times the hc streams). A backend sizes its own step scratch here (CUDA: the FP8
     // activation copies of the reference numerics), never inside a step.
@@ -69,6 +107,17 @@ class Backend {
                                                         const QuantWeight* w3,
                                                         const QuantWeight* w2, int E,
                                                         const ops::WeightPlacement& where) = 0;
+
+    // Synthetic routed experts (benchmarks) drawn where the backend keeps them: E experts of
+    // w1|w3 [I, D] and w2 [D, I] in an FP4 format with formats/synth_weight.h's distribution.
+    // An empty (invalid) result when this backend does not draw them itself: the caller then
+    // draws them on the host and calls upload_experts.
+    virtual Expected<ops::ExpertWeights> synth_experts(int E, int64_t I, int64_t D,
+                                                       WeightFormat format, uint64_t seed,
+                                                       const ops::WeightPlacement& where) {
+        (void)E, (void)I, (void)D, (void)format, (void)seed, (void)where;
+        return ops::ExpertWeights{};
+    }
 
     virtual void embed(const ops::EmbedArgs& a) = 0;
     virtual void linear(const ops::LinearArgs& a) = 0;
@@ -86,6 +135,7 @@ class Backend {
     virtual void indexer_topk(const ops::IndexerTopkArgs& a) = 0;
     virtual void router(const ops::RouterArgs& a) = 0;
     virtual void moe(const ops::MoeArgs& a) = 0;
+    virtual void count_experts(const ops::CountExpertsArgs& a) = 0;
     virtual void gather_rows(const ops::GatherRowsArgs& a) = 0;
     virtual void sample(const ops::SampleArgs& a) = 0;
     virtual void round_trip(const ops::RoundTripArgs& a) = 0;

@@ -73,4 +73,12 @@ inline int64_t moe_routed_scratch_floats(int64_t T, int k, int E, int D, int I) 
     return rows * (D + 3 * int64_t{I} + 2) + P;
 }
 
+// Expert-use counting (benchmarks' routing histogram): counts[sel[i]] += 1 for i < n.
+struct CountExpertsArgs {
+    const int32_t* sel = nullptr;  // [n] expert ids (the router's [T, k] selection)
+    int32_t* counts = nullptr;     // [E]
+    int64_t n = 0;
+    int E = 0;
+};
+
 }  // namespace dsv4::ops

@@ -737,3 +737,75 @@ TEST(CudaBackendGpu, StepSequenceReplaysInAGraph) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+using namespace ops_gpu_test;
+
+// Synthetic routed experts drawn in device memory (benchmarks' --synthetic): the tiles the
+// kernel reads decode (by the host model of the kernel) to weights of the intended magnitude,
+// and the MoE over them matches the CPU reference on those decoded weights.
+TEST(CudaOpsGpu, SyntheticExpertsAreWeightsTheKernelReads) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(23);
+    const int E = 5, I = 128, D = 256, k = 2;
+    const int64_t T = 3;
+    const auto x = randn(T * D, rng);
+    const std::vector<int32_t> sel = {0, 4, 2, 3, 1, 0};
+    const std::vector<float> wt = {0.6f, 0.4f, 0.7f, 0.3f, 0.5f, 0.5f};
+    Dev<float> dx(*be, x), dwt(*be, wt), shared(*be, T * (2 * I + D)),
+        routed(*be, ops::moe_routed_scratch_floats(T, k, E, D, I)), out(*be, T * D);
+    Dev<int32_t> dsel(*be, sel);
+    for (WeightFormat f : {WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
+        const char* name = weight_format_name(f);
+        auto ex = be->synth_experts(E, I, D, f, 77, {ops::WeightRole::kExperts, 0});
+        ASSERT_TRUE(ex.has_value()) << ex.status().message();
+        ASSERT_TRUE(ex->valid()) << name << ": the CUDA backend draws FP4 experts itself";
+        auto packed = cuda_download_experts(*be, *ex);
+        ASSERT_TRUE(packed.has_value()) << packed.status().message();
+        // Decoded weights, dense: w1 = rows [0, I) of w1|w3, w3 = rows [I, 2I), w2.
+        std::vector<std::vector<float>> dense(3 * E);
+        cpu_ref::CpuExperts ce;
+        double sq[2] = {0, 0};
+        for (int e = 0; e < E; ++e)
+            for (int p = 0; p < 3; ++p) {
+                const int64_t rows = p == 2 ? D : I, cols = p == 2 ? I : D;
+                std::vector<float>& v = dense[e * 3 + p];
+                v.resize(rows * cols);
+                for (int64_t r = 0; r < rows; ++r)
+                    cuda::gemv_unpack_row(p == 2 ? packed->second : packed->first, e,
+                                          p == 1 ? I + r : r, v.data() + r * cols);
+                for (float w : v) {
+                    ASSERT_TRUE(std::isfinite(w)) << name;
+                    sq[p == 2] += static_cast<double>(w) * w;
+                }
+            }
+        for (int e = 0; e < E; ++e)
+            for (int p = 0; p < 3; ++p) {
+                QuantWeight q;
+                q.rows = p == 2 ? D : I;
+                q.cols = p == 2 ? I : D;
+                q.data = dense[e * 3 + p].data();
+                (p == 0 ? ce.w1 : p == 1 ? ce.w3 : ce.w2).push_back(q);
+            }
+        // rms about 1/sqrt(K) (synth_weight.h), within a factor of 2.
+        const double rms13 = std::sqrt(sq[0] / (2.0 * E * I * D)) * std::sqrt(double{D});
+        const double rms2 = std::sqrt(sq[1] / (1.0 * E * I * D)) * std::sqrt(double{I});
+        EXPECT_GT(rms13, 0.5) << name;
+        EXPECT_LT(rms13, 2.0) << name;
+        EXPECT_GT(rms2, 0.5) << name;
+        EXPECT_LT(rms2, 2.0) << name;
+        const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
+        be->moe({dx.p, dsel.p, dwt.p, &*ex, nullptr, nullptr, nullptr, shared.p, routed.p, out.p, T,
+                 D, I, E, k, 7.0f});
+        std::vector<float> ref(T * D), scratch(T * (2 * I + D));
+        cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, nullptr, nullptr, nullptr,
+                      scratch.data(), nullptr, ref.data(), T, D, I, E, k, 7.0f});
+        expect_close((std::string("synthetic moe ") + name).c_str(), out.get(), ref, 1e-4,
+                     1e-4 * max_abs(ref));
+    }
+}
+
+}  // namespace
+}  // namespace dsv4

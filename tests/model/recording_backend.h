@@ -166,6 +166,7 @@ class RecordingBackend final : public Backend {
     DSV4_REC_OP(indexer_topk, IndexerTopkArgs)
     DSV4_REC_OP(router, RouterArgs)
     DSV4_REC_OP(moe, MoeArgs)
+    DSV4_REC_OP(count_experts, CountExpertsArgs)
     DSV4_REC_OP(gather_rows, GatherRowsArgs)
     DSV4_REC_OP(sample, SampleArgs)
     DSV4_REC_OP(round_trip, RoundTripArgs)

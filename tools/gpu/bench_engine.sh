@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole model, CPU reference vs CUDA, through `dsv4 bench` (a session fed one token per
-# step, logits downloaded each step: the engine API's cost included), on the GPU machine:
+# The whole model, CPU reference vs CUDA, through `dsv4 bench` (prefill of 128 tokens; decode
+# of one request after them, only the sampled ids downloaded each step), on the GPU machine:
 #   small-rates (the transformers fixture: dense f32, 3 layers, hidden 128),
 #   a mid-size random model (tools/gpu/make_bench_model.py: V4-Flash attention shapes, hidden
 #   2048, 32 experts, 4 layers) in bf16 and, after `dsv4 quantize --all`, NVFP4.
@@ -25,7 +25,7 @@ row() {  # row NAME MODEL DEVICE TIMEOUT
   local r=$?
   local pf dc
   pf=$(grep -o "[0-9.]* tokens/s" $log | head -1)
-  dc=$(grep -o "[0-9.]* ms/token" $log | head -1)
+  dc=$(grep -E "^\| [0-9]+ \| 1 \|" $log | head -1 | awk -F'|' '{gsub(/ /, "", $4); print $4}')
   echo "| $1 | $3 | ${pf:-rc=$r} | ${dc:-rc=$r} |" >> $T
 }
 row small-rates tests/data/golden/small-rates cpu 40

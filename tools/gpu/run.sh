@@ -8,6 +8,8 @@
 #   full   benchmark + tests + compute-sanitizer memcheck / racecheck on the GEMV tests
 #   engine the whole-model benchmark (tools/gpu/bench_engine.sh: CPU vs CUDA), then
 #          compute-sanitizer memcheck / racecheck on the op and numerics tests; run after `test`
+#   decode the GPU tests of the step graphs and synthetic experts, then the V4-Flash-size decode
+#          benchmark (tools/gpu/bench_decode.sh; CONTEXT, default 8192)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -71,6 +73,12 @@ if [ "$mode" = full ]; then
       $B/tests/cuda/cuda_gpu_test \
       --gtest_filter='GemvGpu.EveryGrid*:GemvGpu.DependentChain*:GemvGpu.GroupedExperts*:GemvGpu.CapturedInAGraph:GemvGpu.AccumulateIntoY:GemvGpu.MoeStepChainWithPdl'
   done
+fi
+if [ "$mode" = decode ]; then
+  step decode_tests timeout 200 $B/tests/cuda/cuda_engine_gpu_test --gtest_filter='CudaStepGraph.*'
+  step synth_test timeout 60 $B/tests/cuda/cuda_ops_gpu_test --gtest_filter='*Synthetic*'
+  step bench_decode timeout 560 bash tools/gpu/bench_decode.sh $B $L/decode ${CONTEXT:-8192}
+  cat $L/bench_decode.log
 fi
 if [ "$mode" = engine ]; then
   step bench_engine timeout 330 bash tools/gpu/bench_engine.sh $B $L/engine

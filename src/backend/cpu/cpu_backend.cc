@@ -107,6 +107,12 @@ class CpuBackend final : public Backend {
     void gather_rows(const ops::GatherRowsArgs& a) override { cpu_ref::gather_rows(a); }
     void sample(const ops::SampleArgs& a) override { cpu_ref::sample(a); }
     void round_trip(const ops::RoundTripArgs& a) override { cpu_ref::round_trip(a); }
+    void count_experts(const ops::CountExpertsArgs& a) override {
+        for (int64_t i = 0; i < a.n; ++i) {
+            DSV4_ASSERT(a.sel[i] >= 0 && a.sel[i] < a.E, "expert id ", a.sel[i]);
+            ++a.counts[a.sel[i]];
+        }
+    }
     void scale(float* x, float s, int64_t n) override {
         for (int64_t i = 0; i < n; ++i) x[i] *= s;
     }

@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "backend/cuda/kernels/quant/round_trip.h"
 #include "backend/cuda/kernels/sample/sample.h"
 #include "base/check.h"
+#include "formats/synth_weight.h"
 
 namespace dsv4 {
 namespace {
@@ -37,6 +40,7 @@ struct CudaWeight {
     const void* dense = nullptr;  // [rows, cols], or nullptr
     bool has_gemv = false;
     cuda::GemvWeight gemv;
+    ops::WeightRole role = ops::WeightRole::kAttention;  // for the op profile's labels
 };
 
 // A layer's routed experts: dense stacks ([E][2I][D] w1|w3 and [E][D][I] w2, f32 or bf16), or
@@ -47,6 +51,10 @@ struct CudaExperts {
     const void* w2 = nullptr;
     bool has_gemv = false;
     cuda::GemvWeight g13, g2;
+};
+
+struct CudaRecordedStep final : RecordedStep {
+    cuda::CudaGraph graph;
 };
 
 const CudaWeight& cuda_weight(const ops::Weight* w) {
@@ -81,6 +89,106 @@ cuda::GemvArgs gemv_rows(const cuda::GemvWeight& w, int64_t row0, int64_t n) {
     return a;
 }
 
+// Backend::profile_ops: device time per op, from an event pair around each op's launches,
+// summed by label. Meant for steps run op by op: events are not recorded while a step is being
+// recorded as a graph.
+class OpProfile {
+  public:
+    struct Scope {
+        OpProfile* p;
+        const char* label;
+        cudaEvent_t start = nullptr;
+        ~Scope() {
+            if (p != nullptr) p->end(label, start);
+        }
+    };
+    bool on = false;
+    cudaStream_t stream = nullptr;
+    Scope scope(const char* label, bool recording) {
+        if (!on || recording) return {nullptr, label};
+        return {this, label, take()};
+    }
+    // Resolves the pending pairs (after a synchronize).
+    void collect() {
+        for (const Pending& q : pending_) {
+            float ms = 0;
+            DSV4_CHECK_CUDA(cudaEventElapsedTime(&ms, q.start, q.end));
+            Total& t = totals_[q.label];
+            t.ms += ms;
+            ++t.calls;
+            free_.push_back(q.start);
+            free_.push_back(q.end);
+        }
+        pending_.clear();
+    }
+    // The table so far (then cleared), largest first.
+    std::string report() {
+        collect();
+        std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
+        std::sort(rows.begin(), rows.end(),
+                  [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+        double sum = 0;
+        for (const auto& r : rows) sum += r.second.ms;
+        std::string out = "| op | calls | ms | us/call | share |\n|---|---|---|---|---|\n";
+        char line[160];
+        for (const auto& [label, t] : rows) {
+            std::snprintf(line, sizeof line, "| %s | %lld | %.3f | %.2f | %.1f%% |\n",
+                          label.c_str(), static_cast<long long>(t.calls), t.ms,
+                          1e3 * t.ms / static_cast<double>(t.calls), 100.0 * t.ms / sum);
+            out += line;
+        }
+        totals_.clear();
+        return out;
+    }
+    ~OpProfile() {
+        for (cudaEvent_t e : free_) cudaEventDestroy(e);
+        for (const Pending& q : pending_) {
+            cudaEventDestroy(q.start);
+            cudaEventDestroy(q.end);
+        }
+    }
+
+  private:
+    struct Pending {
+        const char* label;
+        cudaEvent_t start, end;
+    };
+    struct Total {
+        double ms = 0;
+        int64_t calls = 0;
+    };
+    cudaEvent_t take() {
+        cudaEvent_t e = nullptr;
+        if (!free_.empty()) {
+            e = free_.back();
+            free_.pop_back();
+        } else {
+            DSV4_CHECK_CUDA(cudaEventCreate(&e));
+        }
+        DSV4_CHECK_CUDA(cudaEventRecord(e, stream));
+        return e;
+    }
+    void end(const char* label, cudaEvent_t start) { pending_.push_back({label, start, take()}); }
+    std::vector<Pending> pending_;
+    std::vector<cudaEvent_t> free_;
+    std::map<std::string, Total> totals_;
+};
+
+// Profile labels of linears by weight role (ops::WeightRole's order).
+const char* linear_label(ops::WeightRole r) {
+    static constexpr const char* kLabels[] = {
+        "linear:embed",   "linear:head",   "linear:attention", "linear:compressor",
+        "linear:indexer", "linear:router", "linear:shared",    "linear:experts"};
+    return kLabels[static_cast<int>(r)];
+}
+
+// An op that is one launch: the profile scope around it.
+#define DSV4_CUDA_OP(op, Args, launch)                     \
+    void op(const ops::Args& a) override {                 \
+        const auto prof = profile_.scope(#op, recording_); \
+        cuda::launch(a, stream_.get());                    \
+    }
+
 class CudaBackend final : public Backend {
   public:
     explicit CudaBackend(cuda::DeviceInfo info)
@@ -90,6 +198,7 @@ class CudaBackend final : public Backend {
         // the GEMV's hi + lo rounding apart from anything else.
         const char* env = std::getenv("DSV4_CUDA_F32_WEIGHTS");
         f32_weights_ = env != nullptr && env[0] != '\0' && std::string(env) != "0";
+        profile_.stream = stream_.get();
     }
 
     ~CudaBackend() override {
@@ -100,6 +209,7 @@ class CudaBackend final : public Backend {
     const char* name() const override { return "cuda"; }
 
     Expected<void*> try_alloc(size_t bytes) override {
+        if (broke_recording("allocate")) return error("allocation inside a recorded step");
         const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
         // Checked first, so the error says what is needed and what is there.
         const size_t avail = memory_available();
@@ -137,7 +247,8 @@ class CudaBackend final : public Backend {
     // behaviour), so the caller may reuse it at once. A pinned source would be read later by the
     // DMA: then the copy is waited for before returning.
     void upload(void* dst, const void* src, size_t bytes) override {
-        if (bytes == 0) return;
+        if (bytes == 0 || broke_recording("upload")) return;
+        ++counts_.uploads;
         DSV4_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
         cudaPointerAttributes attr{};
         DSV4_CHECK_CUDA(cudaPointerGetAttributes(&attr, src));
@@ -145,7 +256,8 @@ class CudaBackend final : public Backend {
     }
     // Completes by synchronize() at the latest (pageable: when the call returns).
     void download(void* dst, const void* src, size_t bytes) override {
-        if (bytes == 0) return;
+        if (bytes == 0 || broke_recording("download")) return;
+        ++counts_.downloads;
         DSV4_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_.get()));
     }
     void copy(void* dst, const void* src, size_t bytes) override {
@@ -155,7 +267,74 @@ class CudaBackend final : public Backend {
     void fill(float* dst, float value, int64_t n) override {
         cuda::launch_fill(dst, value, n, stream_.get());
     }
-    void synchronize() override { stream_.synchronize(); }
+    void synchronize() override {
+        if (broke_recording("synchronize")) return;
+        ++counts_.synchronizes;
+        stream_.synchronize();
+        if (profile_.on) profile_.collect();
+    }
+
+    // A CUDA graph captured in global mode: any synchronising call (a host wait, a blocking
+    // copy, cudaMalloc) anywhere in the process during `body` fails the capture.
+    // Host transfers and waits inside `body` are not run: they end the recording with an error
+    // naming the call (the step contract, ops/backend.h).
+    Expected<std::unique_ptr<RecordedStep>> record(const std::function<void()>& body) override {
+        DSV4_ASSERT(!recording_, "nested record()");
+        auto step = std::make_unique<CudaRecordedStep>();
+        cuda::CudaGraph::begin_capture(stream_.get());
+        recording_ = true;
+        breaker_ = nullptr;
+        body();
+        recording_ = false;
+        const cudaError_t err = cuda::CudaGraph::end_capture(stream_.get(), &step->graph);
+        if (breaker_ != nullptr)
+            return error("a recorded step must not ", breaker_, " (the step contract)");
+        if (err != cudaSuccess) {
+            cudaGetLastError();  // clear it: the backend stays usable without the graph
+            return error("recording the step as a CUDA graph failed: ", cudaGetErrorString(err));
+        }
+        return std::unique_ptr<RecordedStep>(std::move(step));
+    }
+    void replay(const RecordedStep& step) override {
+        const auto* s = dynamic_cast<const CudaRecordedStep*>(&step);
+        DSV4_ASSERT(s != nullptr && s->graph.valid(), "replay of a step another backend recorded");
+        ++counts_.replays;
+        s->graph.launch(stream_.get());
+    }
+    TransferCounts transfer_counts() const override { return counts_; }
+    // Ops inside others (the MoE's shared expert, the router's gate, a linear's FP8 copy) also
+    // count in their parent's time.
+    void profile_ops(bool on) override {
+        stream_.synchronize();
+        profile_.collect();
+        profile_.on = on;
+    }
+    std::string op_profile() override {
+        stream_.synchronize();
+        return profile_.report();
+    }
+
+    // The median of 10 timed reads of 4 GiB (2 GiB, 1 GiB when less is free), 3 warm-ups.
+    Expected<double> measure_read_bandwidth() override {
+        size_t bytes = size_t{4} << 30;
+        while (bytes > (size_t{256} << 20) && bytes + (size_t{1} << 30) > memory_available())
+            bytes /= 2;
+        DSV4_ASSIGN_OR_RETURN(void* buf, try_alloc(bytes + 256));
+        uint32_t* sink = reinterpret_cast<uint32_t*>(static_cast<char*>(buf) + bytes);
+        cudaStream_t s = stream_.get();
+        const cuda::CudaEvent t0 = cuda::CudaEvent::create(), t1 = cuda::CudaEvent::create();
+        std::vector<float> ms;
+        for (int r = 0; r < 13; ++r) {
+            t0.record(s);
+            cuda::launch_read_sum(buf, static_cast<int64_t>(bytes), sink, info_.sm_count * 8, s);
+            t1.record(s);
+            const float t = cuda::CudaEvent::elapsed_ms(t0, t1);
+            if (r >= 3) ms.push_back(t);
+        }
+        free(buf);
+        std::sort(ms.begin(), ms.end());
+        return static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+    }
 
     // Dense F32 weights stay dense (f32 products, the transformers-saved checkpoints); FP8,
     // MXFP4, NVFP4 and BF16 go to the GEMV layout, packed, except the embedding table (dense,
@@ -164,6 +343,7 @@ class CudaBackend final : public Backend {
     Expected<ops::Weight> upload_weight(const QuantWeight& w,
                                         const ops::WeightPlacement& where) override {
         CudaWeight cw;
+        cw.role = where.role;
         cw.rows = w.rows;
         cw.cols = w.cols;
         max_cols_ = std::max(max_cols_, w.cols);
@@ -235,13 +415,28 @@ class CudaBackend final : public Backend {
             DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1));
             ce.has_gemv = true;
         }
-        experts_.push_back(ce);
-        ops::ExpertWeights out;
-        out.E = E;
-        out.I = static_cast<int>(I);
-        out.D = static_cast<int>(D);
-        out.impl = &experts_.back();
-        return out;
+        return keep_experts(ce, E, I, D);
+    }
+
+    // Drawn in device memory straight into the GEMV layout: random E2M1 codes, scale codes in
+    // the range synth_weight.h draws (the same distribution as the host's synthetic weights,
+    // not the same numbers). Shapes off the tile grid go through the host (empty result).
+    Expected<ops::ExpertWeights> synth_experts(int E, int64_t I, int64_t D, WeightFormat f,
+                                               uint64_t seed,
+                                               const ops::WeightPlacement&) override {
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
+        if (f32_weights_ || !fp4 || (2 * I) % kQuadRows != 0 || D % kQuadRows != 0 || I % 64 != 0 ||
+            D % 64 != 0)
+            return ops::ExpertWeights{};
+        const cuda::GemvFormat gf =
+            f == WeightFormat::kNvfp4 ? cuda::GemvFormat::kNvfp4 : cuda::GemvFormat::kMxfp4;
+        CudaExperts ce;
+        DSV4_ASSIGN_OR_RETURN(ce.g13, synth_gemv(gf, 2 * I, D, E, seed));
+        DSV4_ASSIGN_OR_RETURN(ce.g2, synth_gemv(gf, D, I, E, ~seed));
+        ce.has_gemv = true;
+        max_cols_ = std::max({max_cols_, I, D});
+        return keep_experts(ce, E, I, D);
     }
 
     Status prepare_steps(int64_t max_rows) override {
@@ -255,12 +450,14 @@ class CudaBackend final : public Backend {
     }
 
     void embed(const ops::EmbedArgs& a) override {
+        const auto prof = profile_.scope("embed", recording_);
         const CudaWeight& t = cuda_weight(a.table);
         DSV4_ASSERT(t.dense != nullptr, "CUDA embed: the table has no dense copy");
         cuda::launch_embed_dense(a.ids, t.dense, t.dtype == DType::kBF16, t.cols, a.out, a.T, a.n,
                                  stream_.get());
     }
     void linear(const ops::LinearArgs& a) override {
+        const auto prof = profile_.scope(linear_label(cuda_weight(a.w).role), recording_);
         const CudaWeight& w = cuda_weight(a.w);
         if (a.act_fp8) {
             // Reference numerics: the product reads x rounded to FP8 per 128 along K.
@@ -317,38 +514,39 @@ class CudaBackend final : public Backend {
             linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
                     ops::ActType::kF32, a.out[i].act_fp8});
     }
-    void swiglu(const ops::SwigluArgs& a) override { cuda::launch_swiglu(a, stream_.get()); }
-    void rms_norm(const ops::RmsNormArgs& a) override { cuda::launch_rms_norm(a, stream_.get()); }
-    void rope(const ops::RopeArgs& a) override { cuda::launch_rope(a, stream_.get()); }
-    void hc_pre(const ops::HcPreArgs& a) override { cuda::launch_hc_pre(a, stream_.get()); }
-    void hc_post(const ops::HcPostArgs& a) override { cuda::launch_hc_post(a, stream_.get()); }
-    void hc_head(const ops::HcHeadArgs& a) override { cuda::launch_hc_head(a, stream_.get()); }
-    void add_to_streams(const ops::AddToStreamsArgs& a) override {
-        cuda::launch_add_to_streams(a, stream_.get());
-    }
-    void round_trip(const ops::RoundTripArgs& a) override {
-        cuda::launch_round_trip(a, stream_.get());
-    }
+    DSV4_CUDA_OP(swiglu, SwigluArgs, launch_swiglu)
+    DSV4_CUDA_OP(rms_norm, RmsNormArgs, launch_rms_norm)
+    DSV4_CUDA_OP(rope, RopeArgs, launch_rope)
+    DSV4_CUDA_OP(hc_pre, HcPreArgs, launch_hc_pre)
+    DSV4_CUDA_OP(hc_post, HcPostArgs, launch_hc_post)
+    DSV4_CUDA_OP(hc_head, HcHeadArgs, launch_hc_head)
+    DSV4_CUDA_OP(add_to_streams, AddToStreamsArgs, launch_add_to_streams)
+    DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
     // Cache rows are f32 here (typed rows are CPU-only so far; Engine::create refuses them).
     void attention(const ops::AttentionArgs& a) override {
+        const auto prof = profile_.scope("attention", recording_);
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
         cuda::launch_attention(a, stream_.get());
     }
     void ring_write(const ops::RingWriteArgs& a) override {
+        const auto prof = profile_.scope("ring_write", recording_);
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA ring_write: f32 cache rows only");
         cuda::launch_ring_write(a, stream_.get());
     }
     void compress(const ops::CompressArgs& a) override {
+        const auto prof = profile_.scope("compress", recording_);
         DSV4_ASSERT(a.entry_format.type == CacheType::kF32, "CUDA compress: f32 entries only");
         cuda::launch_compress(a, stream_.get());
     }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
+        const auto prof = profile_.scope("indexer_topk", recording_);
         DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
         cuda::launch_indexer_topk(a, stream_.get());
     }
     // Fused (a dense gate: the product inside the routing kernel, one launch), else two
     // kernels (the gate through linear, then the routing kernel).
     void router(const ops::RouterArgs& a) override {
+        const auto prof = profile_.scope("router", recording_);
         const CudaWeight& g = cuda_weight(a.gate);
         const ops::RouteArgs r{a.logits, a.bias, a.tid2eid, a.ids, a.sel,
                                a.weight, a.T,    a.E,       a.k,   a.scale};
@@ -366,6 +564,7 @@ class CudaBackend final : public Backend {
     // launch, the clipped SwiGLU, w2 in one launch, and the weighted sum in slot order plus the
     // shared expert (the reference's order). Dense f32 experts: the dense kernel, one row each.
     void moe(const ops::MoeArgs& a) override {
+        const auto prof = profile_.scope("moe", recording_);
         DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
         if (a.T == 0) return;
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
@@ -437,10 +636,9 @@ class CudaBackend final : public Backend {
         cuda::launch_moe_combine(
             {y2, a.act_fp8 ? nullptr : a.weight, shared, a.out, a.T, a.k, D, row}, s);
     }
-    void gather_rows(const ops::GatherRowsArgs& a) override {
-        cuda::launch_gather_rows(a, stream_.get());
-    }
-    void sample(const ops::SampleArgs& a) override { cuda::launch_sample(a, stream_.get()); }
+    DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
+    DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)
+    DSV4_CUDA_OP(sample, SampleArgs, launch_sample)
     void scale(float* x, float s, int64_t n) override {
         cuda::launch_scale(x, s, n, stream_.get());
     }
@@ -448,6 +646,24 @@ class CudaBackend final : public Backend {
     cudaStream_t stream() const { return stream_.get(); }
 
   private:
+    // Keeps an expert stack (stable address) and returns its handle.
+    ops::ExpertWeights keep_experts(const CudaExperts& ce, int E, int64_t I, int64_t D) {
+        experts_.push_back(ce);
+        ops::ExpertWeights out;
+        out.E = E;
+        out.I = static_cast<int>(I);
+        out.D = static_cast<int>(D);
+        out.impl = &experts_.back();
+        return out;
+    }
+
+    // While recording: notes the first call that a step must not make, and skips it.
+    bool broke_recording(const char* what) {
+        if (!recording_) return false;
+        if (breaker_ == nullptr) breaker_ = what;
+        return true;
+    }
+
     // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: y zeroed first;
     // no split-K workspace, so any G fits).
     void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
@@ -529,6 +745,40 @@ class CudaBackend final : public Backend {
         return g;
     }
 
+    // E random [n, k] matrices in the GEMV layout (synth_experts). The scale codes decode to
+    // synth_weight.h's block scales: NVFP4 E4M3 0.5..2 (codes 64..80: bf16(s * 2^118) =
+    // code << 4 + 0x7600) times the global scale; MXFP4 2^(e-1..e+1) shifted by c = 254 - (e+1)
+    // (gemv_layout.h: code = exponent + c, out_scale 2^(126 - c)).
+    Expected<cuda::GemvWeight> synth_gemv(cuda::GemvFormat f, int64_t n, int64_t k, int E,
+                                          uint64_t seed) {
+        cuda::GemvWeight g;
+        g.shape = {f, n, k, E};
+        const size_t tiles = static_cast<size_t>(g.shape.tiles_expert_bytes()) * E;
+        const size_t scales = static_cast<size_t>(g.shape.scales_expert_bytes()) * E;
+        const int64_t blocks = g.shape.row_blocks() * E;
+        DSV4_ASSIGN_OR_RETURN(void* t, try_alloc(tiles));
+        DSV4_ASSIGN_OR_RETURN(void* sc, try_alloc(scales));
+        DSV4_ASSIGN_OR_RETURN(void* os, try_alloc(static_cast<size_t>(blocks) * sizeof(float)));
+        cudaStream_t s = stream_.get();
+        cuda::launch_synth_bytes(t, static_cast<int64_t>(tiles), seed, 0, 0, s);
+        float out_scale = 0;
+        if (f == cuda::GemvFormat::kNvfp4) {
+            cuda::launch_synth_bytes(sc, static_cast<int64_t>(scales), ~seed, 64, 17, s);
+            out_scale = synth_nvfp4_global(k) * std::ldexp(1.0f, 126 - cuda::kNvfp4ScaleExp);
+        } else {
+            const int e_max = synth_mxfp4_exponent(k) + 1, c = 254 - e_max;
+            cuda::launch_synth_bytes(sc, static_cast<int64_t>(scales), ~seed,
+                                     static_cast<uint32_t>(e_max - 2 + c), 3, s);
+            out_scale = std::ldexp(1.0f, 126 - c);
+        }
+        cuda::launch_fill(static_cast<float*>(os), out_scale, blocks, s);
+        stream_.synchronize();
+        g.tiles = t;
+        g.scales = sc;
+        g.out_scale = static_cast<const float*>(os);
+        return g;
+    }
+
     cuda::DeviceInfo info_;
     cuda::CudaStream stream_;
     std::unordered_map<void*, size_t> blocks_;
@@ -541,7 +791,13 @@ class CudaBackend final : public Backend {
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
+    TransferCounts counts_;
+    OpProfile profile_;
+    bool recording_ = false;
+    const char* breaker_ = nullptr;  // the first forbidden call while recording
 };
+
+#undef DSV4_CUDA_OP
 
 }  // namespace
 
@@ -550,6 +806,26 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
     DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::query_device(device));
     DSV4_CHECK_CUDA(cudaSetDevice(device));
     return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(info)));
+}
+
+Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(
+    Backend& b, const ops::ExpertWeights& w) {
+    DSV4_ASSERT(dynamic_cast<CudaBackend*>(&b) != nullptr, "not a CUDA backend");
+    const CudaExperts& ce = *static_cast<const CudaExperts*>(w.impl);
+    if (!ce.has_gemv) return error("dense experts have no GEMV layout");
+    auto get = [&](const cuda::GemvWeight& g) {
+        cuda::GemvPacked p;
+        p.shape = g.shape;
+        p.tiles.resize(static_cast<size_t>(g.shape.tiles_expert_bytes()) * g.shape.n_experts);
+        p.scales.resize(static_cast<size_t>(g.shape.scales_expert_bytes()) * g.shape.n_experts);
+        p.out_scale.resize(static_cast<size_t>(g.shape.row_blocks()) * g.shape.n_experts);
+        b.download(p.tiles.data(), g.tiles, p.tiles.size());
+        if (!p.scales.empty()) b.download(p.scales.data(), g.scales, p.scales.size());
+        b.download(p.out_scale.data(), g.out_scale, p.out_scale.size() * sizeof(float));
+        b.synchronize();
+        return p;
+    };
+    return std::make_pair(get(ce.g13), get(ce.g2));
 }
 
 cudaStream_t cuda_backend_stream(Backend& b) {

@@ -12,7 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <utility>
 
+#include "backend/cuda/kernels/gemv/gemv_repack.h"
 #include "base/status.h"
 #include "ops/backend.h"
 
@@ -24,5 +26,11 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
 // The stream every op of `b` (a CUDA backend) is enqueued on: for capturing a step into a CUDA
 // graph. Aborts when `b` is another backend.
 cudaStream_t cuda_backend_stream(Backend& b);
+
+// Tests: the GEMV-layout weights of an expert stack of `b` (w1|w3, then w2) copied back to the
+// host in gemv_repack's form, to check weights made on the device (synth_experts) against the
+// host model of the kernel (gemv_unpack_row). An error for dense experts.
+Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(
+    Backend& b, const ops::ExpertWeights& w);
 
 }  // namespace dsv4

@@ -9,6 +9,7 @@
 
 #include "ops/hyper_conn.h"
 #include "ops/linear.h"
+#include "ops/moe.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/sample.h"
@@ -22,9 +23,17 @@ void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream);
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
 void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream);
 void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream);
+void launch_count_experts(const ops::CountExpertsArgs& a, cudaStream_t stream);
 void launch_add_to_streams(const ops::AddToStreamsArgs& a, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_fill(float* x, float v, int64_t n, cudaStream_t stream);
+// Pure streaming read of `bytes` (a multiple of 16) at p, 4 independent 16-byte loads in
+// flight per thread (the read-bandwidth roofline); sink is written only in the ~never case
+// that keeps the loads alive.
+void launch_read_sum(const void* p, int64_t bytes, uint32_t* sink, int ctas, cudaStream_t stream);
+// Synthetic weights: n bytes of synth_bits(seed, ...) (span 0), or each lo + byte % span.
+void launch_synth_bytes(void* dst, int64_t n, uint64_t seed, uint32_t lo, uint32_t span,
+                        cudaStream_t stream);
 
 // y[m, n] = x[m / x_div, :] . w[row0 + n, :] for a dense weight w [rows, K] (f32 or bf16), x and
 // y f32 or bf16 with row strides ldx / ldy (elements). FP32 accumulation. With w_ids, row m

@@ -3,11 +3,13 @@
 // round-to-nearest intrinsics where the reference's order matters, so nvcc does not contract
 // them into FMAs (the CPU build does not contract: -std=c++20 implies -ffp-contract=off).
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "base/check.h"
 #include "base/fp_codes.h"
+#include "formats/synth_weight.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -93,6 +95,39 @@ __global__ void fill_kernel(float* x, float v, int64_t n) {
         x[i] = v;
 }
 
+// 8 bytes per thread step: random (span 0) or lo + (random byte % span).
+__global__ void synth_bytes_kernel(uint8_t* dst, int64_t n, uint64_t seed, uint32_t lo,
+                                   uint32_t span) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i * 8 < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t r = synth_bits(seed, static_cast<uint64_t>(i));
+        for (int b = 0; b < 8 && i * 8 + b < n; ++b) {
+            const uint32_t v = static_cast<uint32_t>(r >> (8 * b)) & 0xffu;
+            dst[i * 8 + b] = static_cast<uint8_t>(span == 0 ? v : lo + v % span);
+        }
+    }
+}
+
+// Pure read: every byte of the buffer once, 4 independent 16-byte loads in flight per thread.
+__global__ void read_sum(const uint4* p, size_t n, uint32_t* sink) {
+    uint32_t acc = 0;
+    const size_t stride = size_t{gridDim.x} * blockDim.x;
+    size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = ptx::ld_stream_v4(p + i);
+        const uint4 b = ptx::ld_stream_v4(p + i + stride);
+        const uint4 c = ptx::ld_stream_v4(p + i + 2 * stride);
+        const uint4 d = ptx::ld_stream_v4(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+               d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = ptx::ld_stream_v4(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive; practically never stores
+}
+
 __device__ __forceinline__ float load_act(const void* p, bool bf16, int64_t i) {
     return bf16 ? bf16_to_f32(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
@@ -150,6 +185,18 @@ void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream) {
     DSV4_CHECK_LAUNCH(stream);
 }
 
+__global__ void count_experts_kernel(ops::CountExpertsArgs a) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        if (a.sel[i] >= 0 && a.sel[i] < a.E) atomicAdd(a.counts + a.sel[i], 1);
+}
+
+void launch_count_experts(const ops::CountExpertsArgs& a, cudaStream_t stream) {
+    if (a.n == 0) return;
+    count_experts_kernel<<<grid_for(a.n), kThreads, 0, stream>>>(a);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
 void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream) {
     if (a.R == 0) return;
     gather_rows_kernel<<<static_cast<unsigned>(a.R), kThreads, 0, stream>>>(a);
@@ -181,6 +228,20 @@ void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
 void launch_fill(float* x, float v, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, v, n);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_synth_bytes(void* dst, int64_t n, uint64_t seed, uint32_t lo, uint32_t span,
+                        cudaStream_t stream) {
+    if (n == 0) return;
+    synth_bytes_kernel<<<grid_for((n + 7) / 8), kThreads, 0, stream>>>(static_cast<uint8_t*>(dst),
+                                                                       n, seed, lo, span);
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+void launch_read_sum(const void* p, int64_t bytes, uint32_t* sink, int ctas, cudaStream_t stream) {
+    read_sum<<<ctas, 512, 0, stream>>>(static_cast<const uint4*>(p),
+                                       static_cast<size_t>(bytes) / 16, sink);
     DSV4_CHECK_LAUNCH(stream);
 }
 

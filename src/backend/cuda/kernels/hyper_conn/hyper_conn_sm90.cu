@@ -11,7 +11,7 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kMaxN = 8;                      // residual streams (V4: 4)
 constexpr int kMaxMix = (2 + kMaxN) * kMaxN;  // mixing rows
 
@@ -19,27 +19,51 @@ __device__ __forceinline__ float sigmoidf_ref(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
-// mix[k] = (fn_k . x) / rms(x) for k < rows (x: one token's n*D streams). Each warp takes rows
-// k = warp, warp + warps, ...; lanes stride over the width; double sums.
+// mix[k] = (fn_k . x) / rms(x) for k < rows (x: one token's n*D streams). Every thread takes
+// a strided slice of the width and keeps kRowChunk row sums (and the sum of squares) in
+// registers, so the block streams fn with all its threads and many loads in flight (one warp
+// per row was latency-bound: 250 us a call at V4-Flash's 24 x 16384); then the partial sums
+// are reduced across the block. Double sums, in a different order than the reference's.
+constexpr int kRowChunk = 8;
+
 __device__ void hc_mix(const float* x, const float* fn, int rows, int64_t width, float eps,
                        float* mix, double* red) {
-    double ss = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-        const double v = x[i];
-        ss = __dadd_rn(ss, __dmul_rn(v, v));
+    __shared__ double part[kRowChunk][kThreads / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double inv = 0;
+    for (int k0 = 0; k0 < rows; k0 += kRowChunk) {
+        const int nk = min(kRowChunk, rows - k0);
+        double acc[kRowChunk];
+#pragma unroll
+        for (int r = 0; r < kRowChunk; ++r) acc[r] = 0;
+        double ss = 0;
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+            const double v = x[i];
+            if (k0 == 0) ss = __dadd_rn(ss, __dmul_rn(v, v));
+#pragma unroll
+            for (int r = 0; r < kRowChunk; ++r)
+                if (r < nk)
+                    acc[r] = __dadd_rn(acc[r],
+                                       __dmul_rn(static_cast<double>(fn[(k0 + r) * width + i]), v));
+        }
+        if (k0 == 0) {
+            ss = dev::block_sum(ss, red);
+            inv = 1.0 / sqrt(ss / static_cast<double>(width) + eps);
+        }
+#pragma unroll
+        for (int r = 0; r < kRowChunk; ++r) {
+            const double w = dev::warp_sum(acc[r]);
+            if (lane == 0) part[r][warp] = w;
+        }
+        __syncthreads();
+        if (threadIdx.x < nk) {
+            double s = 0;
+            for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w)
+                s = __dadd_rn(s, part[threadIdx.x][w]);
+            mix[k0 + threadIdx.x] = static_cast<float>(s * inv);
+        }
+        __syncthreads();
     }
-    ss = dev::block_sum(ss, red);
-    const double inv = 1.0 / sqrt(ss / static_cast<double>(width) + eps);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int k = warp; k < rows; k += nw) {
-        const float* f = fn + k * width;
-        double s = 0;
-        for (int64_t i = lane; i < width; i += 32)
-            s = __dadd_rn(s, __dmul_rn(static_cast<double>(f[i]), static_cast<double>(x[i])));
-        s = dev::warp_sum(s);
-        if (lane == 0) mix[k] = static_cast<float>(s * inv);
-    }
-    __syncthreads();
 }
 
 // The reference's Sinkhorn on one n x n matrix, by one thread.
