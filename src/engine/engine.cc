@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #if DSV4_WITH_CUDA
@@ -347,13 +348,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
     impl->pool = std::move(*pool);
-    Numerics numerics = Numerics::kFloat;
-    if (options.numerics == "reference-fp32")
-        numerics = Numerics::kReferenceFp32;
-    else if (options.numerics != "float")
-        return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
+    const std::optional<Numerics> numerics = numerics_from_name(options.numerics);
+    if (!numerics)
+        return error("unknown numerics '", options.numerics,
+                     "' (float, reference or reference-fp32)");
     auto model = Model::load(options.model_dir, *impl->backend, options.max_chunk + layout.max_seqs,
-                             numerics, options.on_load_progress);
+                             *numerics, options.on_load_progress);
     if (!model) return model.status().with_context("loading " + options.model_dir);
     impl->model = std::move(*model);
     const ModelConfig& c = impl->model->config();
