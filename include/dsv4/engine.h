@@ -34,8 +34,9 @@ struct EngineOptions {
     int max_chunk = 128;      // prompt tokens per step; a step holds this + max_seqs tokens
     int max_queue = 1024;     // requests waiting for a slot before submit refuses more
     int threads = 0;          // 0 = DSV4_THREADS or all cores
-    // "float" (transformers' numerics), "reference-fp32" (DeepSeek's quantization points:
-    // FP8 activations, FP8 KV, Hadamard + FP4 indexer; fp32 elsewhere).
+    // "float" (transformers' numerics), "reference" (DeepSeek's own bf16 configuration; CPU
+    // only), "reference-fp32" (its quantization points: FP8 activations, FP8 KV, Hadamard +
+    // FP4 indexer; fp32 elsewhere). docs/numerics.md.
     std::string numerics = "float";
     // Cache row types (docs/kv-cache.md): window rings and compressed K=V "f32", "bf16" or "fp8"
     // (DeepSeek's 584-byte entry); indexer keys "f32", "bf16", "fp8" or "fp4" (Hadamard + E2M1).

@@ -49,6 +49,11 @@ DSV4_HD uint16_t f32_to_bf16(float f) {
     return static_cast<uint16_t>((b + rounding) >> 16);
 }
 
+// f rounded to the nearest bf16 (ties to even), as a float: a cast to bf16 and back.
+DSV4_HD float bf16_round(float f) {
+    return bf16_to_f32(f32_to_bf16(f));
+}
+
 // ---- F16 (IEEE binary16).
 DSV4_HD float f16_to_f32(uint16_t h) {
     uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

@@ -13,21 +13,24 @@ namespace {
 struct CheckArgs {
     EngineOptions engine;
     std::string expected;
-    double tolerance = 0;  // 0: the device's default (run_conformance_check)
+    double tolerance = 0;       // 0: the mode's and device's default (run_conformance_check)
+    double mean_tolerance = 0;  // 0: the mode's default
 };
 
 int run_check(CheckArgs a) {
     if (a.expected.empty())
         a.expected = (std::filesystem::path(a.engine.model_dir) / "expected.safetensors").string();
-    auto report = run_conformance_check(a.engine, a.expected, a.tolerance);
+    auto report = run_conformance_check(a.engine, a.expected, a.tolerance, a.mean_tolerance);
     if (!report) {
         print_error(report.status());
         return kExitError;
     }
     for (const auto& item : report->items) {
-        std::printf("%-16s %s  max_abs=%.3g  tol=%.3g  %s\n", item.name.c_str(),
-                    item.pass ? "PASS" : "FAIL", item.max_abs_error, item.tolerance,
-                    item.detail.c_str());
+        std::printf("%-16s %s  max_abs=%.3g  tol=%.3g", item.name.c_str(),
+                    item.pass ? "PASS" : "FAIL", item.max_abs_error, item.tolerance);
+        if (item.mean_tolerance > 0)
+            std::printf("  mean_abs=%.3g  mean_tol=%.3g", item.mean_abs_error, item.mean_tolerance);
+        std::printf("  %s\n", item.detail.c_str());
     }
     std::printf("%s on %s (%.2f s)\n", report->pass() ? "PASS" : "FAIL", report->device.c_str(),
                 report->seconds);
@@ -39,13 +42,18 @@ int run_check(CheckArgs a) {
 void add_check_command(CLI::App& app) {
     auto args = std::make_shared<CheckArgs>();
     CLI::App* cmd =
-        app.add_subcommand("check", "Compare against a golden fixture from transformers");
+        app.add_subcommand("check", "Compare against a golden fixture (transformers or dsref)");
     cmd->footer("Example: dsv4 check --model tests/data/golden/tiny-mix");
     add_engine_options(cmd, args->engine);
     cmd->add_option("--expected", args->expected,
                     "expected.safetensors (default: the one in the model folder)");
     cmd->add_option("--tolerance", args->tolerance,
-                    "Max abs logit error (default: 1e-4 on cpu, 1e-3 on cuda)")
+                    "Max abs logit error (default: 1e-4 on cpu, 1e-3 on cuda, 0.5 with "
+                    "--numerics reference)")
+        ->check(finite_number(0, 1e30, true));
+    cmd->add_option("--mean-tolerance", args->mean_tolerance,
+                    "Mean abs logit error (default: 2e-2 with --numerics reference, else not "
+                    "checked)")
         ->check(finite_number(0, 1e30, true));
     cmd->callback([args] { set_exit_code(run_check(*args)); });
 }

@@ -95,10 +95,11 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic) {
                     "has fewer positions)")
         ->check(whole_number(1, int64_t{1} << 40));
     cmd->add_option("--numerics", e.numerics,
-                    "float (transformers' numerics) or reference-fp32 (DeepSeek's quantization "
-                    "points: FP8 activations, FP8 KV, Hadamard + FP4 indexer keys)")
+                    "float (transformers' numerics), reference (DeepSeek's own bf16 "
+                    "configuration; cpu only) or reference-fp32 (its quantization points: FP8 "
+                    "activations, FP8 KV, Hadamard + FP4 indexer keys, in float32 otherwise)")
         ->capture_default_str()
-        ->check(CLI::IsMember({"float", "reference-fp32"}));
+        ->check(CLI::IsMember({"float", "reference", "reference-fp32"}));
     cmd->add_option("--kv-cache", e.kv_cache,
                     "Window ring and compressed K=V storage: f32, bf16 or fp8 (DeepSeek's "
                     "584-byte entry: FP8 NoPE dims + bf16 RoPE dims)")

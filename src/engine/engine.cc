@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #if DSV4_WITH_CUDA
@@ -273,6 +274,8 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     if (o.device != "cuda" && o.device != "auto")
         return error("unknown device '", o.device, "' (cpu, cuda or auto)");
 #if DSV4_WITH_CUDA
+    // DeepSeek's bf16 configuration runs on the CPU reference only: auto picks the CPU for it.
+    if (o.device == "auto" && o.numerics == "reference") return make_cpu_backend();
     if (o.device == "auto") {
         auto b = make_cuda_backend(0);
         if (b) return b;
@@ -395,15 +398,14 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
     impl->pool = std::move(*pool);
-    Numerics numerics = Numerics::kFloat;
-    if (options.numerics == "reference-fp32")
-        numerics = Numerics::kReferenceFp32;
-    else if (options.numerics != "float")
-        return error("unknown numerics '", options.numerics, "' (float or reference-fp32)");
+    const std::optional<Numerics> numerics = numerics_from_name(options.numerics);
+    if (!numerics)
+        return error("unknown numerics '", options.numerics,
+                     "' (float, reference or reference-fp32)");
     const int step_tokens = options.max_chunk + layout.max_seqs;
-    auto model = synthetic ? Model::load_synthetic(synth, *impl->backend, step_tokens, numerics,
+    auto model = synthetic ? Model::load_synthetic(synth, *impl->backend, step_tokens, *numerics,
                                                    options.on_load_progress)
-                           : Model::load(options.model_dir, *impl->backend, step_tokens, numerics,
+                           : Model::load(options.model_dir, *impl->backend, step_tokens, *numerics,
                                          options.on_load_progress);
     if (!model) return model.status().with_context("loading " + source);
     impl->model = std::move(*model);

@@ -44,6 +44,13 @@ Expected<std::unique_ptr<Model>> Model::load_synthetic(const SynthSpec& spec, Ba
 
 Status Model::init(int step_tokens, Numerics numerics, const LoadProgress& progress,
                    const std::string& label) {
+    // The bf16 configuration's roundings inside attention, the indexer, the compressors and the
+    // MoE exist in the CPU reference only.
+    if (numerics == Numerics::kReference && backend_.name() != std::string("cpu"))
+        return error(
+            "--numerics reference (DeepSeek's bf16 configuration) runs on the CPU "
+            "backend only: use --device cpu, or --numerics reference-fp32 on ",
+            backend_.name());
     numerics_ = numerics;
     DSV4_ASSIGN_OR_RETURN(w_, bind_weights(store_, cfg_, backend_, progress, synth_.get()));
     DSV4_RETURN_IF_ERROR(backend_.prepare_steps(int64_t{step_tokens} * cfg_.hc_mult));
@@ -460,7 +467,10 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
     st.T = d.T;
     st.B = d.B;
     Backend& b = backend_;
+    const bool bf16 = this->bf16();
     b.embed({st.ids, &w_.embed, ws.streams, T, n});
+    // The reference's embedding table is bf16 (a no-op for the bf16 tables checkpoints ship).
+    if (bf16) b.round_trip({ws.streams, T * n, D, D, 1, ops::RoundTrip::kBf16});
     for (int l = 0; l < c.num_layers; ++l) {
         block(ws, st, w_.layers[l], c.layers[l], pool.layer(l));
         if (count_experts_)  // ws.sel still holds this layer's picks
@@ -471,8 +481,8 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
     if (d.R > 0) {
         b.gather_rows({ws.streams, ws.logit_idx, ws.head_streams, d.R, width});
         b.hc_head({ws.head_streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws.head_y,
-                   d.R, n, D, eps, hc_eps});
-        b.rms_norm({ws.head_y, w_.norm, ws.head_xn, d.R, D, eps});
+                   d.R, n, D, eps, hc_eps, bf16});
+        b.rms_norm({ws.head_y, w_.norm, ws.head_xn, d.R, D, eps, bf16});
         if (capture)
             b.copy(capture + c.num_layers * cap_stride, ws.head_xn,
                    d.R * int64_t{D} * sizeof(float));
@@ -492,16 +502,17 @@ void Model::block(const Workspace& ws, const ops::StepDesc& st, const LayerWeigh
     const int64_t T = st.T;
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
     Backend& b = backend_;
+    const bool bf16 = this->bf16();
     b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb, T,
-              n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-    b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps});
+              n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16});
+    b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps, bf16});
     attention_block(ws, st, w, spec, lc, ws.xn, ws.sub_out);
-    b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D});
+    b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D, bf16});
     b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post, ws.comb,
-              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps});
-    b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps});
+              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16});
+    b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps, bf16});
     ffn_block(ws, st, w, ws.xn, ws.sub_out);
-    b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D});
+    b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D, bf16});
 }
 
 // The MTP block: h = the main model's last streams at each MTP token, e = the next token's
@@ -518,19 +529,22 @@ void Model::mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& 
     st.T = d.Tm;
     st.B = d.Bm;
     Backend& b = backend_;
+    const bool bf16 = this->bf16();
     b.gather_rows({ws.streams, ws.m_src, ws.streams_next, Tm, width});
     const ops::ActType f32 = ops::ActType::kF32;
-    b.rms_norm({ws.streams_next, m.hnorm, ws.streams_next, Tm * n, D, eps});
-    b.linear(
-        {ws.streams_next, &m.h_proj, ws.streams, Tm * n, D, 0, 0, 0, f32, f32, fp8_act(m.h_proj)});
+    b.rms_norm({ws.streams_next, m.hnorm, ws.streams_next, Tm * n, D, eps, bf16});
+    b.linear({ws.streams_next, &m.h_proj, ws.streams, Tm * n, D, 0, 0, 0, f32, f32,
+              fp8_act(m.h_proj), bf16});
     b.embed({st.ids, &w_.embed, ws.y, Tm, 1});
-    b.rms_norm({ws.y, m.enorm, ws.y, Tm, D, eps});
-    b.linear({ws.y, &m.e_proj, ws.xn, Tm, D, 0, 0, 0, f32, f32, fp8_act(m.e_proj)});
+    if (bf16) b.round_trip({ws.y, Tm, D, D, 1, ops::RoundTrip::kBf16});  // as in forward()
+    b.rms_norm({ws.y, m.enorm, ws.y, Tm, D, eps, bf16});
+    b.linear({ws.y, &m.e_proj, ws.xn, Tm, D, 0, 0, 0, f32, f32, fp8_act(m.e_proj), bf16});
     b.add_to_streams({ws.xn, ws.streams, Tm, n, D});
+    if (bf16) b.round_trip({ws.streams, Tm * n, D, D, 1, ops::RoundTrip::kBf16});
     block(ws, st, m.block, c.mtp_spec, pool.layer(c.num_layers));
     b.hc_head({ws.streams, m.hc_head.fn, m.hc_head.base, m.hc_head.scale, ws.head_y, Tm, n, D, eps,
-               hc_eps});
-    b.rms_norm({ws.head_y, m.norm, ws.head_xn, Tm, D, eps});
+               hc_eps, bf16});
+    b.rms_norm({ws.head_y, m.norm, ws.head_xn, Tm, D, eps, bf16});
     b.linear({ws.head_xn, &w_.head, ws.mtp_logits, Tm, c.vocab_size});
 }
 

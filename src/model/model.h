@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "model/cache_pool.h"
 #include "model/config.h"
+#include "model/numerics.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "ops/backend.h"
@@ -31,11 +32,6 @@ namespace dsv4 {
 using LayerTap = std::function<void(int layer, const float* data, int64_t rows)>;
 
 enum class LogitsWanted : uint8_t { kNone, kLast, kAll };
-
-// kFloat: plain float32 (transformers' numerics). kReferenceFp32: DeepSeek's reference rounding
-// points (FP8 activations into FP8/FP4 weights, FP8 KV NoPE dims per 64, Hadamard + FP4
-// indexer queries and keys per 32), float32 everywhere else (docs/numerics.md).
-enum class Numerics : uint8_t { kFloat, kReferenceFp32 };
 
 // One row of a step (host side).
 struct StepRow {
@@ -140,10 +136,10 @@ class Model {
     void upload_mtp_desc(const Workspace& ws, const std::vector<int32_t>& src);
 
     // Whether x is rounded to FP8 before a product with w (reference numerics only).
-    bool fp8_act(const Weight& w) const {
-        return numerics_ == Numerics::kReferenceFp32 && w.fp8_activations;
-    }
-    bool reference() const { return numerics_ == Numerics::kReferenceFp32; }
+    bool fp8_act(const Weight& w) const { return reference() && w.fp8_activations; }
+    // DeepSeek's rounding points (both reference modes), and its bf16 configuration's roundings.
+    bool reference() const { return numerics_ != Numerics::kFloat; }
+    bool bf16() const { return numerics_ == Numerics::kReference; }
 
     ModelConfig cfg_;
     Numerics numerics_ = Numerics::kFloat;

@@ -33,6 +33,11 @@ struct AttentionArgs {
     int64_t n_entries = 0;  // entries per slot
     float softmax_scale = 1.0f;
     CacheRowFormat kv_format{};  // ring and entry rows
+    // The bf16 reference mode (DeepSeek's sparse_attn on bf16 q and K=V): fp32 scores, a running
+    // softmax over the keys in blocks of 64 (running max without the sink, fp32 sum), each
+    // block's probabilities rounded to bf16 before P·V, the sink added to the denominator at the
+    // end, and the output rounded to bf16.
+    bool round_bf16 = false;
 };
 
 // Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),

@@ -33,6 +33,10 @@ struct CompressArgs {
     // How a finished entry is stored (after the round trip, if any); the pooling state stays
     // float32. kFp4 rotates the entry itself, so it never comes with kHadamardFp4.
     CacheRowFormat entry_format{};
+    // The bf16 reference mode: the pooled entry (fp32) rounded to bf16 before its norm, the
+    // norm's output and the rope's output rounded to bf16 too (then the entry round trip, which
+    // should be the bf16 kind: kHadamardBf16Fp4).
+    bool round_bf16 = false;
 };
 
 }  // namespace dsv4::ops

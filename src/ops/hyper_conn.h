@@ -17,6 +17,7 @@ struct HcPreArgs {
     int64_t T = 0;
     int n = 0, D = 0, sinkhorn_iters = 0;
     float norm_eps = 1e-6f, hc_eps = 1e-6f;
+    bool round_bf16 = false;  // y rounded to bf16 (the bf16 reference mode); post, comb stay f32
 };
 
 struct HcPostArgs {
@@ -27,6 +28,7 @@ struct HcPostArgs {
     float* out = nullptr;         // [T, n, D]; must not alias x
     int64_t T = 0;
     int n = 0, D = 0;
+    bool round_bf16 = false;  // out rounded to bf16 (the bf16 reference mode's streams)
 };
 
 // streams[t, i] += x[t] for every stream i (the MTP block's input: the next token's projected
@@ -47,6 +49,7 @@ struct HcHeadArgs {
     int64_t T = 0;
     int n = 0, D = 0;
     float norm_eps = 1e-6f, hc_eps = 1e-6f;
+    bool round_bf16 = false;  // out rounded to bf16 (the bf16 reference mode)
 };
 
 }  // namespace dsv4::ops

@@ -23,6 +23,10 @@ struct IndexerTopkArgs {
     int Hi = 0, hi = 0, K = 0, m = 0;
     CacheRowFormat key_format{};
     bool q_rotated = false;
+    // The bf16 reference mode (DeepSeek's bf16 einsum and elementwise ops; q, keys and w hold
+    // bf16 values): each head's q . k rounded to bf16, ReLU, times w rounded to bf16, and the sum
+    // over heads (in fp32) rounded to bf16. Exact ties then happen; the tie rule decides them.
+    bool round_bf16 = false;
 };
 
 }  // namespace dsv4::ops

@@ -9,13 +9,16 @@
 namespace dsv4::ops {
 
 struct LinearArgs {
-    const void* x = nullptr;   // [M, K] of x_type, rows ldx apart (K = w->cols)
+    const void* x = nullptr;    // [M, K] of x_type, rows ldx apart (K = w->cols)
     const Weight* w = nullptr;  // [N_total, K]; rows [row0, row0 + N) are used
     void* y = nullptr;          // [M, N] of y_type, rows ldy apart; overwritten
     int64_t M = 0, N = 0, row0 = 0;
     int64_t ldx = 0, ldy = 0;  // 0 = dense (K and N)
     ActType x_type = ActType::kF32, y_type = ActType::kF32;
     bool act_fp8 = false;  // x rounded to FP8 per 128 along K first (reference numerics)
+    // y rounded to bf16 afterwards (the bf16 reference mode: DeepSeek's linears return torch's
+    // default dtype, bf16). The CPU reference: the linear, then RoundTrip::kBf16 on y.
+    bool round_bf16 = false;
 };
 
 // Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x
@@ -27,6 +30,7 @@ struct LinearGroupArgs {
         const Weight* w = nullptr;  // [N, K]
         float* y = nullptr;         // [M, N] dense; overwritten
         bool act_fp8 = false;       // as LinearArgs
+        bool round_bf16 = false;    // as LinearArgs
     } out[kMaxOutputs];
     int n_out = 0;
     int64_t M = 0;

@@ -57,6 +57,12 @@ struct MoeArgs {
     // Reference numerics: every expert input rounded to FP8 per 128, and the routing weight
     // applied to the SwiGLU output before w2 (as DeepSeek's reference orders it).
     bool act_fp8 = false;
+    // The bf16 reference mode (x holds bf16 values): every expert's w1 and w3 outputs rounded to
+    // bf16, the routing weight applied to the SwiGLU output before w2 (as with act_fp8) and the
+    // product rounded to bf16 (then to FP8 with act_fp8), each w2 output rounded to bf16 and
+    // summed in fp32 in expert-id order (DeepSeek's loop over experts), the shared expert's
+    // outputs rounded the same way and added, and the sum rounded to bf16.
+    bool round_bf16 = false;
 };
 
 // A backend may group the (token, slot) pairs by expert when they outnumber the experts 4 to 1

@@ -12,6 +12,12 @@ struct RmsNormArgs {
     int64_t rows = 0;
     int dim = 0;
     float eps = 1e-6f;
+    // The bf16 reference mode (x holds bf16 values; out is rounded to bf16). Weighted (DeepSeek's
+    // RMSNorm module, fp32 inside): the plain norm, then RoundTrip::kBf16 on out. Unweighted (the
+    // per-head q norm, written as torch ops on the bf16 tensor, `q *= rsqrt(q.square().mean()
+    // + eps)`): every intermediate is rounded to bf16 as well: the squares, their mean (summed in
+    // fp32), mean + eps, the rsqrt, and each product.
+    bool round_bf16 = false;
 };
 
 }  // namespace dsv4::ops

@@ -1,5 +1,5 @@
 // Op contract: DeepSeek's reference rounding points as in-place round trips (quantize, then
-// back to f32), for the reference numerics mode (docs/numerics.md, "Reference numerics").
+// back to f32), for the reference numerics modes (docs/numerics.md, "Reference numerics").
 #pragma once
 
 #include <cstdint>
@@ -14,11 +14,18 @@ enum class RoundTrip : uint8_t {
     // The row Hadamard-rotated (natural order, times width^-1/2), then E2M1 in blocks: scale =
     // pow2ceil(max(amax, 6 * 2^-126) * f32(1/6)), nearest with ties to the even code.
     kHadamardFp4,
+    // The same, with the rotated row rounded to bf16 before the E2M1 rounding (DeepSeek's bf16
+    // configuration: its Hadamard returns the input's dtype, bf16).
+    kHadamardBf16Fp4,
+    // Each value rounded to bf16, nearest even (elementwise: any block dividing dims, e.g. 1).
+    kBf16,
 };
 
 // Rows of `width` floats; the first `dims` of each row are rounded in blocks of `block` (the
 // rest, e.g. the RoPE dims of a KV entry, stay as they are). Hadamard needs dims == width, a
 // power of two.
+// NOTE: the CUDA backend implements kFp8 and kHadamardFp4 only (the bf16 kinds belong to the
+// bf16 reference mode, which is CPU-only).
 struct RoundTripArgs {
     float* x = nullptr;  // [rows, width]
     int64_t rows = 0;

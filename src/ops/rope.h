@@ -13,6 +13,9 @@ struct RopeArgs {
     int heads = 0, head_dim = 0, rope_dim = 0;
     bool inverse = false;  // rotate by -angle (de-rotation of the attention output)
     float scale = 1.0f;    // cos and sin multiplier (RopeParams::attention_factor)
+    // The rotated dims rounded to bf16 afterwards (the bf16 reference mode ropes bf16 tensors in
+    // place, in fp32 inside).
+    bool round_bf16 = false;
 };
 
 }  // namespace dsv4::ops

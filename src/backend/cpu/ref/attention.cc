@@ -1,9 +1,11 @@
 // Reference sink attention over the sliding window plus compressed entries (one softmax),
 // and the ring write that follows each chunk.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 #include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
@@ -49,6 +51,36 @@ void gather_keys(const ops::AttentionArgs& a, int t, const std::vector<float>& c
     }
 }
 
+// DeepSeek's sparse_attn on bf16 operands (AttentionArgs::round_bf16): a running softmax over
+// blocks of 64 keys with fp32 max and sum, each block's probabilities rounded to bf16 before
+// they weight V, the sink added to the denominator at the end, the output rounded to bf16.
+void attend_bf16(const float* z, size_t n_keys, const float* keys, int hd, float sink, float* out) {
+    constexpr size_t kBlock = 64;
+    float run_max = -INFINITY, run_sum = 0;
+    std::vector<float> acc(hd, 0.0f);
+    std::vector<double> block_acc(hd);
+    for (size_t j0 = 0; j0 < n_keys; j0 += kBlock) {
+        const size_t j1 = std::min(n_keys, j0 + kBlock);
+        float new_max = run_max;
+        for (size_t j = j0; j < j1; ++j) new_max = std::max(new_max, z[j]);
+        const float alpha = std::exp(run_max - new_max);  // 0 for the first block
+        float block_sum = 0;
+        std::fill(block_acc.begin(), block_acc.end(), 0.0);
+        for (size_t j = j0; j < j1; ++j) {
+            const float p = std::exp(z[j] - new_max);
+            block_sum += p;
+            const double pb = bf16_round(p);
+            const float* v = keys + j * hd;
+            for (int d = 0; d < hd; ++d) block_acc[d] += pb * v[d];
+        }
+        run_sum = run_sum * alpha + block_sum;
+        for (int d = 0; d < hd; ++d) acc[d] = acc[d] * alpha + static_cast<float>(block_acc[d]);
+        run_max = new_max;
+    }
+    run_sum += std::exp(sink - run_max);
+    for (int d = 0; d < hd; ++d) out[d] = bf16_round(acc[d] / run_sum);
+}
+
 }  // namespace
 
 void attention(const ops::AttentionArgs& a) {
@@ -75,6 +107,10 @@ void attention(const ops::AttentionArgs& a) {
             for (size_t j = 0; j < n_keys; ++j) {
                 z[j] = static_cast<float>(dot(q, keys.data() + j * a.hd, a.hd)) * a.softmax_scale;
                 mx = std::max(mx, z[j]);
+            }
+            if (a.round_bf16) {
+                attend_bf16(z.data(), n_keys, keys.data(), a.hd, a.sink[h], a.out + th * a.hd);
+                continue;
             }
             double denom = std::exp(static_cast<double>(a.sink[h]) - mx);
             std::fill(acc.begin(), acc.end(), 0.0);

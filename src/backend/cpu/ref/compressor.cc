@@ -44,9 +44,14 @@ void compress(const ops::CompressArgs& a) {
     const int64_t state_size = int64_t{a.coff} * m * width;
     const ops::StepDesc& st = a.step;
     const int64_t rb = cache_row_bytes(a.entry_format, a.hd);
-    DSV4_ASSERT(a.entry_format.type != CacheType::kFp4 ||
-                    a.entry_round_trip != ops::RoundTrip::kHadamardFp4,
-                "fp4 entries rotate once: no Hadamard round trip before them");
+    DSV4_ASSERT(
+        a.entry_format.type != CacheType::kFp4 || a.entry_round_trip == ops::RoundTrip::kNone,
+        "fp4 entries rotate once: no Hadamard round trip before them");
+    DSV4_ASSERT(a.entry_round_trip == ops::RoundTrip::kNone ||
+                    a.entry_round_trip == ops::RoundTrip::kFp8 ||
+                    a.entry_round_trip == ops::RoundTrip::kHadamardFp4 ||
+                    a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4,
+                "no such entry round trip");
     // Rows are different slots: independent.
     parallel_for(st.B, 1, [&](int64_t b_begin, int64_t b_end) {
         for (int64_t b = b_begin; b < b_end; ++b) {
@@ -70,16 +75,18 @@ void compress(const ops::CompressArgs& a) {
                 DSV4_ASSERT(e < a.n_entries, "entry ", e, " past the slot's ", a.n_entries);
                 float* x = entry.data();
                 pool_entry(a, skv, sgate, x);
+                if (a.round_bf16) round_trip({x, 1, a.hd, a.hd, 1, ops::RoundTrip::kBf16});
                 if (a.norm != nullptr) {
-                    rms_norm({x, a.norm, x, 1, a.hd, a.eps});
+                    rms_norm({x, a.norm, x, 1, a.hd, a.eps, a.round_bf16});
                     // Entry e sits at the position of its block's first token, e*m.
                     const int64_t at = e * m;
-                    rope({x, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale});
+                    rope({x, a.inv_freq, &at, 1, 1, a.hd, a.rope_dim, false, a.rope_scale,
+                          a.round_bf16});
                 }
                 if (a.entry_round_trip == ops::RoundTrip::kFp8)
                     round_trip({x, 1, a.hd, a.hd - a.rope_dim, 64, ops::RoundTrip::kFp8});
-                else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
-                    round_trip({x, 1, a.hd, a.hd, 32, ops::RoundTrip::kHadamardFp4});
+                else if (a.entry_round_trip != ops::RoundTrip::kNone)
+                    round_trip({x, 1, a.hd, a.hd, 32, a.entry_round_trip});
                 encode_cache_row(a.entry_format, a.hd, x, entries + e * rb);
                 if (a.coff == 2) {
                     std::copy(skv + m * width, skv + 2 * m * width, skv);

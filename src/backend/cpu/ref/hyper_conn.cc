@@ -68,6 +68,7 @@ void hc_pre(const ops::HcPreArgs& a) {
                 for (int i = 0; i < n; ++i) s += pre[i] * x[i * a.D + d];
                 y[d] = s;
             }
+            if (a.round_bf16) round_trip({y, 1, a.D, a.D, 1, ops::RoundTrip::kBf16});
         }
     });
 }
@@ -86,6 +87,7 @@ void hc_post(const ops::HcPostArgs& a) {
                 out[k * a.D + d] = s;
             }
         }
+        if (a.round_bf16) round_trip({out, 1, n * a.D, n * a.D, 1, ops::RoundTrip::kBf16});
     }
 }
 
@@ -102,6 +104,7 @@ void hc_head(const ops::HcHeadArgs& a) {
             for (int i = 0; i < n; ++i) s += pre[i] * x[i * a.D + d];
             a.out[t * a.D + d] = s;
         }
+        if (a.round_bf16) round_trip({a.out + t * a.D, 1, a.D, a.D, 1, ops::RoundTrip::kBf16});
     }
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 #include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
@@ -32,9 +33,13 @@ void indexer_topk(const ops::IndexerTopkArgs& a) {
                 double s = 0;
                 for (int h = 0; h < a.Hi; ++h) {
                     const double d = dot(q.data() + h * a.hi, keys.data() + b * a.hi, a.hi);
-                    s += static_cast<double>(a.w[t * a.Hi + h]) * std::max(d, 0.0);
+                    const float w = a.w[t * a.Hi + h];
+                    if (a.round_bf16)  // bf16 dot, ReLU, bf16 product; the sum in fp32
+                        s += bf16_round(w * std::max(bf16_round(static_cast<float>(d)), 0.0f));
+                    else
+                        s += static_cast<double>(w) * std::max(d, 0.0);
                 }
-                score[b] = static_cast<float>(s);
+                score[b] = a.round_bf16 ? bf16_round(static_cast<float>(s)) : static_cast<float>(s);
             }
             const int64_t keep = std::min<int64_t>(a.K, valid);
             order.resize(valid);

@@ -58,7 +58,8 @@ void linear(const ops::LinearArgs& a) {
                              if (a.y_type == ops::ActType::kBF16)
                                  static_cast<uint16_t*>(a.y)[m * ldy + n] = f32_to_bf16(v);
                              else
-                                 static_cast<float*>(a.y)[m * ldy + n] = v;
+                                 static_cast<float*>(a.y)[m * ldy + n] =
+                                     a.round_bf16 ? bf16_round(v) : v;
                          }
                      }
                  });
@@ -68,7 +69,7 @@ void linear_group(const ops::LinearGroupArgs& a) {
     DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
     for (int i = 0; i < a.n_out; ++i)
         linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
-                ops::ActType::kF32, a.out[i].act_fp8});
+                ops::ActType::kF32, a.out[i].act_fp8, a.out[i].round_bf16});
 }
 
 void swiglu(const ops::SwigluArgs& a) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 #include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
@@ -52,6 +53,9 @@ void router(const ops::RouterArgs& a) {
 void moe(const ops::MoeArgs& a) {
     const CpuExperts& ex = *static_cast<const CpuExperts*>(a.experts->impl);
     const int64_t slots = a.T * a.k;
+    // DeepSeek's Expert weights the SwiGLU output before w2; float mode weights after w2.
+    const bool weight_first = a.act_fp8 || a.round_bf16;
+    auto to_bf16 = [&](float v) { return a.round_bf16 ? bf16_round(v) : v; };
     // contrib[(t*k + j)*D + d]: expert sel[t][j]'s weighted output for token t; summed in j
     // order afterwards so the result does not depend on which tokens share the chunk.
     std::vector<float> contrib(static_cast<size_t>(slots) * a.D);
@@ -77,50 +81,60 @@ void moe(const ops::MoeArgs& a) {
             for (int i = 0; i < a.I; ++i) {
                 dequant_row(ex.w1[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
-                    g[r * a.I + i] =
-                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D));
+                    g[r * a.I + i] = to_bf16(
+                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D)));
                 dequant_row(ex.w3[e], i, row.data());
                 for (int64_t r = 0; r < n; ++r)
-                    u[r * a.I + i] =
-                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D));
+                    u[r * a.I + i] = to_bf16(
+                        static_cast<float>(dot(x + (users[r] / a.k) * a.D, row.data(), a.D)));
             }
             swiglu({g.data(), u.data(), g.data(), n * a.I, a.swiglu_limit});
-            if (a.act_fp8) {
+            if (weight_first) {
                 // The reference weights the SwiGLU output, then rounds it for w2.
                 for (int64_t r = 0; r < n; ++r) {
                     float* h = g.data() + r * a.I;
-                    for (int i = 0; i < a.I; ++i) h[i] *= a.weight[users[r]];
-                    fp8_activations(h, 1, a.I, a.I, h);
+                    for (int i = 0; i < a.I; ++i) h[i] = to_bf16(h[i] * a.weight[users[r]]);
+                    if (a.act_fp8) fp8_activations(h, 1, a.I, a.I, h);
                 }
             }
             for (int d = 0; d < a.D; ++d) {
                 dequant_row(ex.w2[e], d, row.data());
                 for (int64_t r = 0; r < n; ++r) {
-                    const float v = static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I));
-                    contrib[users[r] * a.D + d] = a.act_fp8 ? v : v * a.weight[users[r]];
+                    const float v =
+                        to_bf16(static_cast<float>(dot(g.data() + r * a.I, row.data(), a.I)));
+                    contrib[users[r] * a.D + d] = weight_first ? v : v * a.weight[users[r]];
                 }
             }
         }
     });
+    std::vector<int> order(a.k);
     for (int64_t t = 0; t < a.T; ++t) {
         float* out = a.out + t * a.D;
         std::fill(out, out + a.D, 0.0f);
-        for (int j = 0; j < a.k; ++j) {
+        std::iota(order.begin(), order.end(), 0);
+        // The bf16 reference mode sums in expert-id order, as DeepSeek's loop over experts does.
+        if (a.round_bf16)
+            std::sort(order.begin(), order.end(),
+                      [&](int i, int j) { return a.sel[t * a.k + i] < a.sel[t * a.k + j]; });
+        for (int j : order) {
             const float* c = contrib.data() + (t * a.k + j) * a.D;
             for (int d = 0; d < a.D; ++d) out[d] += c[d];
         }
     }
-    if (a.shared_w1 == nullptr) return;
-    // The shared expert clips like the routed ones; added after the routed sum.
-    float* g = a.shared_scratch;
-    float* u = g + a.T * a.I;
-    float* y = u + a.T * a.I;
-    const ops::ActType f32 = ops::ActType::kF32;
-    linear({a.x, a.shared_w1, g, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8});
-    linear({a.x, a.shared_w3, u, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8});
-    swiglu({g, u, g, a.T * a.I, a.swiglu_limit});
-    linear({g, a.shared_w2, y, a.T, a.D, 0, 0, 0, f32, f32, a.act_fp8});
-    for (int64_t i = 0; i < a.T * a.D; ++i) a.out[i] += y[i];
+    if (a.shared_w1 != nullptr) {
+        // The shared expert clips like the routed ones; added after the routed sum.
+        float* g = a.shared_scratch;
+        float* u = g + a.T * a.I;
+        float* y = u + a.T * a.I;
+        const ops::ActType f32 = ops::ActType::kF32;
+        linear({a.x, a.shared_w1, g, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8, a.round_bf16});
+        linear({a.x, a.shared_w3, u, a.T, a.I, 0, 0, 0, f32, f32, a.act_fp8, a.round_bf16});
+        swiglu({g, u, g, a.T * a.I, a.swiglu_limit});
+        if (a.round_bf16) round_trip({g, a.T, a.I, a.I, 1, ops::RoundTrip::kBf16});
+        linear({g, a.shared_w2, y, a.T, a.D, 0, 0, 0, f32, f32, a.act_fp8, a.round_bf16});
+        for (int64_t i = 0; i < a.T * a.D; ++i) a.out[i] += y[i];
+    }
+    if (a.round_bf16) round_trip({a.out, a.T, a.D, a.D, 1, ops::RoundTrip::kBf16});
 }
 
 }  // namespace dsv4::cpu_ref

@@ -2,16 +2,36 @@
 #include <algorithm>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/fp_codes.h"
 
 namespace dsv4::cpu_ref {
+
+namespace {
+
+// The per-head q norm as DeepSeek writes it on a bf16 tensor (ops/norm.h): torch rounds the
+// result of every elementwise op and of the mean (accumulated in fp32) to bf16.
+void rms_norm_bf16_ops(const float* x, float* y, int dim, float eps) {
+    double sum = 0;
+    for (int i = 0; i < dim; ++i) sum += bf16_round(x[i] * x[i]);
+    const float mean = bf16_round(static_cast<float>(sum / dim));
+    const float inv = bf16_round(static_cast<float>(1.0 / std::sqrt(bf16_round(mean + eps))));
+    for (int i = 0; i < dim; ++i) y[i] = bf16_round(x[i] * inv);
+}
+
+}  // namespace
 
 void rms_norm(const ops::RmsNormArgs& a) {
     for (int64_t r = 0; r < a.rows; ++r) {
         const float* x = a.x + r * a.dim;
         float* y = a.out + r * a.dim;
+        if (a.round_bf16 && a.weight == nullptr) {
+            rms_norm_bf16_ops(x, y, a.dim, a.eps);
+            continue;
+        }
         const double ms = dot(x, x, a.dim) / a.dim;
         const float inv = static_cast<float>(1.0 / std::sqrt(ms + a.eps));
         for (int i = 0; i < a.dim; ++i) y[i] = x[i] * inv * (a.weight ? a.weight[i] : 1.0f);
+        if (a.round_bf16) round_trip({y, 1, a.dim, a.dim, 1, ops::RoundTrip::kBf16});
     }
 }
 
@@ -33,6 +53,10 @@ void rope(const ops::RopeArgs& a) {
                 p[1] = x0 * s + x1 * c;
             }
         }
+        if (a.round_bf16)
+            for (int h = 0; h < a.heads; ++h)
+                round_trip({a.x + (r * a.heads + h) * a.head_dim + off, 1, a.rope_dim, a.rope_dim,
+                            1, ops::RoundTrip::kBf16});
     }
 }
 

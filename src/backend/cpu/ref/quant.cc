@@ -1,6 +1,6 @@
 // Reference round trips through DeepSeek's reference formats (FP8 E4M3 and E2M1 with UE8M0
-// block scales, the Hadamard rotation), written after its kernels: fp32 block amax, the scale
-// rounded up to a power of two, division by it (exact), rounding, and the product back.
+// block scales, the Hadamard rotation, bf16), written after its kernels: fp32 block amax, the
+// scale rounded up to a power of two, division by it (exact), rounding, and the product back.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -32,12 +32,16 @@ void round_trip(const ops::RoundTripArgs& a) {
     if (a.kind == ops::RoundTrip::kNone) return;
     DSV4_ASSERT(a.block > 0 && a.dims % a.block == 0 && a.dims <= a.width, "round trip of ", a.dims,
                 " dims in blocks of ", a.block);
-    DSV4_ASSERT(a.kind != ops::RoundTrip::kHadamardFp4 ||
-                    (a.dims == a.width && (a.width & (a.width - 1)) == 0),
+    const bool hadamard =
+        a.kind == ops::RoundTrip::kHadamardFp4 || a.kind == ops::RoundTrip::kHadamardBf16Fp4;
+    DSV4_ASSERT(!hadamard || (a.dims == a.width && (a.width & (a.width - 1)) == 0),
                 "Hadamard of width ", a.width);
     for (int64_t r = 0; r < a.rows; ++r) {
         float* row = a.x + r * a.width;
-        if (a.kind == ops::RoundTrip::kHadamardFp4) hadamard_rotate(row, a.width);
+        if (hadamard) hadamard_rotate(row, a.width);
+        if (a.kind == ops::RoundTrip::kHadamardBf16Fp4 || a.kind == ops::RoundTrip::kBf16)
+            for (int i = 0; i < a.dims; ++i) row[i] = bf16_round(row[i]);
+        if (a.kind == ops::RoundTrip::kBf16) continue;
         for (int b = 0; b < a.dims; b += a.block) {
             if (a.kind == ops::RoundTrip::kFp8)
                 fp8_block(row + b, a.block);
