@@ -182,12 +182,29 @@ TEST(CudaOpsGpu, HyperConnections) {
 
 // Attention over a mixed step: sliding only, HCA (every valid entry) and CSA (top-k lists with
 // -1 holes), with a small window so rows wrap the ring.
-void attention_case(const char* what, int H, int hd, bool with_entries, bool csa) {
+// Long key lists: decode rows far into their sequences and a prefill chunk, a 128-key window
+// and hundreds of compressed entries (each block of the kernel's cluster then runs several key
+// tiles).
+struct AttentionShape {
+    int W = 8, m = 4, K = 5;
+    int64_t n_entries = 20;
+    bool long_rows = false;
+};
+
+void attention_case(const char* what, int H, int hd, bool with_entries, bool csa,
+                    AttentionShape shape = {}) {
     auto be = make_gpu();
     std::mt19937 rng(7 + H + hd);
-    const ops::HostStep st = mixed_step();
-    const int S = 5, W = 8, m = 4, K = 5;
-    const int64_t n_entries = 20;
+    ops::HostStep st = mixed_step();
+    if (shape.long_rows) {
+        st.clear();
+        st.add_row(3, 700, 1);
+        st.add_row(0, 655, 1);
+        st.add_row(4, 301, 4);
+        st.add_row(1, 999, 1);
+    }
+    const int S = 5, W = shape.W, m = shape.m, K = shape.K;
+    const int64_t n_entries = shape.n_entries;
     const int T = st.T();
     const auto q = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
                ring = randn(int64_t{S} * W * hd, rng), entries = randn(S * n_entries * hd, rng),
@@ -245,6 +262,15 @@ TEST(CudaOpsGpu, AttentionV4HeadDimManyHeads) {
     attention_case("attention CSA H=70 hd=512", 70, 512, true, true);
 }
 
+TEST(CudaOpsGpu, AttentionLongKeyListsHca) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention HCA long H=64 hd=512", 64, 512, true, false, {128, 4, 5, 260, true});
+}
+TEST(CudaOpsGpu, AttentionLongKeyListsCsa) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention CSA long H=64 hd=512", 64, 512, true, true, {128, 4, 200, 260, true});
+}
+
 TEST(CudaOpsGpu, RingWrite) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -293,7 +319,7 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     auto be = make_gpu();
     std::mt19937 rng(10);
     ops::HostStep st;
-    st.add_row(0, 1000, 1);
+    st.add_row(0, 1199, 1);  // 300 valid entries: several key tiles per block of the cluster
     st.add_row(3, 3, 6);
     st.add_row(1, 150, 33);
     st.add_row(2, 511, 1);
@@ -320,6 +346,30 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     std::printf("[ops] indexer_topk T=%d K=%d: %lld of %zu indices differ\n", T, K,
                 static_cast<long long>(diff), ref.size());
     EXPECT_EQ(got, ref);
+}
+
+// V4-Flash's indexer at 8K context: 64 heads x 128, top 512 of 2048 entries.
+TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(11);
+    ops::HostStep st;
+    st.add_row(1, 8191, 1);
+    st.add_row(0, 5000, 1);
+    st.add_row(2, 2100, 3);
+    const int S = 3, Hi = 64, hi = 128, K = 512, m = 4;
+    const int64_t n_entries = 2049;
+    const int T = st.T();
+    const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng),
+               keys = randn(S * n_entries * hi, rng);
+    DevStep ds(*be, st);
+    Dev<float> dq(*be, q), dw(*be, w), dk(*be, keys);
+    Dev<int32_t> dt(*be, int64_t{T} * K);
+    be->indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
+    std::vector<int32_t> ref(int64_t{T} * K);
+    cpu_ref::indexer_topk(
+        {q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi, hi, K, m});
+    EXPECT_EQ(dt.get(), ref);
 }
 
 TEST(CudaOpsGpu, SampleMatchesExactly) {

@@ -1,4 +1,4 @@
-// Indexer top-k (indexer_topk.h): a cluster of kCluster blocks per token. Scores are computed
+// Indexer top-k (indexer_topk.h): a cluster of kCluster (16) blocks per token. Scores are computed
 // exactly as the reference does (backend/cpu/ref/indexer.cc): each q_h . key dot in double with
 // the same four interleaved partial sums and the same final pairing, then s += w_h * max(d, 0)
 // in head order, every step an explicitly rounded double operation (no FMA contraction; the CPU
@@ -24,7 +24,9 @@ namespace {
 namespace cg = cooperative_groups;
 
 constexpr int kThreads = 512;
-constexpr int kCluster = 8;              // blocks per token (the portable cluster size)
+// Blocks per token: 16, a non-portable cluster size (allowed by an attribute at the first
+// launch): the scores are FP64 (bitwise the reference's), so the more SMs the better.
+constexpr int kCluster = 16;
 constexpr int kKeyTile = 32;             // entries staged per round: one per lane
 constexpr size_t kMaxSmem = 227 * 1024;  // H100/H200 opt-in per block
 
@@ -135,9 +137,14 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
                 indexer_max_entries(a.Hi, a.hi), " scores in shared memory");
     DSV4_ASSERT(a.m >= 1 && a.K >= 0, "indexer_topk: m ", a.m, " K ", a.K);
     if (a.step.T == 0) return;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kMaxSmem - 32 * sizeof(int)));
+    static const cudaError_t attr = [] {
+        const cudaError_t e =
+            cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kMaxSmem - 32 * sizeof(int)));
+        if (e != cudaSuccess) return e;
+        return cudaFuncSetAttribute(indexer_topk_kernel,
+                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }();
     DSV4_CHECK_CUDA(attr);
     // (Compile-time cluster dims: the grid is a whole number of clusters.)
     indexer_topk_kernel<<<static_cast<unsigned>(a.step.T * kCluster), kThreads,
