@@ -314,6 +314,21 @@ TEST(CudaOpsGpu, CompressHcaWithNormRope) {
 
 // Exact match, including exact ties: some keys are repeated rows (equal scores) and some are
 // -q-like so every head's dot is negative (score 0 after the ReLU).
+// The indexer's top-k on the GPU (*got) and on the CPU reference (*ref).
+void indexer_both(Backend& be, const ops::HostStep& st, const std::vector<float>& q,
+                  const std::vector<float>& w, const std::vector<float>& keys, int64_t n_entries,
+                  int Hi, int hi, int K, int m, std::vector<int32_t>* got,
+                  std::vector<int32_t>* ref) {
+    DevStep ds(be, st);
+    Dev<float> dq(be, q), dw(be, w), dk(be, keys);
+    Dev<int32_t> dt(be, int64_t{st.T()} * K);
+    be.indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
+    ref->assign(int64_t{st.T()} * K, 0);
+    cpu_ref::indexer_topk(
+        {q.data(), w.data(), keys.data(), ref->data(), st.view(), n_entries, Hi, hi, K, m});
+    *got = dt.get();
+}
+
 TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -333,14 +348,8 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
         std::copy_n(keys.begin() + ((e * 13) % (S * n_entries)) * hi, hi, keys.begin() + e * hi);
     for (int64_t e = 3; e < S * n_entries; e += 11)
         std::fill_n(keys.begin() + e * hi, hi, 0.0f);  // all dots 0: score exactly 0
-    DevStep ds(*be, st);
-    Dev<float> dq(*be, q), dw(*be, w), dk(*be, keys);
-    Dev<int32_t> dt(*be, int64_t{T} * K);
-    be->indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
-    std::vector<int32_t> ref(int64_t{T} * K);
-    cpu_ref::indexer_topk(
-        {q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi, hi, K, m});
-    const auto got = dt.get();
+    std::vector<int32_t> got, ref;
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
     int64_t diff = 0;
     for (size_t i = 0; i < ref.size(); ++i) diff += got[i] != ref[i];
     std::printf("[ops] indexer_topk T=%d K=%d: %lld of %zu indices differ\n", T, K,
@@ -362,14 +371,9 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
     const int T = st.T();
     const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng),
                keys = randn(S * n_entries * hi, rng);
-    DevStep ds(*be, st);
-    Dev<float> dq(*be, q), dw(*be, w), dk(*be, keys);
-    Dev<int32_t> dt(*be, int64_t{T} * K);
-    be->indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
-    std::vector<int32_t> ref(int64_t{T} * K);
-    cpu_ref::indexer_topk(
-        {q.data(), w.data(), keys.data(), ref.data(), st.view(), n_entries, Hi, hi, K, m});
-    EXPECT_EQ(dt.get(), ref);
+    std::vector<int32_t> got, ref;
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
+    EXPECT_EQ(got, ref);
 }
 
 TEST(CudaOpsGpu, SampleMatchesExactly) {

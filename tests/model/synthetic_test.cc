@@ -1,0 +1,108 @@
+// Synthetic benchmark models (model/synthetic.h) on the CPU backend, the bench's bookkeeping
+// (bytes a decode step reads, the routing histogram) and Session::copy_from, which the bench
+// uses to start many sequences from one prefilled context.
+#include "model/synthetic.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dsv4/engine.h"
+
+namespace dsv4 {
+namespace {
+
+std::string golden(const char* name) {
+    return std::string(DSV4_GOLDEN_DIR) + "/" + name;
+}
+
+TEST(Synthetic, ConfigKeepsTheFirstLayersOfTheRelease) {
+    auto c = synth_config({"v4-flash", 5, "nvfp4"});
+    ASSERT_TRUE(c.has_value()) << c.status().message();
+    EXPECT_EQ(c->num_layers, 5);
+    EXPECT_EQ(c->hidden_size, 4096);
+    EXPECT_EQ(c->n_routed_experts, 256);
+    EXPECT_EQ(c->num_mtp_layers, 0);
+    const LayerKind want[] = {LayerKind::kSliding, LayerKind::kSliding, LayerKind::kCsa,
+                              LayerKind::kHca, LayerKind::kCsa};
+    for (int l = 0; l < 5; ++l) {
+        EXPECT_EQ(c->layers[l].kind, want[l]) << l;
+        EXPECT_EQ(c->layers[l].hash_routed, l < 3) << l;
+    }
+    auto pro = synth_config({"v4-pro", 0, "release"});
+    ASSERT_TRUE(pro.has_value()) << pro.status().message();
+    EXPECT_EQ(pro->num_layers, 61);
+    EXPECT_EQ(pro->layers[0].kind, LayerKind::kHca);
+    EXPECT_FALSE(synth_config({"v4-flash", 44, "nvfp4"}).has_value());
+    EXPECT_FALSE(synth_config({"v4-flash", 2, "fp8"}).has_value());
+    EXPECT_FALSE(synth_config({"/no/such/config.json", 2, "nvfp4"}).has_value());
+}
+
+TEST(Synthetic, ReleaseAndNvfp4ModelsRunOnTheCpu) {
+    for (const char* format : {"release", "nvfp4"}) {
+        EngineOptions o;
+        o.synthetic = golden("fmt-official") + "/config.json";
+        o.synthetic_format = format;
+        o.max_context = 128;
+        auto e = Engine::create(o);
+        ASSERT_TRUE(e.has_value()) << e.status().message();
+        const ModelInfo& info = (*e)->info();
+        EXPECT_NE(info.source.find("synthetic"), std::string::npos);
+        bool experts_fp4 = false;
+        for (const std::string& line : info.weight_formats)
+            experts_fp4 =
+                experts_fp4 || line == std::string("routed experts: ") +
+                                           (format == std::string("release") ? "mxfp4" : "nvfp4");
+        EXPECT_TRUE(experts_fp4) << format;
+        auto s = (*e)->new_session();
+        ASSERT_TRUE(s.has_value());
+        ASSERT_TRUE((*e)->count_expert_use(true).is_ok());
+        std::vector<int32_t> prompt(40);
+        for (int i = 0; i < 40; ++i) prompt[i] = (i * 37 + 5) % info.vocab_size;
+        std::vector<float> logits;
+        ASSERT_TRUE((*s)->feed(prompt, nullptr, &logits).is_ok());
+        for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << format;
+        // Every layer routed each token to k experts.
+        const std::vector<int64_t> use = (*e)->expert_use();
+        ASSERT_EQ(use.size() % static_cast<size_t>(info.num_layers), 0u);
+        const size_t E = use.size() / info.num_layers;
+        for (int l = 0; l < info.num_layers; ++l) {
+            int64_t sum = 0;
+            for (size_t x = 0; x < E; ++x) sum += use[l * E + x];
+            EXPECT_EQ(sum, 40 * 4) << format << " layer " << l;  // fmt-official: k = 4
+        }
+        // Batch 1 reads k experts a layer; batch 8 more, never more than E.
+        const StepBytes b1 = (*e)->decode_step_bytes(1, 64), b8 = (*e)->decode_step_bytes(8, 64);
+        EXPECT_EQ(b1.experts_per_layer, 4);
+        EXPECT_GT(b8.experts_per_layer, 4);
+        EXPECT_LE(b8.experts_per_layer, static_cast<double>(E));
+        EXPECT_GT(b8.weights, b1.weights);
+        EXPECT_DOUBLE_EQ(b8.cache, 8 * b1.cache);
+    }
+}
+
+TEST(Session, CopyFromContinuesTheSameSequence) {
+    EngineOptions o;
+    o.model_dir = golden("small-rates");
+    o.max_context = 128;
+    o.max_seqs = 2;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().message();
+    auto a = (*e)->new_session(), b = (*e)->new_session();
+    ASSERT_TRUE(a && b);
+    const std::vector<int32_t> prompt = {3, 17, 42, 9, 100, 7, 55, 21, 8, 64, 2, 31, 77, 5};
+    ASSERT_TRUE((*a)->feed(prompt, nullptr, nullptr).is_ok());
+    ASSERT_TRUE((*b)->copy_from(**a).is_ok());
+    EXPECT_EQ((*b)->position(), (*a)->position());
+    std::vector<float> la, lb;
+    for (int32_t id : {11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
+        ASSERT_TRUE((*a)->feed({id}, nullptr, &la).is_ok());
+        ASSERT_TRUE((*b)->feed({id}, nullptr, &lb).is_ok());
+        ASSERT_EQ(la, lb) << "token " << id;
+    }
+}
+
+}  // namespace
+}  // namespace dsv4
