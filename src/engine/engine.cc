@@ -353,6 +353,17 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                          context, " tokens (", per_seq / (1 << 30), " GiB each)");
         layout.max_seqs = static_cast<int>(std::min(fit, 1e6));
     }
+    // The device's indexer keeps a token's scores on chip: a bound on the context.
+    for (const LayerSpec& spec : cfg->layers) {
+        if (spec.kind != LayerKind::kCsa) continue;
+        const int64_t entries = context / spec.compress_rate + 1;
+        const int64_t most =
+            impl->backend->max_indexer_entries(cfg->index_n_heads, cfg->index_head_dim);
+        if (entries > most)
+            return error("--max-context ", context, " is too long for the ", impl->backend->name(),
+                         " indexer: at most ", (most - 1) * spec.compress_rate, " tokens (", most,
+                         " compressed entries per sequence)");
+    }
     const double gib = 1024.0 * 1024.0 * 1024.0;
     if (synthetic) {
         // As many layers as fit (or the ones asked for, if they fit), with the cache and a

@@ -8,6 +8,7 @@
 // the step descriptor, ops/step.h), with no allocation and no synchronisation inside it.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -83,6 +84,12 @@ class Backend {
         DSV4_ASSERT(false, name(), " backend has no recorded steps");
     }
     virtual TransferCounts transfer_counts() const { return {}; }
+    // The most compressed entries per slot the indexer op takes for Hi heads of hi dims (the
+    // CUDA kernel keeps a token's scores in shared memory); the engine checks it at create.
+    virtual int64_t max_indexer_entries(int Hi, int hi) const {
+        (void)Hi, (void)hi;
+        return INT64_MAX;
+    }
     // Per-op device time (benchmarks' breakdown): while on, each op's device time is summed by
     // op (linears by weight role); op_profile() returns the table so far as markdown and clears
     // it ("" where the backend does not profile). Steps run op by op while profiling.

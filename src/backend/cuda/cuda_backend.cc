@@ -302,6 +302,9 @@ class CudaBackend final : public Backend {
         s->graph.launch(stream_.get());
     }
     TransferCounts transfer_counts() const override { return counts_; }
+    int64_t max_indexer_entries(int Hi, int hi) const override {
+        return cuda::indexer_max_entries(Hi, hi);
+    }
     // Ops inside others (the MoE's shared expert, the router's gate, a linear's FP8 copy) also
     // count in their parent's time.
     void profile_ops(bool on) override {
