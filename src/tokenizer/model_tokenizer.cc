@@ -28,6 +28,8 @@ std::string tokenizer_json_path(const std::string& path_or_dir) {
 Expected<Tokenizer> load_model_tokenizer(const std::string& model_dir, const std::string& path,
                                          std::string* note) {
     // `path` may be the file or a folder holding it; empty: the model folder's.
+    if (path.empty() && model_dir.empty())  // a synthetic model has no folder
+        return error("no tokenizer.json for a model without a folder: pass --tokenizer PATH");
     const std::string file = tokenizer_json_path(path.empty() ? model_dir : path);
     if (!std::filesystem::exists(file))
         return error(file, ": no tokenizer.json (pass --tokenizer PATH)");
