@@ -36,6 +36,12 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
+// n-gram drafts fed per step (the MTP drafts one token). One: a rejected draft at position p + j
+// (j >= 2) would overwrite the window-ring row of position p + j - W, which the corrected token
+// at p + 1 still attends to (the ring holds exactly W rows). Several drafts need a ring of
+// W + k - 1 rows (or rolled-back rows); the acceptance code below already handles k drafts.
+constexpr int kMaxNgramDraft = 1;
+
 // A request from submit to its end.
 struct Running {
     RequestId id = 0;
@@ -56,20 +62,21 @@ struct Running {
     std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
 };
 
-// The n-gram draft after `h`'s last token: what followed the latest earlier occurrence of the
-// last two tokens, else of the last one, within the last 4096 tokens; -1 when none.
-int32_t ngram_draft(const std::vector<int32_t>& h) {
+// Up to `k` n-gram draft tokens after `h`'s last token: what followed the latest earlier
+// occurrence of the last two tokens, else of the last one, within the last 4096 tokens; empty
+// when there is none.
+std::vector<int32_t> ngram_drafts(const std::vector<int32_t>& h, int k) {
     const int64_t n = static_cast<int64_t>(h.size()), lo = std::max<int64_t>(0, n - 4096);
-    if (n < 2) return -1;
+    if (n < 2) return {};
     for (int gram = 2; gram >= 1; --gram) {
         if (n < gram + 1) continue;
         for (int64_t i = n - 2; i >= lo + gram - 1; --i) {
             bool match = true;
             for (int g = 0; g < gram && match; ++g) match = h[i - g] == h[n - 1 - g];
-            if (match) return h[i + 1];
+            if (match) return {h.begin() + i + 1, h.begin() + std::min<int64_t>(n, i + 1 + k)};
         }
     }
-    return -1;
+    return {};
 }
 
 StepRow row(int slot, int64_t pos0, const int32_t* ids, int32_t len) {
@@ -556,11 +563,23 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         if (q.pending < 0) continue;
         q.sampled = -1;
         q.fed_tokens = {q.pending};
-        if (q.r.speculative == Speculation::kNgram) q.draft = ngram_draft(q.history);
-        if (q.r.speculative != Speculation::kNone && q.draft >= 0 && q.pos + 2 <= max_context &&
-            q.generated + 1 < q.r.max_tokens && !completes_block(q.pos + 1))
-            q.fed_tokens.push_back(q.draft);
+        // Drafts: up to kMaxNgramDraft n-gram tokens, or the MTP's one. Each goes at the next
+        // position while it fits the context and max_tokens and does not complete a block of a
+        // compressed layer (so a rejected draft leaves nothing the right token does not rewrite).
+        std::vector<int32_t> want;
+        if (q.r.speculative == Speculation::kNgram)
+            want = ngram_drafts(q.history, kMaxNgramDraft);
+        else if (q.r.speculative == Speculation::kMtp && q.draft >= 0)
+            want = {q.draft};
         q.draft = -1;
+        for (int32_t d : want) {
+            const int64_t p = q.pos + static_cast<int64_t>(q.fed_tokens.size());
+            if (p + 1 > max_context ||
+                q.generated + static_cast<int64_t>(q.fed_tokens.size()) >= q.r.max_tokens ||
+                completes_block(p))
+                break;
+            q.fed_tokens.push_back(d);
+        }
         const int32_t len = static_cast<int32_t>(q.fed_tokens.size());
         StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), len));
         r.sample = true;
@@ -569,9 +588,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         r.sample_all = spec;
         q.spec_out.assign(len, -1);
         r.sampled_out = spec ? q.spec_out.data() : &q.sampled;
-        // The sample after `pending` verifies the draft (exact under temperature too).
+        // The sample after each fed token verifies the draft that follows it (exact under
+        // temperature too: each is kept with the model's probability given the drafts before).
         q.spec_drafts.assign(len, -1);
-        if (len == 2) q.spec_drafts[0] = q.fed_tokens[1];
+        for (int32_t t = 0; t + 1 < len; ++t) q.spec_drafts[t] = q.fed_tokens[t + 1];
         r.drafts = spec ? q.spec_drafts.data() : nullptr;
         owners.push_back(&q);
         starts.push_back(at);
@@ -620,19 +640,18 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         int32_t final_len = rows[i].len;
         const bool mtp = q.r.speculative == Speculation::kMtp;
         if (decode_row && q.r.speculative != Speculation::kNone) {
-            const int32_t y = q.spec_out[0];
-            if (rows[i].len == 2) {
-                ++q.drafted;
-                if (y == q.fed_tokens[1]) {
-                    ++q.accepted;
-                    produced = {y, q.spec_out[1]};
-                } else {
-                    produced = {y};
-                    final_len = 1;  // the draft's position is rewritten by the next step
-                }
-            } else {
-                produced = {y};
+            // The samples while they agree with the drafts, then the first that does not (or
+            // the one after the last draft). Positions after it are rewritten by later steps.
+            const int32_t len = rows[i].len;
+            q.drafted += len - 1;
+            int32_t kept = 0;
+            for (int32_t t = 0; t < len; ++t) {
+                produced.push_back(q.spec_out[t]);
+                if (t + 1 == len || q.spec_out[t] != q.fed_tokens[t + 1]) break;
+                ++kept;
             }
+            q.accepted += kept;
+            final_len = 1 + kept;
         } else {
             produced = {q.sampled};
         }

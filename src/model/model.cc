@@ -347,9 +347,11 @@ Status Model::run_forward(const Workspace& ws, const CachePool& pool, const Dims
     }
     const StepKey key{&ws, &pool, d.T, d.B, d.R, d.Rs, d.Tm, d.Bm, verify_drafts};
     auto it = recorded_.find(key);
-    if (it == recorded_.end()) {
+    if (it == recorded_.end() || (it->second == nullptr && recorded_count_ >= kMaxRecorded)) {
         // First sight of this shape: run it directly (one-off prefill shapes never record).
-        recorded_.emplace(key, nullptr);
+        // Past kMaxRecorded graphs (a server's mix of decode and small prefill rows can make
+        // many shapes) new shapes run op by op: each graph holds device memory.
+        if (it == recorded_.end()) recorded_.emplace(key, nullptr);
         forward(ws, pool, d, nullptr, verify_drafts);
         return Status::ok();
     }
@@ -362,6 +364,7 @@ Status Model::run_forward(const Workspace& ws, const CachePool& pool, const Dims
             return Status::ok();
         }
         it->second = std::move(*rec);
+        ++recorded_count_;
     }
     backend_.replay(*it->second);
     return Status::ok();
@@ -378,7 +381,10 @@ Status Model::count_expert_use(bool on) {
         const std::vector<int32_t> zeros(n, 0);
         backend_.upload(expert_counts_, zeros.data(), n * sizeof(int32_t));
     }
-    if (on != count_experts_) recorded_.clear();
+    if (on != count_experts_) {
+        recorded_.clear();
+        recorded_count_ = 0;
+    }
     count_experts_ = on;
     return Status::ok();
 }

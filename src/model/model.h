@@ -84,6 +84,7 @@ class Model {
     // recording of its first repeat (a CUDA graph) where the backend records.
     Status run_step(CachePool& pool, std::span<const StepRow> rows, const LayerTap& tap = nullptr);
     static constexpr int kGraphTokens = 64;
+    static constexpr int kMaxRecorded = 128;  // recorded step shapes kept
     // Routing histogram (benchmarks): while on, every step adds its rows' routed-expert picks
     // to a [L, E] count in backend memory (one small op per layer). Switching drops the
     // recorded steps (their op sequence changes).
@@ -218,6 +219,7 @@ class Model {
     using StepKey =
         std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int, bool>;
     std::map<StepKey, std::unique_ptr<RecordedStep>> recorded_;
+    int recorded_count_ = 0;
     bool record_steps_ = true;
     int32_t* expert_counts_ = nullptr;  // [L, E], allocated when counting is first switched on
     bool count_experts_ = false;
