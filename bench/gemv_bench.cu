@@ -272,11 +272,11 @@ float measure_read_bandwidth(cudaStream_t s, int sms) {
     DSV4_CHECK_CUDA(cudaMalloc(&buf, bytes));
     DSV4_CHECK_CUDA(cudaMalloc(&sink, 4));
     fill(buf, bytes, 1);
-    const float ms = median_event_ms(
-        s, 3, 10, [&] { launch_read_sum(buf, static_cast<int64_t>(bytes), sink, sms * 8, s); });
+    const double bw =
+        dsv4::cuda::measure_read_bandwidth(buf, static_cast<int64_t>(bytes), sink, sms * 8, s);
     DSV4_CHECK_CUDA(cudaFree(buf));
     DSV4_CHECK_CUDA(cudaFree(sink));
-    return static_cast<float>(bytes) / (ms * 1e-3f) / 1e9f;
+    return static_cast<float>(bw / 1e9);
 }
 
 struct Shape {

@@ -46,7 +46,7 @@ std::unique_ptr<SynthWeight> synth_weight(WeightFormat format, int64_t rows, int
             s->data.resize(static_cast<size_t>(rows * cols) * 2);
             auto* v = reinterpret_cast<uint16_t*>(s->data.data());
             for (int64_t i = 0; i < rows * cols; ++i) {
-                const double u = static_cast<double>(synth_bits(seed, i) >> 11) * 0x1.0p-53;
+                const double u = synth_uniform(seed, i);
                 v[i] = f32_to_bf16(static_cast<float>((2 * u - 1) * a));
             }
             q.dtype = DType::kBF16;

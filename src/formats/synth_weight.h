@@ -24,6 +24,11 @@ __host__ __device__
     return z ^ (z >> 31);
 }
 
+// A uniform draw in [0, 1) for (seed, i): the top 53 bits of synth_bits.
+inline double synth_uniform(uint64_t seed, uint64_t i) {
+    return static_cast<double>(synth_bits(seed, i) >> 11) * 0x1.0p-53;
+}
+
 // A weight and the bytes it points into.
 struct SynthWeight {
     QuantWeight w;

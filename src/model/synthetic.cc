@@ -198,7 +198,7 @@ std::vector<float> SynthSource::vec(const std::string& name, int64_t rows, int64
         const double a = rms * std::sqrt(3.0);
         const uint64_t seed = seed_of(name);
         for (size_t i = 0; i < v.size(); ++i) {
-            const double u = static_cast<double>(synth_bits(seed, i) >> 11) * 0x1.0p-53;
+            const double u = synth_uniform(seed, i);
             v[i] = static_cast<float>((2 * u - 1) * a);
         }
     };

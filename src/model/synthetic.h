@@ -32,11 +32,14 @@ struct SynthSpec {
 Expected<ModelConfig> synth_config(const SynthSpec& spec);
 
 // The format a synthetic matrix of `role` gets (prefix: its name, for the release's
-// exceptions), and estimates of a synthetic model's bytes as stored: one decoder layer, and the
-// embedding + head (for choosing how many layers fit before anything is allocated).
+// exceptions), and estimates of a synthetic model's bytes as stored: one decoder layer (the
+// matrices bind_layer binds, model/weights.cc), and the embedding + head (for choosing how many
+// layers fit before anything is allocated).
 WeightFormat synth_format(const std::string& format, ops::WeightRole role,
                           const std::string& prefix);
 double synth_layer_bytes(const ModelConfig& cfg, const std::string& format, int layer);
+// Bytes per value of a synthetic matrix in `f` as stored (dense: BF16; FP4: codes + scales).
+double synth_bytes_per_value(WeightFormat f);
 double synth_fixed_bytes(const ModelConfig& cfg, const std::string& format);
 
 // Draws the tensors bind_weights asks for and keeps them alive for the model's lifetime.

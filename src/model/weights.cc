@@ -257,30 +257,31 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
         DSV4_BIND(w.shared_w3, b.matrix(f + "shared_experts.w3", I, D, at(R::kSharedExpert)));
     }
     w.bytes_dense = b.bytes() - bytes0;
+    // A synthetic model's experts are drawn by the backend where it can (in device memory);
+    // otherwise (and from a checkpoint) they are views handed to upload_experts.
+    WeightFormat expert_format = WeightFormat::kDense;
     if (SynthSource* syn = b.synth()) {
-        // Drawn by the backend where it can (in device memory), else on the host below.
-        const WeightFormat ef = syn->expert_format();
-        DSV4_BIND(w.experts, b.backend().synth_experts(E, I, D, ef, syn->seed_of(f + "experts"),
-                                                       at(R::kExperts)));
-        if (w.experts.valid()) {
-            // Codes (half a byte each) and one scale byte per 16 (NVFP4) or 32 (MXFP4).
-            const size_t elems = static_cast<size_t>(E) * 3 * I * D;
-            b.count(elems / 2 + elems / (ef == WeightFormat::kNvfp4 ? 16 : 32), R::kExperts, ef);
-            w.experts.fp8_activations = Binder::low_precision(ef);
-            w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;
-            return Status::ok();
+        expert_format = syn->expert_format();
+        DSV4_BIND(w.experts,
+                  b.backend().synth_experts(E, I, D, expert_format, syn->seed_of(f + "experts"),
+                                            at(R::kExperts)));
+        if (w.experts.valid())
+            b.count(static_cast<size_t>(synth_bytes_per_value(expert_format) * E * 3 * I * D),
+                    R::kExperts, expert_format);
+    }
+    if (!w.experts.valid()) {
+        std::vector<QuantWeight> w1(E), w2(E), w3(E);
+        for (int e = 0; e < E; ++e) {
+            const std::string x = f + "experts." + std::to_string(e) + ".";
+            DSV4_BIND(w1[e], b.view(x + "w1", I, D, R::kExperts));
+            DSV4_BIND(w2[e], b.view(x + "w2", D, I, R::kExperts));
+            DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
         }
+        expert_format = w1[0].format;
+        DSV4_BIND(w.experts,
+                  b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E, at(R::kExperts)));
     }
-    std::vector<QuantWeight> w1(E), w2(E), w3(E);
-    for (int e = 0; e < E; ++e) {
-        const std::string x = f + "experts." + std::to_string(e) + ".";
-        DSV4_BIND(w1[e], b.view(x + "w1", I, D, R::kExperts));
-        DSV4_BIND(w2[e], b.view(x + "w2", D, I, R::kExperts));
-        DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
-    }
-    DSV4_BIND(w.experts,
-              b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E, at(R::kExperts)));
-    w.experts.fp8_activations = Binder::low_precision(w1[0].format);
+    w.experts.fp8_activations = Binder::low_precision(expert_format);
     w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;
     return Status::ok();
 }

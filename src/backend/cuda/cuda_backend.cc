@@ -317,26 +317,17 @@ class CudaBackend final : public Backend {
         return profile_.report();
     }
 
-    // The median of 10 timed reads of 4 GiB (2 GiB, 1 GiB when less is free), 3 warm-ups.
+    // A read of 4 GiB (2 GiB, 1 GiB, ... when less is free), cuda::measure_read_bandwidth.
     Expected<double> measure_read_bandwidth() override {
         size_t bytes = size_t{4} << 30;
         while (bytes > (size_t{256} << 20) && bytes + (size_t{1} << 30) > memory_available())
             bytes /= 2;
         DSV4_ASSIGN_OR_RETURN(void* buf, try_alloc(bytes + 256));
         uint32_t* sink = reinterpret_cast<uint32_t*>(static_cast<char*>(buf) + bytes);
-        cudaStream_t s = stream_.get();
-        const cuda::CudaEvent t0 = cuda::CudaEvent::create(), t1 = cuda::CudaEvent::create();
-        std::vector<float> ms;
-        for (int r = 0; r < 13; ++r) {
-            t0.record(s);
-            cuda::launch_read_sum(buf, static_cast<int64_t>(bytes), sink, info_.sm_count * 8, s);
-            t1.record(s);
-            const float t = cuda::CudaEvent::elapsed_ms(t0, t1);
-            if (r >= 3) ms.push_back(t);
-        }
+        const double bw = cuda::measure_read_bandwidth(buf, static_cast<int64_t>(bytes), sink,
+                                                       info_.sm_count * 8, stream_.get());
         free(buf);
-        std::sort(ms.begin(), ms.end());
-        return static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+        return bw;
     }
 
     // Dense F32 weights stay dense (f32 products, the transformers-saved checkpoints); FP8,
@@ -427,10 +418,10 @@ class CudaBackend final : public Backend {
     Expected<ops::ExpertWeights> synth_experts(int E, int64_t I, int64_t D, WeightFormat f,
                                                uint64_t seed,
                                                const ops::WeightPlacement&) override {
+        // Whole 64-row quads and whole 64-wide k-tiles, both ways (w1|w3 is [2I, D], w2 [D, I]).
         constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
         const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
-        if (f32_weights_ || !fp4 || (2 * I) % kQuadRows != 0 || D % kQuadRows != 0 || I % 64 != 0 ||
-            D % 64 != 0)
+        if (f32_weights_ || !fp4 || I % kQuadRows != 0 || D % kQuadRows != 0)
             return ops::ExpertWeights{};
         const cuda::GemvFormat gf =
             f == WeightFormat::kNvfp4 ? cuda::GemvFormat::kNvfp4 : cuda::GemvFormat::kMxfp4;
@@ -749,9 +740,9 @@ class CudaBackend final : public Backend {
     }
 
     // E random [n, k] matrices in the GEMV layout (synth_experts). The scale codes decode to
-    // synth_weight.h's block scales: NVFP4 E4M3 0.5..2 (codes 64..80: bf16(s * 2^118) =
-    // code << 4 + 0x7600) times the global scale; MXFP4 2^(e-1..e+1) shifted by c = 254 - (e+1)
-    // (gemv_layout.h: code = exponent + c, out_scale 2^(126 - c)).
+    // synth_weight.h's block scales: NVFP4's E4M3 range [kSynthNvfp4ScaleLo, Hi] through
+    // nvfp4_scale_code, times the global scale; MXFP4's exponents e-1..e+1 shifted as the
+    // repack shifts them (gemv_repack.h).
     Expected<cuda::GemvWeight> synth_gemv(cuda::GemvFormat f, int64_t n, int64_t k, int E,
                                           uint64_t seed) {
         cuda::GemvWeight g;
@@ -766,13 +757,15 @@ class CudaBackend final : public Backend {
         cuda::launch_synth_bytes(t, static_cast<int64_t>(tiles), seed, 0, 0, s);
         float out_scale = 0;
         if (f == cuda::GemvFormat::kNvfp4) {
-            cuda::launch_synth_bytes(sc, static_cast<int64_t>(scales), ~seed, 64, 17, s);
-            out_scale = synth_nvfp4_global(k) * std::ldexp(1.0f, 126 - cuda::kNvfp4ScaleExp);
+            const uint32_t lo = cuda::nvfp4_scale_code(kSynthNvfp4ScaleLo),
+                           hi = cuda::nvfp4_scale_code(kSynthNvfp4ScaleHi);
+            cuda::launch_synth_bytes(sc, static_cast<int64_t>(scales), ~seed, lo, hi - lo + 1, s);
+            out_scale = cuda::fp4_out_scale(cuda::kNvfp4ScaleExp, synth_nvfp4_global(k));
         } else {
-            const int e_max = synth_mxfp4_exponent(k) + 1, c = 254 - e_max;
+            const int e_max = synth_mxfp4_exponent(k) + 1, c = cuda::mxfp4_code_shift(e_max);
             cuda::launch_synth_bytes(sc, static_cast<int64_t>(scales), ~seed,
                                      static_cast<uint32_t>(e_max - 2 + c), 3, s);
-            out_scale = std::ldexp(1.0f, 126 - c);
+            out_scale = cuda::fp4_out_scale(c, 1.0f);
         }
         cuda::launch_fill(static_cast<float*>(os), out_scale, blocks, s);
         stream_.synchronize();

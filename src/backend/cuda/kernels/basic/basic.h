@@ -31,6 +31,10 @@ void launch_fill(float* x, float v, int64_t n, cudaStream_t stream);
 // flight per thread (the read-bandwidth roofline); sink is written only in the ~never case
 // that keeps the loads alive.
 void launch_read_sum(const void* p, int64_t bytes, uint32_t* sink, int ctas, cudaStream_t stream);
+// Bytes/s of launch_read_sum over `bytes` at p: the median of 10 event-timed launches after 3
+// warm-ups (waits for the stream).
+double measure_read_bandwidth(const void* p, int64_t bytes, uint32_t* sink, int ctas,
+                              cudaStream_t stream);
 // Synthetic weights: n bytes of synth_bits(seed, ...) (span 0), or each lo + byte % span.
 void launch_synth_bytes(void* dst, int64_t n, uint64_t seed, uint32_t lo, uint32_t span,
                         cudaStream_t stream);

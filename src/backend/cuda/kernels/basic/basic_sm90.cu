@@ -2,8 +2,12 @@
 // accumulate in double like the reference; the element-wise float steps use explicit
 // round-to-nearest intrinsics where the reference's order matters, so nvcc does not contract
 // them into FMAs (the CPU build does not contract: -std=c++20 implies -ffp-contract=off).
+#include <algorithm>
+#include <vector>
+
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/ptx_sm90.cuh"
+#include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
@@ -243,6 +247,21 @@ void launch_read_sum(const void* p, int64_t bytes, uint32_t* sink, int ctas, cud
     read_sum<<<ctas, 512, 0, stream>>>(static_cast<const uint4*>(p),
                                        static_cast<size_t>(bytes) / 16, sink);
     DSV4_CHECK_LAUNCH(stream);
+}
+
+double measure_read_bandwidth(const void* p, int64_t bytes, uint32_t* sink, int ctas,
+                              cudaStream_t stream) {
+    const CudaEvent t0 = CudaEvent::create(), t1 = CudaEvent::create();
+    std::vector<float> ms;
+    for (int r = 0; r < 13; ++r) {
+        t0.record(stream);
+        launch_read_sum(p, bytes, sink, ctas, stream);
+        t1.record(stream);
+        const float t = CudaEvent::elapsed_ms(t0, t1);
+        if (r >= 3) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return static_cast<double>(bytes) / (static_cast<double>(ms[ms.size() / 2]) * 1e-3);
 }
 
 void launch_dense_linear(const DenseLinearArgs& a, cudaStream_t stream) {

@@ -36,16 +36,6 @@ float bf16_bits_value(uint32_t bits) {
     return bf16_to_f32(static_cast<uint16_t>(bits));
 }
 
-// NVFP4 scale code for |E4M3| byte `v` (v < 0x7f, nonzero value): bf16(s * 2^118) = code<<4 + base.
-uint8_t nvfp4_scale_code(uint8_t v) {
-    const float s = std::ldexp(e4m3_to_f32(v), kNvfp4ScaleExp);
-    const uint32_t bits = f32_to_bits(s) >> 16;
-    DSV4_ASSERT((f32_to_bits(s) & 0xffffu) == 0 && bits >= kNvfp4CodeBase &&
-                    ((bits - kNvfp4CodeBase) & 0xfu) == 0 && (bits - kNvfp4CodeBase) >> 4 < 256,
-                "NVFP4 scale byte ", int(v), " has no code");
-    return static_cast<uint8_t>((bits - kNvfp4CodeBase) >> 4);
-}
-
 struct PartInfo {
     const QuantWeight* w;
     int64_t row_offset;
@@ -109,7 +99,7 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
         if (e_max - e_min > 126)
             return error("MXFP4 weight scales span 2^", e_min - 127, "..2^", e_max - 127,
                          ", wider than the 126 binades the bf16 decode can hold");
-        mx_shift = 254 - e_max;
+        mx_shift = mxfp4_code_shift(e_max);
     } else if (!std::isfinite(w.global_scale)) {
         return error("NVFP4 weight has a non-finite global scale");
     }
@@ -148,8 +138,8 @@ Status pack_fp4(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPa
                 words[j] |= sp[(pos >> 1) * 2 + hr][pos & 1][nib];
             }
         }
-        const float os = mx ? std::ldexp(1.0f, 126 - mx_shift)
-                            : w.global_scale * std::ldexp(1.0f, 126 - kNvfp4ScaleExp);
+        const float os =
+            mx ? fp4_out_scale(mx_shift, 1.0f) : fp4_out_scale(kNvfp4ScaleExp, w.global_scale);
         out->out_scale[rb] = os;
     }
     return Status::ok();
@@ -214,6 +204,16 @@ void pack_bf16(const QuantWeight& w, int64_t row_offset, int64_t expert, GemvPac
 }
 
 }  // namespace
+
+// NVFP4 scale code for |E4M3| byte `v` (v < 0x7f, nonzero value): bf16(s * 2^118) = code<<4 + base.
+uint8_t nvfp4_scale_code(uint8_t v) {
+    const float s = std::ldexp(e4m3_to_f32(v), kNvfp4ScaleExp);
+    const uint32_t bits = f32_to_bits(s) >> 16;
+    DSV4_ASSERT((f32_to_bits(s) & 0xffffu) == 0 && bits >= kNvfp4CodeBase &&
+                    ((bits - kNvfp4CodeBase) & 0xfu) == 0 && (bits - kNvfp4CodeBase) >> 4 < 256,
+                "NVFP4 scale byte ", int(v), " has no code");
+    return static_cast<uint8_t>((bits - kNvfp4CodeBase) >> 4);
+}
 
 int64_t GemvShape::scales_expert_bytes() const {
     switch (format) {

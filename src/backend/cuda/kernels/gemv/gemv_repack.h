@@ -3,6 +3,7 @@
 // dequant_row() of the source, times the row block's out_scale.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -51,6 +52,21 @@ Expected<GemvPacked> gemv_repack(const QuantWeight* const* parts, int n_experts,
 // Shape gemv_repack would produce, from the shapes alone (for sizing an arena before repacking).
 Expected<GemvShape> gemv_repack_shape(const QuantWeight* const* parts, int n_experts,
                                       int parts_per_expert);
+
+// NVFP4 scale code for the |E4M3| byte `v` (v < 0x7f, a nonzero value): the code whose bf16 bits
+// (code << 4) + kNvfp4CodeBase hold v * 2^kNvfp4ScaleExp (gemv_layout.h). Aborts otherwise.
+uint8_t nvfp4_scale_code(uint8_t v);
+
+// The FP4 formats' code shift and row-block output scale (gemv_layout.h): MXFP4 shifts every
+// E8M0 exponent by 254 - (the largest), so the largest decodes to the bf16 exponent 254; the
+// sums are then multiplied by 2^(126 - shift) (times NVFP4's global scale, whose shift is
+// kNvfp4ScaleExp).
+inline int mxfp4_code_shift(int e_max) {
+    return 254 - e_max;
+}
+inline float fp4_out_scale(int shift, float global) {
+    return global * std::ldexp(1.0f, 126 - shift);
+}
 
 // Host model of the kernel's decode: the float weights the kernel multiplies for (expert, row),
 // out_scale included. Used by tests to check the layout without a GPU.
