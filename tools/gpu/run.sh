@@ -10,6 +10,8 @@
 #          compute-sanitizer memcheck / racecheck on the op and numerics tests; run after `test`
 #   decode the GPU tests of the step graphs and synthetic experts, then the V4-Flash-size decode
 #          benchmark (tools/gpu/bench_decode.sh; CONTEXT, default 8192)
+# TARGETS="a b" builds only those targets.
+#   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers, LAYERS=)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -42,10 +44,10 @@ step() {
 step configure bash tools/gpu/configure.sh gpu || exit $rc
 # -k 0: a target that fails to build does not stop the others (their tests still run; rc keeps
 # the failure).
-step build cmake --build --preset gpu -j16 -- -k 0
+step build cmake --build --preset gpu -j16 ${TARGETS:+--target $TARGETS} -- -k 0
 grep -E ": (error|warning)" $L/build.log | head -40
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader
-step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
+[ "$mode" = kprof ] || step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
   exit $rc
 if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
@@ -55,6 +57,15 @@ if [ "$mode" = prof ]; then
       -o $L/rep_$sh $B/bench/gemv_bench --shape $sh ${VARIANT:-}
     step src_$sh $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass
   done
+  exit $rc
+fi
+if [ "$mode" = kprof ]; then
+  # Every kernel of a few batch-1 decode steps of a 4-layer V4-Flash-size model, timed one by
+  # one by Nsight Compute (the capture range is the bench's --profile steps).
+  step kprof timeout 400 /usr/local/cuda/bin/ncu --clock-control none --profile-from-start off \
+    --metrics gpu__time_duration.sum --csv $B/src/cli/dsv4 bench --device cuda \
+    --synthetic v4-flash --layers ${LAYERS:-4} --format nvfp4 --context ${CONTEXT:-8192} \
+    --prompt-len 512 --max-chunk 512 --repeats 1 --decode 3 --batch ${BATCH:-1} --profile
   exit $rc
 fi
 if [ "$mode" = bench ] || [ "$mode" = full ]; then

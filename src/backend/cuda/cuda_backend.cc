@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -307,10 +308,13 @@ class CudaBackend final : public Backend {
     }
     // Ops inside others (the MoE's shared expert, the router's gate, a linear's FP8 copy) also
     // count in their parent's time.
+    // The profiled steps are also the profiler's capture range (cudaProfilerStart/Stop), so
+    // `ncu --profile-from-start off` times exactly their kernels (tools/gpu/run.sh kprof).
     void profile_ops(bool on) override {
         stream_.synchronize();
         profile_.collect();
         profile_.on = on;
+        DSV4_CHECK_CUDA(on ? cudaProfilerStart() : cudaProfilerStop());
     }
     std::string op_profile() override {
         stream_.synchronize();
