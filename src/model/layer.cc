@@ -103,10 +103,8 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     const int g = c.o_groups, Ro = c.o_lora_rank;
-    const int64_t group_width = int64_t{H} * hd / g;
-    for (int j = 0; j < g; ++j)
-        b.linear({ws.o + j * group_width, &w.wo_a, ws.u + int64_t{j} * Ro, T, Ro, int64_t{j} * Ro,
-                  int64_t{H} * hd, int64_t{g} * Ro, f32, f32, fp8_act(w.wo_a), bf16});
+    b.linear({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,
+              fp8_act(w.wo_a), bf16, g});
     b.linear({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b), bf16});
 }
 

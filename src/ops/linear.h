@@ -19,6 +19,11 @@ struct LinearArgs {
     // y rounded to bf16 afterwards (the bf16 reference mode: DeepSeek's linears return torch's
     // default dtype, bf16). The CPU reference: the linear, then RoundTrip::kBf16 on y.
     bool round_bf16 = false;
+    // groups > 1: `groups` products in one op, each of N rows; product j reads x columns
+    // [j*K, (j+1)*K) (K = w->cols) and weight rows [row0 + j*N, row0 + (j+1)*N), and writes y
+    // columns [j*N, (j+1)*N) (V4's grouped output projection wo_a). The plain sequence of
+    // linears; one launch on CUDA.
+    int groups = 1;
 };
 
 // Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x

@@ -87,16 +87,19 @@ TEST(CudaOpsGpu, RmsNorm) {
     auto be = make_gpu();
     std::mt19937 rng(3);
     const int64_t rows = 13;
-    const int dim = 515;
-    const auto x = randn(rows * dim, rng, 3.0f), w = randn(dim, rng);
-    for (bool weighted : {true, false}) {
-        Dev<float> dx(*be, x), dw(*be, w);
-        std::vector<float> ref(x.size());
-        cpu_ref::rms_norm({x.data(), weighted ? w.data() : nullptr, ref.data(), rows, dim, 1e-6f});
-        be->rms_norm({dx.p, weighted ? dw.p : nullptr, dx.p, rows, dim, 1e-6f});  // in place
-        // The factor at most one float ulp apart (its double sum in another order), plus the
-        // two roundings after it: 4 ulps.
-        expect_close(weighted ? "rms_norm weighted" : "rms_norm", dx.get(), ref, 5e-7, 1e-30);
+    // 515: the scalar kernel; multiples of 4: the 16-byte kernel (512 and V4's 4096 and 16384).
+    for (int dim : {515, 512, 4096, 16384}) {
+        const auto x = randn(rows * dim, rng, 3.0f), w = randn(dim, rng);
+        for (bool weighted : {true, false}) {
+            Dev<float> dx(*be, x), dw(*be, w);
+            std::vector<float> ref(x.size());
+            cpu_ref::rms_norm(
+                {x.data(), weighted ? w.data() : nullptr, ref.data(), rows, dim, 1e-6f});
+            be->rms_norm({dx.p, weighted ? dw.p : nullptr, dx.p, rows, dim, 1e-6f});  // in place
+            // The factor at most one float ulp apart (its double sum in another order), plus the
+            // two roundings after it: 4 ulps.
+            expect_close(weighted ? "rms_norm weighted" : "rms_norm", dx.get(), ref, 5e-7, 1e-30);
+        }
     }
 }
 
@@ -136,15 +139,17 @@ TEST(CudaOpsGpu, SwigluGatherRows) {
         // CUDA's expf is within 2 ulps (glibc's is correctly rounded): a few ulps of the output.
         expect_close(limit > 0 ? "swiglu limit 7" : "swiglu", dg.get(), ref, 1e-6, 1e-30);
     }
-    const int64_t T = 23, width = 129, R = 7;
-    const auto src = randn(T * width, rng);
-    std::vector<int32_t> idx = {22, 0, 5, 5, 17, 1, 22};
-    Dev<float> dsrc(*be, src), ddst(*be, R * width);
-    Dev<int32_t> didx(*be, idx);
-    be->gather_rows({dsrc.p, didx.p, ddst.p, R, width});
-    std::vector<float> ref(R * width);
-    cpu_ref::gather_rows({src.data(), idx.data(), ref.data(), R, width});
-    EXPECT_EQ(ddst.get(), ref);
+    const int64_t T = 23, R = 7;
+    for (int64_t width : {129, 3001}) {  // 3001: rows in several chunks of the grid
+        const auto src = randn(T * width, rng);
+        std::vector<int32_t> idx = {22, 0, 5, 5, 17, 1, 22};
+        Dev<float> dsrc(*be, src), ddst(*be, R * width);
+        Dev<int32_t> didx(*be, idx);
+        be->gather_rows({dsrc.p, didx.p, ddst.p, R, width});
+        std::vector<float> ref(R * width);
+        cpu_ref::gather_rows({src.data(), idx.data(), ref.data(), R, width});
+        EXPECT_EQ(ddst.get(), ref);
+    }
 }
 
 TEST(CudaOpsGpu, HyperConnections) {
@@ -178,6 +183,36 @@ TEST(CudaOpsGpu, HyperConnections) {
     cpu_ref::hc_head(
         {x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D, 1e-6f, 1e-6f});
     expect_close("hc_head", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+}
+
+// V4-Flash's mHC shapes (n 4, D 4096): the mixing product split over many blocks (one token:
+// ~64 splits; nine tokens at mixed values: fewer), against the reference.
+TEST(CudaOpsGpu, HyperConnectionsV4Shapes) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(26);
+    const int n = 4, D = 4096, iters = 20, mix = (2 + n) * n;
+    const auto fn = randn(mix * n * D, rng, 0.02f), base = randn(mix, rng), scale = randn(3, rng),
+               hfn = randn(n * n * D, rng, 0.02f), hbase = randn(n, rng), hscale = randn(1, rng);
+    Dev<float> dfn(*be, fn), dbase(*be, base), dscale(*be, scale), dhfn(*be, hfn),
+        dhbase(*be, hbase), dhscale(*be, hscale);
+    for (int64_t T : {1, 9}) {
+        const auto x = randn(T * n * D, rng);
+        Dev<float> dx(*be, x), y(*be, T * D), post(*be, T * n), comb(*be, T * n * n),
+            head(*be, T * D);
+        std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rhead(T * D);
+        be->hc_pre(
+            {dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f, 1e-6f});
+        cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(), rpost.data(),
+                         rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f});
+        expect_close("hc_pre V4 comb", comb.get(), rcomb, 1e-5, 1e-6);
+        expect_close("hc_pre V4 post", post.get(), rpost, 1e-6, 1e-7);
+        expect_close("hc_pre V4 y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
+        be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
+        cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D,
+                          1e-6f, 1e-6f});
+        expect_close("hc_head V4", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+    }
 }
 
 // Attention over a mixed step: sliding only, HCA (every valid entry) and CSA (top-k lists with
@@ -621,6 +656,45 @@ TEST(CudaOpsGpu, LinearRowRangesOffTheGemvBlocks) {
     expect_close("linear wo_a row ranges", dy.get(), ref, 1e-5, 1e-5 * max_abs(ref));
 }
 
+// Grouped products in one op (wo_a): group j reads x columns [j*K, (j+1)*K) and weight rows
+// [row0 + j*N, ...), writes y columns [j*N, ...). On the GEMV's 64-row blocks one launch; off
+// them (N = 32) the per-group fallback. Against cpu_ref::linear with the same groups.
+TEST(CudaOpsGpu, GroupedLinear) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(19);
+    using cuda::test::TestFormat;
+    const int64_t K = 352;
+    for (TestFormat f :
+         {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0, TestFormat::kBf16}) {
+        struct Case {
+            int64_t g, N, M;
+        };
+        for (const Case& c : {Case{4, 128, 1}, Case{8, 64, 5}, Case{3, 192, 19}, Case{3, 32, 2}}) {
+            const auto ow = cuda::test::random_weight(f, c.g * c.N, K, rng);
+            ops::WeightPlacement at{ops::WeightRole::kAttention, 0};
+            if (c.N % 64 != 0) at.row_block = c.N;
+            auto w = be->upload_weight(ow.w, at);
+            ASSERT_TRUE(w.has_value()) << w.status().message();
+            const ops::Weight rw = cpu_ref::wrap(ow.w);
+            const int64_t ldx = c.g * K + 8, ldy = c.g * c.N + 3;
+            const auto x = randn(c.M * ldx, rng);
+            Dev<float> dx(*be, x), dy(*be, c.M * ldy);
+            std::vector<float> ref(c.M * ldy, 0.0f);
+            const ops::ActType f32 = ops::ActType::kF32;
+            be->linear({dx.p, &*w, dy.p, c.M, c.N, 0, ldx, ldy, f32, f32, false, false,
+                        static_cast<int>(c.g)});
+            cpu_ref::linear({x.data(), &rw, ref.data(), c.M, c.N, 0, ldx, ldy, f32, f32, false,
+                             false, static_cast<int>(c.g)});
+            auto y = dy.get();
+            for (int64_t m = 0; m < c.M; ++m)  // the padding columns are not written
+                for (int64_t n = c.g * c.N; n < ldy; ++n) y[m * ldy + n] = 0.0f;
+            // The GEMV's f32 products are good to ~2^-16 of sum |w x| (docs/numerics-cuda.md).
+            expect_close("grouped linear", y, ref, 0.0, 2e-4 * max_abs(ref));
+        }
+    }
+}
+
 // The routed experts (+ the shared expert) in every format against cpu_ref::moe: 21 tokens, 3 of
 // 9 experts each, one expert chosen by most tokens and one by none (grouped by expert), and the
 // first 2 tokens (one row per pair). The GEMV's f32 products are
@@ -691,8 +765,9 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                                      {ops::WeightRole::kExperts, 0});
         ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
         const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
-        // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair.
-        for (int64_t Tc : {T, int64_t{2}})
+        // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair; 1
+        // token: the groups read x itself and w2 adds into the output (no combine).
+        for (int64_t Tc : {T, int64_t{2}, int64_t{1}})
             for (bool with_shared : {false, true}) {
                 ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
                 be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? &*h1 : nullptr,

@@ -11,7 +11,8 @@
 #   decode the GPU tests of the step graphs and synthetic experts, then the V4-Flash-size decode
 #          benchmark (tools/gpu/bench_decode.sh; CONTEXT, default 8192)
 # TARGETS="a b" builds only those targets.
-#   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers, LAYERS=)
+#   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers, LAYERS=);
+#          OPS_TESTS=1 runs the op tests first (build cuda_ops_gpu_test too)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -58,6 +59,10 @@ if [ "$mode" = prof ]; then
     step src_$sh $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass
   done
   exit $rc
+fi
+if [ "$mode" = kprof ] && [ -n "${OPS_TESTS:-}" ]; then
+  step ops_tests timeout 200 $B/tests/cuda/cuda_ops_gpu_test
+  grep -E "FAILED|PASSED|tests ran" $L/ops_tests.log | tail -15
 fi
 if [ "$mode" = kprof ]; then
   # Every kernel of a few batch-1 decode steps of a 4-layer V4-Flash-size model, timed one by

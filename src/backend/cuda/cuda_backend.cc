@@ -190,6 +190,10 @@ const char* linear_label(ops::WeightRole r) {
         cuda::launch(a, stream_.get());                    \
     }
 
+// Step rows the scratch holds before prepare_steps asks for more; the widest mHC it holds.
+constexpr int64_t kDefaultStepRows = 256;
+constexpr int kMaxHcStreams = 8;
+
 class CudaBackend final : public Backend {
   public:
     explicit CudaBackend(cuda::DeviceInfo info)
@@ -437,7 +441,15 @@ class CudaBackend final : public Backend {
         return keep_experts(ce, E, I, D);
     }
 
+    // Scratch sized for steps of up to max_rows rows: the FP8 activation copies and the mHC
+    // partial sums (grown, never shrunk).
     Status prepare_steps(int64_t max_rows) override {
+        const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
+        if (hc > hc_ws_.doubles) {
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(hc) * sizeof(double)));
+            free(hc_ws_.part);
+            hc_ws_ = {static_cast<double*>(p), hc, info_.sm_count};
+        }
         const int64_t floats = max_rows * max_cols_;
         if (floats <= act_floats_) return Status::ok();
         DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(floats) * sizeof(float)));
@@ -457,6 +469,25 @@ class CudaBackend final : public Backend {
     void linear(const ops::LinearArgs& a) override {
         const auto prof = profile_.scope(linear_label(cuda_weight(a.w).role), recording_);
         const CudaWeight& w = cuda_weight(a.w);
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        if (a.groups > 1 &&
+            (a.act_fp8 || !w.has_gemv || a.N % kQuadRows != 0 || a.row0 % kQuadRows != 0)) {
+            // Groups the GEMV cannot take as one launch: one linear each.
+            const int64_t K = w.cols, ldx = a.ldx ? a.ldx : K * a.groups;
+            const size_t xe = a.x_type == ops::ActType::kBF16 ? 2 : 4;
+            const size_t ye = a.y_type == ops::ActType::kBF16 ? 2 : 4;
+            for (int j = 0; j < a.groups; ++j) {
+                ops::LinearArgs g = a;
+                g.groups = 1;
+                g.x = static_cast<const uint8_t*>(a.x) + j * K * xe;
+                g.ldx = ldx;
+                g.y = static_cast<uint8_t*>(a.y) + j * a.N * ye;
+                g.ldy = a.ldy ? a.ldy : a.N * a.groups;
+                g.row0 = a.row0 + j * a.N;
+                linear(g);
+            }
+            return;
+        }
         if (a.act_fp8) {
             // Reference numerics: the product reads x rounded to FP8 per 128 along K.
             DSV4_ASSERT(a.x_type == ops::ActType::kF32 && a.M * w.cols <= act_floats_,
@@ -470,12 +501,25 @@ class CudaBackend final : public Backend {
             linear(r);
             return;
         }
-        DSV4_ASSERT(a.row0 >= 0 && a.row0 + a.N <= w.rows, "rows [", a.row0, ", ", a.row0 + a.N,
-                    ") outside weight of ", w.rows);
-        const int64_t ldx = a.ldx ? a.ldx : w.cols, ldy = a.ldy ? a.ldy : a.N;
+        DSV4_ASSERT(a.groups >= 1 && a.row0 >= 0 && a.row0 + a.N * a.groups <= w.rows, "rows [",
+                    a.row0, ", ", a.row0 + a.N * a.groups, ") outside weight of ", w.rows);
+        const int64_t ldx = a.ldx ? a.ldx : w.cols * a.groups;
+        const int64_t ldy = a.ldy ? a.ldy : a.N * a.groups;
         if (w.has_gemv) {
             // The GEMV takes up to 16 tokens a launch: longer steps (prefill) run in slices.
+            // Groups are the GEMV's groups: group j is the weight's next N rows (an "expert" of
+            // N rows), its x and y columns j*K and j*N.
             cuda::GemvArgs g = gemv_rows(w.gemv, a.row0, a.N);
+            if (a.groups > 1) {
+                const int64_t quads = a.N / kQuadRows;
+                g.n_groups = a.groups;
+                g.w_tiles_expert_stride =
+                    quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad * cuda::kGemvTileBytes;
+                g.w_scales_expert_stride = quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad *
+                                           cuda::gemv_tile_scale_bytes(w.gemv.shape.format);
+                g.x_group_stride = w.cols;
+                g.y_group_stride = a.N;
+            }
             g.x_f32 = a.x_type == ops::ActType::kF32;
             g.y_bf16 = a.y_type == ops::ActType::kBF16;
             g.ldx = ldx;
@@ -515,9 +559,15 @@ class CudaBackend final : public Backend {
     DSV4_CUDA_OP(swiglu, SwigluArgs, launch_swiglu)
     DSV4_CUDA_OP(rms_norm, RmsNormArgs, launch_rms_norm)
     DSV4_CUDA_OP(rope, RopeArgs, launch_rope)
-    DSV4_CUDA_OP(hc_pre, HcPreArgs, launch_hc_pre)
+    void hc_pre(const ops::HcPreArgs& a) override {
+        const auto prof = profile_.scope("hc_pre", recording_);
+        cuda::launch_hc_pre(a, hc_ws_, stream_.get());
+    }
     DSV4_CUDA_OP(hc_post, HcPostArgs, launch_hc_post)
-    DSV4_CUDA_OP(hc_head, HcHeadArgs, launch_hc_head)
+    void hc_head(const ops::HcHeadArgs& a) override {
+        const auto prof = profile_.scope("hc_head", recording_);
+        cuda::launch_hc_head(a, hc_ws_, stream_.get());
+    }
     DSV4_CUDA_OP(add_to_streams, AddToStreamsArgs, launch_add_to_streams)
     DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
     // Cache rows are f32 here (typed rows are CPU-only so far; Engine::create refuses them).
@@ -580,6 +630,11 @@ class CudaBackend final : public Backend {
         const int32_t* ids = grouped ? group_expert : a.sel;
         const int32_t* row = grouped ? pair_row : nullptr;
         cudaStream_t s = stream_.get();
+        // One token (batch-1 decode): the k groups read x itself (no per-pair copy), and w2 adds
+        // each expert's output times its routing weight straight into the output, which the
+        // shared expert has written first (no combine). The sum's order differs from the
+        // reference's (slot order, then the shared expert) by float rounding only.
+        const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8;
         // Reference numerics: every expert reads x rounded to FP8 per 128 (in the FP8 copy
         // buffer until the shared expert's w2 needs it).
         const float* x = a.x;
@@ -593,9 +648,13 @@ class CudaBackend final : public Backend {
                 cuda::launch_moe_group({a.sel, group_expert, pair_row, P, a.E, n_groups}, s);
                 DSV4_CHECK_CUDA(cudaMemsetAsync(xr, 0, R * D * sizeof(float), s));
             }
-            cuda::launch_expand_rows(x, row, xr, a.T, a.k, D, s);
             DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, R * 2 * I * sizeof(float), s));
-            expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
+            if (direct) {
+                expert_gemv(ex.g13, x, D, m, h13, 2 * I, n_groups, ids, /*x_stride=*/0);
+            } else {
+                cuda::launch_expand_rows(x, row, xr, a.T, a.k, D, s);
+                expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
+            }
         } else {
             dense_experts(x, a.k, ex.w13, h13, P, 2 * I, D, a.sel);
         }
@@ -612,6 +671,24 @@ class CudaBackend final : public Backend {
         }
         cuda::launch_moe_swiglu({h13, weight_first, act, R, a.I, a.swiglu_limit}, s);
         if (a.act_fp8) cuda::launch_act_fp8_copy(act, I, act, R, I, s);
+        const float* shared = nullptr;
+        auto shared_expert = [&](float* y) {
+            float* g = a.shared_scratch;
+            float* u = g + a.T * I;
+            const ops::ActType f32 = ops::ActType::kF32;
+            linear({x, a.shared_w1, g, a.T, I});  // x is already rounded under act_fp8
+            linear({x, a.shared_w3, u, a.T, I});
+            swiglu({g, u, g, a.T * I, a.swiglu_limit});
+            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8});
+        };
+        if (direct) {
+            if (a.shared_w1 != nullptr)
+                shared_expert(a.out);
+            else
+                DSV4_CHECK_CUDA(cudaMemsetAsync(a.out, 0, D * sizeof(float), s));
+            expert_gemv(ex.g2, act, I, m, a.out, D, n_groups, ids, -1, /*y_stride=*/0, a.weight);
+            return;
+        }
         float* y2 = xr;
         if (ex.has_gemv) {
             DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, R * D * sizeof(float), s));
@@ -619,16 +696,9 @@ class CudaBackend final : public Backend {
         } else {
             dense_experts(act, 1, ex.w2, y2, P, D, I, a.sel);
         }
-        const float* shared = nullptr;
         if (a.shared_w1 != nullptr) {
-            float* g = a.shared_scratch;
-            float* u = g + a.T * I;
-            float* y = u + a.T * I;
-            const ops::ActType f32 = ops::ActType::kF32;
-            linear({x, a.shared_w1, g, a.T, I});  // x is already rounded under act_fp8
-            linear({x, a.shared_w3, u, a.T, I});
-            swiglu({g, u, g, a.T * I, a.swiglu_limit});
-            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8});
+            float* y = a.shared_scratch + 2 * a.T * I;
+            shared_expert(y);
             shared = y;
         }
         cuda::launch_moe_combine(
@@ -664,8 +734,11 @@ class CudaBackend final : public Backend {
 
     // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: y zeroed first;
     // no split-K workspace, so any G fits).
+    // Shared input (x_stride 0: every group reads the same rows) and a common output scaled by
+    // group_scale[g] (y_stride 0) are the GEMV's own options; -1 keeps the dense layout.
     void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
-                     int64_t ldy, int64_t G, const int32_t* ids) {
+                     int64_t ldy, int64_t G, const int32_t* ids, int64_t x_stride = -1,
+                     int64_t y_stride = -1, const float* group_scale = nullptr) {
         cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
         g.n_groups = static_cast<int32_t>(G);
         g.expert_ids = ids;
@@ -673,11 +746,12 @@ class CudaBackend final : public Backend {
         g.x_f32 = true;
         g.m = m;
         g.ldx = ldx;
-        g.x_group_stride = ldx * m;
+        g.x_group_stride = x_stride >= 0 ? x_stride : ldx * m;
         g.y = y;
         g.ldy = ldy;
-        g.y_group_stride = ldy * m;
+        g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
+        g.group_scale = group_scale;
         cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
     }
 
@@ -789,6 +863,7 @@ class CudaBackend final : public Backend {
     bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
     int64_t max_cols_ = 0;      // widest K of the weights uploaded
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
+    cuda::HcScratch hc_ws_;     // mHC mixing partials (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
     TransferCounts counts_;
@@ -805,7 +880,10 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
     if (!cuda::gpu_available()) return error("CUDA backend: no usable CUDA device");
     DSV4_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::query_device(device));
     DSV4_CHECK_CUDA(cudaSetDevice(device));
-    return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(info)));
+    auto be = std::make_unique<CudaBackend>(std::move(info));
+    // Scratch for steps of up to kDefaultStepRows rows until a model asks for more.
+    DSV4_RETURN_IF_ERROR(be->prepare_steps(kDefaultStepRows));
+    return std::unique_ptr<Backend>(std::move(be));
 }
 
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(

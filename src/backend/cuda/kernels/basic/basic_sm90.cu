@@ -40,8 +40,49 @@ __global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, i
     }
 }
 
-// One block per row: sum of squares in double (the reference's dot), inv = 1/sqrt(ms + eps) in
-// double rounded to float, y = x * inv * w in float.
+// One block per row: sum of squares in double (the reference's dot; v * v of a float is exact
+// in double, so the FMA is the reference's multiply-add), inv = 1/sqrt(ms + eps) in double
+// rounded to float, y = x * inv * w in float. Rows of a multiple of 4 floats go 16 bytes at a
+// time with the row held in registers between the two passes (kNormVec float4 a thread at
+// most), so a 4096-wide row is one load per thread instead of a serial chain of 16.
+constexpr int kNormVec = 4;
+constexpr int kNormThreadsMax = 1024;
+
+__global__ void __launch_bounds__(kNormThreadsMax) rms_norm_vec_kernel(ops::RmsNormArgs a) {
+    __shared__ double red[32];
+    const float4* x =
+        reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.dim);
+    float4* y = reinterpret_cast<float4*>(a.out + static_cast<int64_t>(blockIdx.x) * a.dim);
+    const float4* w = reinterpret_cast<const float4*>(a.weight);
+    const int n4 = a.dim / 4;
+    float4 v[kNormVec];
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < kNormVec; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        ss = __fma_rn(static_cast<double>(v[j].x), v[j].x, ss);
+        ss = __fma_rn(static_cast<double>(v[j].y), v[j].y, ss);
+        ss = __fma_rn(static_cast<double>(v[j].z), v[j].z, ss);
+        ss = __fma_rn(static_cast<double>(v[j].w), v[j].w, ss);
+    }
+    ss = dev::block_sum(ss, red);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / a.dim + a.eps));
+#pragma unroll
+    for (int j = 0; j < kNormVec; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) break;
+        float4 o = make_float4(__fmul_rn(v[j].x, inv), __fmul_rn(v[j].y, inv),
+                               __fmul_rn(v[j].z, inv), __fmul_rn(v[j].w, inv));
+        if (w != nullptr) {
+            const float4 g = w[i];
+            o = make_float4(__fmul_rn(o.x, g.x), __fmul_rn(o.y, g.y), __fmul_rn(o.z, g.z),
+                            __fmul_rn(o.w, g.w));
+        }
+        y[i] = o;
+    }
+}
+
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
     __shared__ double red[32];
     const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.dim;
@@ -53,18 +94,18 @@ __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
     }
 }
 
-// One thread per (row, pair); loops over heads. Angle in float (pos * inv_freq), cos/sin in
-// double rounded to float, like the reference.
+// One thread per (row, head, pair). Angle in float (pos * inv_freq), cos/sin in double rounded
+// to float, like the reference. (One thread per (row, pair) looping over the heads left a
+// batch-1 call of 64 heads on 32 threads: 26 us.)
 __global__ void rope_kernel(ops::RopeArgs a) {
     const int half = a.rope_dim / 2;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= a.rows * half) return;
-    const int64_t r = idx / half;
+    if (idx >= a.rows * a.heads * half) return;
+    const int64_t rh = idx / half;  // row * heads + head
     const int i = static_cast<int>(idx % half);
-    const dev::RopeCs cs = dev::rope_cos_sin(a.pos[r], a.inv_freq[i], a.scale, a.inverse);
-    const int off = a.head_dim - a.rope_dim;
-    for (int h = 0; h < a.heads; ++h)
-        dev::rope_rotate(a.x + (r * a.heads + h) * a.head_dim + off + 2 * i, cs);
+    const dev::RopeCs cs =
+        dev::rope_cos_sin(a.pos[rh / a.heads], a.inv_freq[i], a.scale, a.inverse);
+    dev::rope_rotate(a.x + rh * a.head_dim + (a.head_dim - a.rope_dim) + 2 * i, cs);
 }
 
 __global__ void swiglu_kernel(ops::SwigluArgs a) {
@@ -81,10 +122,15 @@ __global__ void swiglu_kernel(ops::SwigluArgs a) {
     }
 }
 
+// Block (chunk, row): kGatherChunk floats of one row (a row of V4's streams is 16384 floats:
+// one block took 26 us, a serial chain of loads).
+constexpr int kGatherChunk = 1024;
 __global__ void gather_rows_kernel(ops::GatherRowsArgs a) {
-    const float* src = a.src + static_cast<int64_t>(a.idx[blockIdx.x]) * a.width;
-    float* dst = a.dst + static_cast<int64_t>(blockIdx.x) * a.width;
-    for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) dst[i] = src[i];
+    const float* src = a.src + static_cast<int64_t>(a.idx[blockIdx.y]) * a.width;
+    float* dst = a.dst + static_cast<int64_t>(blockIdx.y) * a.width;
+    const int64_t end = min(a.width, (blockIdx.x + 1) * int64_t{kGatherChunk});
+    for (int64_t i = blockIdx.x * int64_t{kGatherChunk} + threadIdx.x; i < end; i += blockDim.x)
+        dst[i] = src[i];
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
@@ -171,13 +217,24 @@ void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_
 
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
     if (a.rows == 0) return;
-    rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    const bool vec = a.dim % 4 == 0 && a.dim / 4 <= kNormVec * kNormThreadsMax &&
+                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+    if (vec) {
+        // Enough threads for kNormVec float4 each, in whole warps.
+        const int per = (a.dim / 4 + kNormVec - 1) / kNormVec;
+        const int threads = std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
+        rms_norm_vec_kernel<<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
+    } else {
+        rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+    }
     DSV4_CHECK_LAUNCH(stream);
 }
 
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.rope_dim % 2 == 0 && a.rope_dim <= a.head_dim, a.rope_dim, " ", a.head_dim);
-    const int64_t n = a.rows * (a.rope_dim / 2);
+    const int64_t n = a.rows * a.heads * (a.rope_dim / 2);
     if (n == 0) return;
     rope_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);
@@ -203,7 +260,10 @@ void launch_count_experts(const ops::CountExpertsArgs& a, cudaStream_t stream) {
 
 void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream) {
     if (a.R == 0) return;
-    gather_rows_kernel<<<static_cast<unsigned>(a.R), kThreads, 0, stream>>>(a);
+    DSV4_ASSERT(a.R <= 65535, "gather_rows: ", a.R, " rows");
+    const dim3 grid(static_cast<unsigned>((a.width + kGatherChunk - 1) / kGatherChunk),
+                    static_cast<unsigned>(a.R));
+    gather_rows_kernel<<<grid, kThreads, 0, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);
 }
 

@@ -1,15 +1,28 @@
-// Launchers of the mHC kernels: hc_pre (RMS + mixing + sigmoid gates + Sinkhorn + collapse, one
-// block per token), hc_post (post ⊗ F + Cᵀ X), hc_head. Shapes in ops/hyper_conn.h.
+// Launchers of the mHC kernels: hc_pre (RMS + mixing + sigmoid gates + Sinkhorn + collapse) and
+// hc_head, each the mixing product split over many blocks then a finish per token; hc_post
+// (post ⊗ F + Cᵀ X). Shapes in ops/hyper_conn.h.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "ops/hyper_conn.h"
 
 namespace dsv4::cuda {
 
-void launch_hc_pre(const ops::HcPreArgs& a, cudaStream_t stream);
+// Device scratch for the mixing product's per-split partial sums.
+struct HcScratch {
+    double* part = nullptr;  // hc_scratch_doubles(...) doubles
+    int64_t doubles = 0;
+    int sm_count = 1;  // the grid is sized for it
+};
+
+// Doubles the scratch needs for steps of up to max_tokens tokens with n streams.
+int64_t hc_scratch_doubles(int64_t max_tokens, int n, int sm_count);
+
+void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t stream);
 void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream);
-void launch_hc_head(const ops::HcHeadArgs& a, cudaStream_t stream);
+void launch_hc_head(const ops::HcHeadArgs& a, const HcScratch& ws, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
