@@ -392,23 +392,83 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     EXPECT_EQ(got, ref);
 }
 
-// V4-Flash's indexer at 8K context: 64 heads x 128, top 512 of 2048 entries.
+// Prints how many of the indices differ and expects none to.
+void expect_same_topk(const std::vector<int32_t>& got, const std::vector<int32_t>& ref,
+                      const char* what) {
+    int64_t diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i) diff += got[i] != ref[i];
+    std::printf("[ops] %s: %lld of %zu indices differ\n", what, static_cast<long long>(diff),
+                ref.size());
+    EXPECT_EQ(got, ref) << what;
+}
+
+// V4-Flash's indexer shapes (64 heads x 128: the V4 kernel), top 512: 2048 entries at 8K
+// context, slices and key tiles cut short, tokens of a row at mixed valid counts, exact ties
+// (repeated keys; zero keys score exactly 0), the cut inside a run of tied zeros, and tokens
+// keeping fewer than K (some blocks of the cluster with no entry, none valid at all).
 TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(11);
     ops::HostStep st;
-    st.add_row(1, 8191, 1);
-    st.add_row(0, 5000, 1);
-    st.add_row(2, 2100, 3);
-    const int S = 3, Hi = 64, hi = 128, K = 512, m = 4;
+    st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
+    st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
+    st.add_row(2, 2101, 4);  // 525, 525, 526, 526
+    st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
+    st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
+    st.add_row(5, 2, 2);     // 0 (all -1), then 1
+    const int S = 6, Hi = 64, hi = 128, K = 512, m = 4;
     const int64_t n_entries = 2049;
     const int T = st.T();
-    const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng),
-               keys = randn(S * n_entries * hi, rng);
+    const auto q = randn(int64_t{T} * Hi * hi, rng);
+    auto w = randn(int64_t{T} * Hi, rng), keys = randn(S * n_entries * hi, rng);
+    for (int64_t e = 0; e < 3 * n_entries; e += 7)  // exact duplicates of another entry
+        std::copy_n(keys.begin() + ((e * 13) % (3 * n_entries)) * hi, hi, keys.begin() + e * hi);
+    for (int64_t e = 5; e < 3 * n_entries; e += 11)
+        std::fill_n(keys.begin() + e * hi, hi, 0.0f);  // every dot 0: score exactly 0
+    // Slot 3: one entry in 5 nonzero (400 of the 2000 valid), the tokens' weights positive:
+    // every nonzero entry is taken, then the lowest-index zeros.
+    for (int64_t e = 0; e < n_entries; ++e)
+        if (e % 5 != 0) std::fill_n(keys.begin() + (3 * n_entries + e) * hi, hi, 0.0f);
+    for (int t = 0; t < T; ++t)
+        if (st.tok_row[t] == 3)
+            for (int h = 0; h < Hi; ++h) w[t * Hi + h] = std::fabs(w[t * Hi + h]);
     std::vector<int32_t> got, ref;
     indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
-    EXPECT_EQ(got, ref);
+    expect_same_topk(got, ref, "indexer_topk V4 shapes K=512");
+    // The cut in the sparse slot falls among the zeros (the test's premise): some are taken.
+    for (int t = 0; t < T; ++t) {
+        if (st.tok_row[t] != 3) continue;
+        int zeros = 0;
+        for (int j = 0; j < K; ++j) zeros += ref[t * K + j] % 5 != 0;
+        EXPECT_GT(zeros, 0);
+        EXPECT_LT(zeros, K);
+    }
+}
+
+// The longest slot the CUDA indexer holds at V4 shapes (its shared-memory limit), top 1024
+// (V4-Pro's K): one token of random keys (with repeats), one of mostly zero keys (the cut among
+// ~28K tied zeros, spread over many rounds of the index-order scan).
+TEST(CudaOpsGpu, IndexerTopkV4ShapesLongestSlot) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(12);
+    const int Hi = 64, hi = 128, K = 1024, m = 4;
+    const int64_t n_entries = be->max_indexer_entries(Hi, hi);
+    ASSERT_GE(n_entries, 24 * 1024);
+    ops::HostStep st;
+    st.add_row(0, m * n_entries - 1, 1);    // every entry valid
+    st.add_row(1, m * n_entries - 150, 1);  // n_entries - 38
+    const int T = st.T();
+    const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng);
+    auto keys = randn(2 * n_entries * hi, rng);
+    for (int64_t e = 0; e < n_entries; e += 7)
+        std::copy_n(keys.begin() + ((e * 13) % n_entries) * hi, hi, keys.begin() + e * hi);
+    for (int64_t e = 0; e < n_entries; ++e)
+        if (e % 37 != 0) std::fill_n(keys.begin() + (n_entries + e) * hi, hi, 0.0f);
+    std::vector<int32_t> got, ref;
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
+    expect_same_topk(got, ref, "indexer_topk V4 shapes, longest slot, K=1024");
 }
 
 TEST(CudaOpsGpu, SampleMatchesExactly) {

@@ -1,5 +1,6 @@
 // Device helpers shared by the op kernels: warp and block reductions, and the block-wide top-k
-// threshold search used by the indexer and the sampler. Header-only, device code.
+// selection (a radix-select threshold, then a scan in index order) used by the indexer and the
+// sampler. Header-only, device code.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,24 +50,86 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// Block-wide: the largest key `v` such that at least k of the n keys are >= v (k <= n), by a
-// bitwise search from the top bit (32 counting passes over the keys). Keys come from
-// key(i), i < n. On return every thread holds v and the number of keys strictly above it; the
-// caller takes all keys > v and the (k - above) lowest-index keys == v: exactly the top k with
-// ties to the lower index. `red` is 32 ints of shared memory.
+// Block-wide: the largest key `v` such that at least k of the n keys are >= v (0 < k <= n; n <
+// 2^31), by a radix select over 8-bit digits from the top: four passes, each a 256-bin histogram
+// of the keys whose higher digits equal those chosen so far (shared-memory atomics, one per
+// distinct bin per warp), scanned from the top bin by one warp for the largest digit that still
+// leaves at least k keys at or above it. Keys come from key(i), i < n, read once per pass. On
+// return every thread holds v and the number of keys strictly above it; the caller takes all
+// keys > v and the (k - above) lowest-index keys == v: exactly the top k with ties to the lower
+// index. `hist` is 256 unsigned and `red` 32 ints of shared memory; the call begins with a
+// barrier (the caller's last use of them may come just before), and the caller passes one before
+// writing them again (block_topk_collect's scan does).
 template <typename KeyFn>
-__device__ uint32_t block_topk_threshold(KeyFn key, int64_t n, int64_t k, int* red,
+__device__ uint32_t block_topk_threshold(KeyFn key, int64_t n, int64_t k, unsigned* hist, int* red,
                                          int64_t* above) {
+    const int lane = threadIdx.x & 31;
     uint32_t prefix = 0;
-    for (int bit = 31; bit >= 0; --bit) {
-        const uint32_t cand = prefix | (1u << bit);
-        int cnt = 0;
-        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) cnt += key(i) >= cand;
-        if (block_sum(cnt, red) >= k) prefix = cand;
+    int64_t gt = 0;  // keys above every key that matches the digits chosen so far
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        __syncthreads();  // (the first pass: the caller's use of hist and red is over)
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        const uint32_t high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);
+        // Four keys per thread at a time (their reads, then their bins: independent); every
+        // lane runs every step (match_any).
+        constexpr int kBatch = 4;
+        for (int64_t base = 0; base < n; base += static_cast<int64_t>(blockDim.x) * kBatch) {
+            int bin[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int64_t i = base + static_cast<int64_t>(b) * blockDim.x + threadIdx.x;
+                bin[b] = -1;
+                if (i < n) {
+                    const uint32_t kv = key(i);
+                    if ((kv & high) == prefix) bin[b] = static_cast<int>((kv >> shift) & 255u);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const unsigned peers = __match_any_sync(0xffffffffu, bin[b]);
+                if (bin[b] >= 0 && lane == __ffs(peers) - 1)
+                    atomicAdd(&hist[bin[b]], static_cast<unsigned>(__popc(peers)));
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            // Lane l scans bins 255 - 8l down to 248 - 8l; lanes in order cover 255 down to 0.
+            unsigned c[8], mine = 0;
+#pragma unroll
+            for (int m = 0; m < 8; ++m) {
+                c[m] = hist[255 - 8 * lane - m];
+                mine += c[m];
+            }
+            unsigned incl = mine;  // inclusive prefix over the lanes (the bins above, and mine)
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const unsigned u = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += u;
+            }
+            int64_t cum = gt + (incl - mine);  // keys above my first bin
+            int found = -1;
+#pragma unroll
+            for (int m = 0; m < 8; ++m) {
+                if (found >= 0) continue;
+                if (cum + c[m] >= k)
+                    found = m;
+                else
+                    cum += c[m];
+            }
+            // The first lane with a hit holds the digit (one exists: the keys matching the
+            // prefix, with the gt above them, are at least k).
+            const unsigned hits = __ballot_sync(0xffffffffu, found >= 0);
+            if (lane == __ffs(hits) - 1) {
+                red[0] = 255 - 8 * lane - found;
+                red[1] = static_cast<int>(cum - gt);  // keys of this pass above the digit
+            }
+        }
+        __syncthreads();
+        prefix |= static_cast<uint32_t>(red[0]) << shift;
+        gt += red[1];
     }
-    int gt = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) gt += key(i) > prefix;
-    *above = block_sum(gt, red);
+    *above = gt;
     return prefix;
 }
 
@@ -95,23 +158,41 @@ __device__ __forceinline__ int block_exclusive_scan(int v, int* red, int* total)
 
 // Walks i = 0..n-1 in index order and calls emit(i, rank) for the top-k keys (keys > thr, then
 // the first `k - above` keys == thr), rank being the position in index order among the taken.
-template <typename KeyFn, typename EmitFn>
+// Each thread takes kPer consecutive indices per round (blockDim.x * kPer < 2^16; kPer odd, so
+// a warp's runs start in distinct shared-memory banks when the keys are read from there), and
+// one block scan per round counts the keys above and the ties before each thread's run: a key's
+// rank is (keys > thr before it) + min(ties before it, k - above).
+template <int kPer = 9, typename KeyFn, typename EmitFn>
 __device__ void block_topk_collect(KeyFn key, int64_t n, uint32_t thr, int64_t above, int64_t k,
                                    int* red, EmitFn emit) {
-    int64_t taken = 0, ties_taken = 0;
     const int64_t ties_wanted = k - above;
-    for (int64_t base = 0; base < n; base += blockDim.x) {
-        const int64_t i = base + threadIdx.x;
-        const uint32_t kv = i < n ? key(i) : 0u;
-        const int is_tie = i < n && kv == thr;
-        int tie_total = 0;
-        const int tie_rank = block_exclusive_scan(is_tie, red, &tie_total);
-        const int take = i < n && (kv > thr || (is_tie && ties_taken + tie_rank < ties_wanted));
-        int take_total = 0;
-        const int rank = block_exclusive_scan(take, red, &take_total);
-        if (take) emit(i, taken + rank);
-        taken += take_total;
-        ties_taken += tie_total;
+    int64_t gt_before = 0, ties_before = 0;  // over the previous rounds
+    for (int64_t base = 0; base < n; base += static_cast<int64_t>(blockDim.x) * kPer) {
+        const int64_t i0 = base + static_cast<int64_t>(threadIdx.x) * kPer;
+        int gt = 0, ties = 0;
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+            if (i0 + m >= n) break;
+            const uint32_t kv = key(i0 + m);
+            gt += kv > thr;
+            ties += kv == thr;
+        }
+        int total = 0;  // packed: ties in the high 16 bits, keys above thr in the low 16
+        const int off = block_exclusive_scan((ties << 16) | gt, red, &total);
+        int64_t g = gt_before + (off & 0xffff), t = ties_before + (off >> 16);
+        for (int m = 0; m < kPer && (gt > 0 || ties > 0); ++m) {
+            if (i0 + m >= n) break;
+            const uint32_t kv = key(i0 + m);
+            if (kv > thr) {
+                emit(i0 + m, g + (t < ties_wanted ? t : ties_wanted));
+                ++g;
+            } else if (kv == thr) {
+                if (t < ties_wanted) emit(i0 + m, g + t);
+                ++t;
+            }
+        }
+        gt_before += total & 0xffff;
+        ties_before += total >> 16;
     }
 }
 

@@ -1,7 +1,7 @@
 // Launcher of the lightning indexer's scores + top-k (ops/indexer.h). The scores of a token's
 // valid entries live in shared memory: a slot may hold at most indexer_max_entries(Hi, hi)
-// entries (about 56K for V4's 64 x 128 heads: contexts up to ~225K tokens at m = 4); the
-// launcher checks n_entries against it.
+// entries (29184 for V4's 64 x 128 heads: contexts up to ~116K tokens at m = 4); the launcher
+// checks n_entries against it.
 #pragma once
 
 #include <cuda_runtime.h>

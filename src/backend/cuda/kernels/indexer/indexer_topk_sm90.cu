@@ -1,16 +1,41 @@
 // Indexer top-k (indexer_topk.h): a cluster of kCluster (16) blocks per token. Scores are computed
 // exactly as the reference does (backend/cpu/ref/indexer.cc): each q_h . key dot in double with
-// the same four interleaved partial sums and the same final pairing, then s += w_h * max(d, 0)
-// in head order, every step an explicitly rounded double operation (no FMA contraction; the CPU
-// build does not contract either), so the float scores are bitwise those of the CPU and the
-// selection matches exactly, ties included. Each block of the cluster scores a contiguous
-// slice of the token's valid entries (keys staged through shared memory a tile at a time,
-// rows padded so that the 32 lanes of a warp, 32 entries of one head, hit 32 banks); block 0
-// then gathers every slice's scores through distributed shared memory and selects: the
-// keep = min(K, valid) largest scores with ties to the lower index (a bitwise threshold search
-// over order-preserving keys, then a scan in index order that also yields the output sorted by
-// entry index), padded with -1. (One block per token scored 2048 entries x 64 heads alone on
-// one SM: 8.9 ms a call at V4-Flash's 8K context.)
+// the same four interleaved partial sums s_j (j = k mod 4, each in increasing k) and the same
+// final pairing (s0 + s1) + (s2 + s3), then s += w_h * max(d, 0) in head order, every step an
+// explicitly rounded double operation, so the float scores are bitwise those of the CPU and the
+// selection matches exactly, ties included. Each block of the cluster scores a contiguous slice
+// of the token's valid entries; block 0 then selects the keep = min(K, valid) largest scores
+// with ties to the lower index (dev::block_topk_threshold's radix select over order-preserving
+// keys, then a scan in index order that also yields the output sorted by entry index), padded
+// with -1. The kernel reads f32 keys only (the backend refuses other key formats, so q is never
+// rotated here) and ignores round_bf16 (Model refuses the bf16 reference mode on CUDA).
+//
+// V4 shapes (64 heads x 128 dims, both V4-Flash and V4-Pro): indexer_topk_v4_kernel, bound by
+// FP64 FMA throughput (2048 entries x 64 heads x 128 dims per token at 8K context: 1M FMAs per
+// block, ~8 us at the 64 DFMA/clock of an SM). 256 threads: warp w computes the partial sum
+// j = w % 4 for entry group g = w / 4, lane l for heads 2l and 2l + 1, whose 2 x 32 query terms
+// of partial sum j stay in registers as doubles (converted once per block). Keys are staged a
+// tile of 32 entries at a time in shared memory as doubles (converted once when stored), split
+// by partial sum ([entry][j][term]), so every key read is a warp-wide broadcast (one address,
+// two terms per 128-bit load) feeding four FMAs per lane; each warp runs 4 entries x 2 heads
+// of independent sums. Each multiply-add is one DFMA: the operands are floats, whose product
+// (24 + 24 significant bits, exponents far inside double's range) is exact in double, so
+// fma(a, b, s) = round(a * b + s) = round(round(a * b) + s), bit for bit the reference's
+// separately rounded multiply and add. A tile's partial sums go to shared memory; after a
+// barrier each thread pairs them, (s0 + s1) + (s2 + s3), and applies the ReLU and the weight
+// (w_h * max(d, 0): a separately rounded double multiply and add, as in the reference, since
+// d is a double and that product is not exact) for some (entry, head). The head-order sum of each
+// entry (64 dependent adds) is done by lanes 0-7 of warps 0-3 at the start of the next tile,
+// overlapping the FMAs of warps 4-7 (which share the SM sub-partitions), and written straight into
+// block 0's scores through distributed shared memory (no gather). The next key tile's global loads
+// are issued before a tile's FMAs and converted and stored after them. Shared memory: keys 32 KB,
+// partial sums 64 KB (also the q staging area and the selection's scratch), weighted terms 16.5 KB,
+// then the slot's scores: at most 29184 entries (~116K tokens at m = 4).
+//
+// Other shapes (test models): indexer_topk_kernel, 512 threads, one dot per lane in double from
+// float shared memory (queries [Hi][hi + 1], key tiles of 32 entries), block 0 pulling the other
+// blocks' scores; exact the same way, and slow: it took 122 us a call at V4-Flash's shapes and
+// 8K context (one block per token without the cluster: 8.9 ms).
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common/check.cuh"
@@ -23,12 +48,202 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kThreads = 512;
 // Blocks per token: 16, a non-portable cluster size (allowed by an attribute at the first
 // launch): the scores are FP64 (bitwise the reference's), so the more SMs the better.
 constexpr int kCluster = 16;
-constexpr int kKeyTile = 32;             // entries staged per round: one per lane
 constexpr size_t kMaxSmem = 227 * 1024;  // H100/H200 opt-in per block
+
+// Block 0, after every score of the token is in `score`: the top min(K, valid) indices in
+// index order, then -1. `hist` is 256 unsigned, `red` 32 ints of shared memory.
+__device__ void select_topk(const float* score, int64_t valid, int K, int32_t* out, unsigned* hist,
+                            int* red) {
+    const int64_t keep = K < valid ? K : valid;
+    if (keep > 0) {
+        auto key = [&](int64_t i) { return dev::order_key(score[i]); };
+        int64_t above = 0;
+        const uint32_t thr = dev::block_topk_threshold(key, valid, keep, hist, red, &above);
+        dev::block_topk_collect(key, valid, thr, above, keep, red, [&](int64_t i, int64_t rank_i) {
+            out[rank_i] = static_cast<int32_t>(i);
+        });
+    }
+    for (int64_t j = keep + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
+}
+
+// ---- V4 shapes ------------------------------------------------------------------------------
+
+constexpr int kHeads = 64, kDim = 128;
+constexpr int kTerms = kDim / 4;  // terms of one partial sum
+constexpr int kV4Threads = 256;   // 4 partial sums x 2 entry groups, a lane per head pair
+constexpr int kTile = 32;         // entries staged per tile
+constexpr int kChunk = 4;         // entries a warp computes at once
+constexpr int kRound = 2 * kChunk;
+constexpr int kQStride = kHeads + 2;  // q staging rows (floats): conflict-free both ways
+constexpr int kPStride = kHeads + 2;  // weighted-term rows (doubles): 8 rows hit 8 bank groups
+static_assert(kHeads == 2 * 32 && kTile % kRound == 0 && kTile == 4 * 8);
+
+// Shared memory, in doubles: key tile [kTile][4][kTerms], partial sums [kTile][4][kHeads],
+// weighted terms [kTile][kPStride], weights [kHeads]; then the scores (floats).
+constexpr int kKeyDoubles = kTile * kDim;
+constexpr int kPartDoubles = kTile * 4 * kHeads;
+constexpr int kPDoubles = kTile * kPStride;
+constexpr size_t kV4Fixed = (kKeyDoubles + kPartDoubles + kPDoubles + kHeads) * sizeof(double);
+// The partial-sum buffer doubles as the q staging area ([4][kTerms][kQStride] floats) before the
+// first tile and as the selection's scratch after the last.
+static_assert(4 * kTerms * kQStride * sizeof(float) <= kPartDoubles * sizeof(double));
+static_assert((256 + 32) * sizeof(int) <= kPartDoubles * sizeof(double));
+
+constexpr int kTileF4 = kTile * kDim / 4 / kV4Threads;  // float4 of a key tile per thread
+static_assert(kTile * kDim / 4 % kV4Threads == 0);
+
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1)
+    indexer_topk_v4_kernel(ops::IndexerTopkArgs a) {
+    extern __shared__ __align__(16) double smem[];
+    cg::cluster_group cluster = cg::this_cluster();
+    // Distributed shared memory may be written only once every block of the cluster runs: this
+    // arrival is waited for just before the first remote write.
+    cluster.barrier_arrive();
+    const int rank = static_cast<int>(cluster.block_rank());
+    const ops::StepDesc& st = a.step;
+    const int64_t t = blockIdx.x / kCluster;
+    const int64_t valid = (st.tok_pos[t] + 1) / a.m;
+    const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * kDim;
+    double* key_s = smem;
+    double* part = key_s + kKeyDoubles;
+    double* p_s = part + kPartDoubles;
+    double* w_s = p_s + kPDoubles;
+    float* score = reinterpret_cast<float*>(w_s + kHeads);
+    float* score0 = cluster.map_shared_rank(score, 0);  // block 0's
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int j = warp & 3, g = warp >> 2;
+    // This block's slice of the entries.
+    const int64_t per = (valid + kCluster - 1) / kCluster, e_begin = rank * per;
+    const int n_b =
+        static_cast<int>(valid < e_begin ? 0 : (valid < e_begin + per ? valid - e_begin : per));
+    const int n_tiles = (n_b + kTile - 1) / kTile;
+
+    // Key tiles: thread tid holds float4 f = tid + kV4Threads * m of the tile (entry f / kTerms,
+    // terms 4c..4c+3 with c = f % kTerms) between the load and the store.
+    float4 pre[kTileF4];
+    auto load_tile = [&](int tile) {
+        const int e0 = tile * kTile, n = n_b - e0 < kTile ? n_b - e0 : kTile;
+        const float4* src = reinterpret_cast<const float4*>(keys + (e_begin + e0) * kDim);
+#pragma unroll
+        for (int m = 0; m < kTileF4; ++m) {
+            const int f = tid + kV4Threads * m;
+            pre[m] = f / kTerms < n ? __ldg(src + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto store_tile = [&] {
+#pragma unroll
+        for (int m = 0; m < kTileF4; ++m) {
+            const int f = tid + kV4Threads * m;
+            double* d = key_s + (f / kTerms) * kDim + f % kTerms;  // [e][j][c], j = 0
+            d[0] = pre[m].x;
+            d[kTerms] = pre[m].y;
+            d[2 * kTerms] = pre[m].z;
+            d[3 * kTerms] = pre[m].w;
+        }
+    };
+    // Warps 0-3, lanes 0-7: the head-order sum of an entry of a finished tile, into block 0.
+    auto finish = [&](int tile, int n) {
+        const int e = warp * 8 + lane;
+        if (lane < 8 && e < n) {
+            const double* pr = p_s + e * kPStride;
+            double s = 0;
+#pragma unroll 8
+            for (int h = 0; h < kHeads; h += 2) {
+                const double2 v = *reinterpret_cast<const double2*>(pr + h);
+                s = __dadd_rn(s, v.x);
+                s = __dadd_rn(s, v.y);
+            }
+            score0[e_begin + tile * kTile + e] = static_cast<float>(s);
+        }
+    };
+
+    double q0[kTerms], q1[kTerms];  // terms j, j + 4, ... of heads 2 * lane and 2 * lane + 1
+    if (n_tiles > 0) {
+        load_tile(0);
+        // q staged as floats, [j][c][h] (h = head, c = term of partial sum j), through the
+        // partial-sum buffer: warp-wide stores hit 32 banks (two heads x 16 terms), and each
+        // lane reads its two heads with one 64-bit load.
+        float* qs = reinterpret_cast<float*>(part);
+        const float* qg = a.q + t * kHeads * kDim;
+        for (int x = tid; x < kHeads * kTerms; x += kV4Threads) {
+            const int wx = x >> 5, lx = x & 31;
+            const int h = 2 * (wx >> 1) + (lx >> 4), c = 16 * (wx & 1) + (lx & 15);
+            const float4 v = __ldg(reinterpret_cast<const float4*>(qg + h * kDim) + c);
+            qs[(0 * kTerms + c) * kQStride + h] = v.x;
+            qs[(1 * kTerms + c) * kQStride + h] = v.y;
+            qs[(2 * kTerms + c) * kQStride + h] = v.z;
+            qs[(3 * kTerms + c) * kQStride + h] = v.w;
+        }
+        for (int h = tid; h < kHeads; h += kV4Threads) w_s[h] = a.w[t * kHeads + h];
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < kTerms; ++c) {
+            const float2 v =
+                *reinterpret_cast<const float2*>(qs + (j * kTerms + c) * kQStride + 2 * lane);
+            q0[c] = v.x;
+            q1[c] = v.y;
+        }
+        store_tile();     // (its loads were in flight meanwhile)
+        __syncthreads();  // q read out of the partial-sum buffer; the first key tile in
+    }
+    cluster.barrier_wait();
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int n = n_b - tile * kTile < kTile ? n_b - tile * kTile : kTile;
+        if (tile + 1 < n_tiles) load_tile(tile + 1);
+        if (tile > 0 && warp < 4) finish(tile - 1, kTile);
+        // This warp's partial sum j of heads 2l, 2l + 1 for kChunk entries at a time.
+        for (int r = 0; r < kTile / kRound; ++r) {
+            const int e0 = r * kRound + g * kChunk;
+            if (e0 >= n) break;
+            const double* kb = key_s + e0 * kDim + j * kTerms;
+            double acc0[kChunk], acc1[kChunk];
+#pragma unroll
+            for (int c = 0; c < kChunk; ++c) acc0[c] = acc1[c] = 0.0;
+#pragma unroll
+            for (int i = 0; i < kTerms; i += 2) {
+#pragma unroll
+                for (int c = 0; c < kChunk; ++c) {
+                    const double2 kv = *reinterpret_cast<const double2*>(kb + c * kDim + i);
+                    acc0[c] = __fma_rn(q0[i], kv.x, acc0[c]);
+                    acc1[c] = __fma_rn(q1[i], kv.x, acc1[c]);
+                    acc0[c] = __fma_rn(q0[i + 1], kv.y, acc0[c]);
+                    acc1[c] = __fma_rn(q1[i + 1], kv.y, acc1[c]);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < kChunk; ++c)
+                *reinterpret_cast<double2*>(part + ((e0 + c) * 4 + j) * kHeads + 2 * lane) =
+                    make_double2(acc0[c], acc1[c]);
+        }
+        __syncthreads();  // the tile's partial sums are in; its keys are consumed
+        for (int x = tid; x < n * kHeads; x += kV4Threads) {
+            const int e = x / kHeads, h = x % kHeads;
+            const double* s = part + e * 4 * kHeads + h;
+            const double d =
+                __dadd_rn(__dadd_rn(s[0], s[kHeads]), __dadd_rn(s[2 * kHeads], s[3 * kHeads]));
+            p_s[e * kPStride + h] = __dmul_rn(w_s[h], d < 0.0 ? 0.0 : d);
+        }
+        if (tile + 1 < n_tiles) store_tile();
+        __syncthreads();  // weighted terms and the next keys are in
+    }
+    if (n_tiles > 0 && warp < 4) finish(n_tiles - 1, n_b - (n_tiles - 1) * kTile);
+    cluster.sync();  // every score is in block 0; the others may exit
+    if (rank != 0) return;
+    select_topk(score, valid, a.K, a.topk + t * a.K, reinterpret_cast<unsigned*>(part),
+                reinterpret_cast<int*>(part) + 256);
+}
+
+// ---- Other shapes ---------------------------------------------------------------------------
+
+constexpr int kThreads = 512;
+constexpr int kKeyTile = 32;  // entries staged per round: one per lane
+
+// Static shared memory of the generic kernel (selection scratch), out of the same budget.
+constexpr size_t kStaticBytes = (256 + 32) * sizeof(int);
 
 // Shared memory: the dots of a tile [kKeyTile][Hi + 1] (double, first for alignment), the queries
 // [Hi][hi + 1], the weights [Hi], a key tile [kKeyTile][hi + 1], then the scores [n_entries].
@@ -56,6 +271,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     indexer_topk_kernel(ops::IndexerTopkArgs a) {
     extern __shared__ double dyn[];
     __shared__ int red[32];
+    __shared__ unsigned hist[256];
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = static_cast<int>(cluster.block_rank());
     const ops::StepDesc& st = a.step;
@@ -105,30 +321,25 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     }
     cluster.sync();  // the other blocks' scores are read: they may exit
     if (rank != 0) return;
-    const int64_t keep = a.K < valid ? a.K : valid;
-    int32_t* out = a.topk + t * a.K;
-    if (keep > 0) {
-        auto key = [&](int64_t i) { return dev::order_key(score[i]); };
-        int64_t above = 0;
-        const uint32_t thr = dev::block_topk_threshold(key, valid, keep, red, &above);
-        dev::block_topk_collect(key, valid, thr, above, keep, red, [&](int64_t i, int64_t rank_i) {
-            out[rank_i] = static_cast<int32_t>(i);
-        });
-    }
-    for (int64_t j = keep + threadIdx.x; j < a.K; j += blockDim.x) out[j] = -1;
+    select_topk(score, valid, a.K, a.topk + t * a.K, hist, red);
+}
+
+bool v4_shapes(int Hi, int hi) {
+    return Hi == kHeads && hi == kDim;
 }
 
 size_t smem_bytes(int Hi, int hi, int64_t n_entries) {
-    return fixed_bytes(Hi, hi) + static_cast<size_t>(n_entries) * sizeof(float);
+    const size_t fixed = v4_shapes(Hi, hi) ? kV4Fixed : fixed_bytes(Hi, hi);
+    return fixed + static_cast<size_t>(n_entries) * sizeof(float);
 }
 
 }  // namespace
 
 int64_t indexer_max_entries(int Hi, int hi) {
-    // The static shared memory (reduction scratch) comes out of the same budget.
-    return (static_cast<int64_t>(kMaxSmem) - static_cast<int64_t>(fixed_bytes(Hi, hi))) /
-               static_cast<int64_t>(sizeof(float)) -
-           64;
+    // The generic kernel's static shared memory comes out of the same budget.
+    const size_t budget = v4_shapes(Hi, hi) ? kMaxSmem : kMaxSmem - kStaticBytes;
+    return (static_cast<int64_t>(budget) - static_cast<int64_t>(smem_bytes(Hi, hi, 0))) /
+           static_cast<int64_t>(sizeof(float));
 }
 
 void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
@@ -138,17 +349,29 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.m >= 1 && a.K >= 0, "indexer_topk: m ", a.m, " K ", a.K);
     if (a.step.T == 0) return;
     static const cudaError_t attr = [] {
-        const cudaError_t e =
-            cudaFuncSetAttribute(indexer_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kMaxSmem - 32 * sizeof(int)));
-        if (e != cudaSuccess) return e;
-        return cudaFuncSetAttribute(indexer_topk_kernel,
-                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        cudaError_t e = cudaFuncSetAttribute(indexer_topk_v4_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kMaxSmem));
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(indexer_topk_v4_kernel,
+                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(indexer_topk_kernel,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kMaxSmem - kStaticBytes));
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(indexer_topk_kernel,
+                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        return e;
     }();
     DSV4_CHECK_CUDA(attr);
     // (Compile-time cluster dims: the grid is a whole number of clusters.)
-    indexer_topk_kernel<<<static_cast<unsigned>(a.step.T * kCluster), kThreads,
-                          smem_bytes(a.Hi, a.hi, a.n_entries), stream>>>(a);
+    const unsigned grid = static_cast<unsigned>(a.step.T * kCluster);
+    const size_t smem = smem_bytes(a.Hi, a.hi, a.n_entries);
+    if (v4_shapes(a.Hi, a.hi))
+        indexer_topk_v4_kernel<<<grid, kV4Threads, smem, stream>>>(a);
+    else
+        indexer_topk_kernel<<<grid, kThreads, smem, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);
 }
 

@@ -3,7 +3,7 @@
 // Otherwise the candidates are ordered by logit descending, ties to the lower id, as the 64-bit
 // key (order_key(logit) << 32) | ~id, and the row takes one of two paths:
 //
-//  - keep <= kSampleMaxTopK: the top `keep` are found with the block top-k threshold search,
+//  - keep <= kSampleMaxTopK: the top `keep` are found with the block top-k radix select,
 //    sorted in shared memory, and one thread does the reference's sequential double arithmetic
 //    (probabilities exp((l - max) / T), the top-p cut, the draft test, the draw and the walk).
 //  - larger keep (top_k 0 or > 1024, up to V): no sort. Every "smallest prefix of the sorted
@@ -321,7 +321,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
         return;
     }
     int64_t above = 0;
-    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, sh.red, &above);
+    // (hcnt: the radix path's histogram, free here)
+    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, sh.hcnt, sh.red, &above);
     int n_pow2 = 1;
     while (n_pow2 < keep) n_pow2 <<= 1;
     for (int i = threadIdx.x; i < n_pow2; i += blockDim.x) sh.cand[i] = 0;  // padding sorts last
