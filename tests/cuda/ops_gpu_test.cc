@@ -219,11 +219,13 @@ TEST(CudaOpsGpu, HyperConnectionsV4Shapes) {
 // -1 holes), with a small window so rows wrap the ring.
 // Long key lists: decode rows far into their sequences and a prefill chunk, a 128-key window
 // and hundreds of compressed entries (each block of the kernel's cluster then runs several key
-// tiles).
+// tiles). Decode steps (decode_pos: one row per position, each in its own slot): the small-step
+// launch shapes (8-head groups, clusters of up to 16 key splits, empty splits).
 struct AttentionShape {
     int W = 8, m = 4, K = 5;
     int64_t n_entries = 20;
     bool long_rows = false;
+    std::vector<int64_t> decode_pos = {};
 };
 
 void attention_case(const char* what, int H, int hd, bool with_entries, bool csa,
@@ -238,7 +240,12 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
         st.add_row(4, 301, 4);
         st.add_row(1, 999, 1);
     }
-    const int S = 5, W = shape.W, m = shape.m, K = shape.K;
+    if (!shape.decode_pos.empty()) {
+        st.clear();
+        for (size_t i = 0; i < shape.decode_pos.size(); ++i)
+            st.add_row(static_cast<int32_t>(i), shape.decode_pos[i], 1);
+    }
+    const int S = std::max(5, st.B()), W = shape.W, m = shape.m, K = shape.K;
     const int64_t n_entries = shape.n_entries;
     const int T = st.T();
     const auto q = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
@@ -304,6 +311,52 @@ TEST(CudaOpsGpu, AttentionLongKeyListsHca) {
 TEST(CudaOpsGpu, AttentionLongKeyListsCsa) {
     DSV4_REQUIRE_GPU();
     attention_case("attention CSA long H=64 hd=512", 64, 512, true, true, {128, 4, 200, 260, true});
+}
+
+// V4-Flash's decode shapes at 8K context (64 heads of 512, window 128; HCA every 128th position,
+// CSA top 512 of every 4th), batch 1: 8 head groups x 16 key splits; HCA's 192 keys leave the
+// last splits empty.
+TEST(CudaOpsGpu, AttentionV4DecodeBatch1Sliding) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention V4 decode B=1 sliding", 64, 512, false, false,
+                   {128, 4, 5, 20, false, {8191}});
+}
+TEST(CudaOpsGpu, AttentionV4DecodeBatch1Hca) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention V4 decode B=1 HCA", 64, 512, true, false,
+                   {128, 128, 5, 80, false, {8191}});
+}
+TEST(CudaOpsGpu, AttentionV4DecodeBatch1Csa) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention V4 decode B=1 CSA", 64, 512, true, true,
+                   {128, 4, 512, 2048, false, {8191}});
+}
+// Fewer keys than key splits: a token at position 3 (4 keys: 15 of 16 splits empty); CSA at
+// position 5 (one valid entry, picked or -1).
+TEST(CudaOpsGpu, AttentionDecodeFewerKeysThanSplits) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention decode p=3 sliding", 64, 512, false, false,
+                   {128, 4, 5, 20, false, {3}});
+    attention_case("attention decode p=5 CSA", 64, 512, true, true, {128, 4, 512, 20, false, {5}});
+}
+// Head counts off the 8-head group: 22 heads (the last group 6: a partial quad and an idle
+// one) with a head_dim off the float4 path, and 8 heads (one group).
+TEST(CudaOpsGpu, AttentionDecodeHeadGroups) {
+    DSV4_REQUIRE_GPU();
+    attention_case("attention decode CSA H=22 hd=129", 22, 129, true, true,
+                   {16, 4, 24, 64, false, {200}});
+    attention_case("attention decode HCA H=8 hd=512", 8, 512, true, false,
+                   {128, 4, 5, 300, false, {1000}});
+}
+// A batch of 8 decode tokens at mixed positions (the first token of a sequence, a partly filled
+// window, the window's wrap-around, far into the context), V4's head_dim and heads.
+TEST(CudaOpsGpu, AttentionV4DecodeBatch8MixedPositions) {
+    DSV4_REQUIRE_GPU();
+    const std::vector<int64_t> pos = {8191, 0, 3, 127, 128, 1000, 4099, 200};
+    attention_case("attention V4 decode B=8 HCA", 64, 512, true, false,
+                   {128, 128, 5, 80, false, pos});
+    attention_case("attention V4 decode B=8 CSA", 64, 512, true, true,
+                   {128, 4, 512, 2048, false, pos});
 }
 
 TEST(CudaOpsGpu, RingWrite) {

@@ -1,34 +1,60 @@
-// Sink attention (attention.h). A thread-block cluster of C blocks per (token, group of up to 64
-// heads): the token's keys (its slot's ring positions before the chunk, the chunk's own tokens,
-// then the compressed entries: all valid ones for HCA, the top-k list for CSA) are split into C
-// contiguous slices, one per block, so a batch-1 decode step (one token, ~640 keys x 64 heads of
-// 512 dims) runs on C SMs instead of one (one block alone took 769 us a call on an H200).
+// Sink attention (attention.h). A token's work is its keys (its slot's ring positions before
+// the chunk, the chunk's own tokens, then the compressed entries: all valid ones for HCA, the
+// top-k list for CSA) times its heads. A V4-Flash decode token has up to 640 keys x 64 heads of
+// 512 dims, ~42 M FMAs (scores and values): too much for a few SMs and too little to amortise a
+// fixed cost per block. The previous kernel (a cluster of 8 blocks of all 64 heads per token)
+// ran 25.9 / 38 / 76 us a call for sliding / HCA / CSA at batch 1 on an H200: 8 of 132 SMs
+// working, each bound by shared-memory reads (2 FMAs per float read). This one spreads a token
+// over more, lighter blocks:
+//  - head groups (grid.y): 16 heads a block, or 8 when 16-head groups split 16 ways would still
+//    give fewer than 128 blocks (a batch-1 step of 64 heads: 8 groups, not 4);
+//  - key splits: a cluster of C blocks (up to 16, a non-portable size allowed by an attribute)
+//    cuts the token's keys into C contiguous slices of whole batches of 8 keys, one per block
+//    (the last ones empty for a short list); C is the largest power of two <= 16 with
+//    T x groups x C <= 2 x the SM count (two blocks fit an SM) and (C - 1) x 8 < the most keys
+//    a token can have (W + K for CSA, W + the entry capacity for HCA, W for sliding).
+// Everything comes from host-known values (T, H, W, K, n_entries, the SM count), never from the
+// positions in device memory: every decode step of a shape launches alike, so a CUDA graph
+// replays it. At H = 64, hd = 512, W = 128, K = 512: batch 1 is 8 groups x 16 splits = 128
+// blocks of 8 heads (CSA: 40 keys a block; sliding 8; HCA at 8K context 16 in 12 blocks, 4
+// empty); batch 8 is 4 groups x 8 splits a token (256 blocks of 16 heads, CSA 80 keys); batch
+// 32 is 4 groups x 2 splits (256 blocks, CSA 320 keys); from 64 tokens on one block per
+// (token, group). Each key is read from L2 by every head group (4 or 8 times a token: <= 10 MB a
+// batch-1 step, which the L2 serves in a few us spread over the SMs).
 //
-// Each block stages its slice through shared memory in tiles of kTile keys, each key read from
-// global memory once for all the heads of the block (V4 has one K=V head shared by every query
-// head), and runs an online softmax per head a tile at a time:
-//  1. scores: the [64 heads x kTile keys] tile of q.k dots as a register-tiled product (each
-//     lane 4 heads x 4 keys over an eighth of the dims, then a 3-step shuffle reduction), so each
-//     value read from shared memory feeds four FMAs (a per-key warp dot re-read the queries from
-//     shared memory for every key, which bounded the old kernel);
-//  2. per head (warp h % 16): tile max, running max m, rescale factor, p = exp(z - m), running
-//     denominator l;
-//  3. values: acc = acc * corr + sum_j p_j k_j, lane i holding dims 4i..4i+3 (+ 128 c).
-// The sink enters only block 0's state (m = sink, l = exp(sink - sink) = 1: the sink is in the
-// denominator only); the other blocks start empty (m = -inf, l = 0, acc = 0), and a block whose
-// slice is empty stays so. After the key loop each block leaves its partial (m, l, acc) per head
-// in its own shared memory; block r of the cluster merges heads r, r + C, ... from every block
-// through distributed shared memory (M = max m_i, L = sum l_i e^(m_i - M),
-// out = sum acc_i e^(m_i - M) / L; empty partials weigh e^-inf = 0) and writes them.
+// A block is 4 warps; warp = (quad, key group): the queries of its 4 heads stay in registers
+// (lane l holds dims 4l..4l+3 + 128c, c < 4), and so do their output accumulators. 16-head
+// blocks are 4 quads x 1 key group, 8-head blocks 2 quads x 2 key groups (each group a
+// separate online softmax over its half of every tile). Keys come through shared memory, read
+// from global memory once per block for all its heads (V4 has one K=V head shared by every query
+// head), in tiles of 8 keys per key group, double-buffered with cp.async: tile i+1 is in flight
+// while tile i is computed, one __syncthreads a tile, and CSA's top-k indices are read a tile
+// ahead of the copies that need them. Each warp takes its 8 keys of a tile:
+//  1. scores: lane partial dots of 4 heads x 8 keys over its 16 dims (each key value read from
+//     shared memory feeds 4 FMAs, the queries being in registers), then a reduce-scatter over
+//     the warp (31 shuffles) completes score (head l / 8, key l % 8) on lane l;
+//  2. softmax, one score per lane: the batch max per head (3 shuffles) and the running max m;
+//     the accumulators and the lane's share of the denominator are rescaled only when m grows
+//     (a warp-uniform branch: otherwise the factor would be exactly 1); p = exp(z - m);
+//  3. values: acc[head] += p * key, the batch's p read back as broadcast float4s; a key's values
+//     are read from shared memory a second time (4 FMAs per float again).
+// So a warp does 1,024 FMAs per 256 floats read from shared memory (the old kernel: 2 per float)
+// plus ~250 other instructions per batch, with no barrier inside a tile; < 256 registers, two
+// blocks (8 warps) an SM. Missing keys (a CSA -1, past the slice end) are zero rows with
+// z = -inf: p = 0. After the keys the two key groups of an 8-head block merge in shared memory,
+// each block leaves its partial (m, l, acc) per head in its own shared memory, and the cluster
+// merges through distributed shared memory, every thread one float4 of the outputs:
+// M = max(sink, m_i), L = e^(sink - M) + sum l_i e^(m_i - M), out = sum acc_i e^(m_i - M) / L
+// (the sink in the denominator only; an empty slice, m = -inf, weighs 0 and is not read).
 // FP32 throughout; the reference (backend/cpu/ref/attention.cc) accumulates in double: tolerance
-// in docs/numerics-cuda.md.
+// in docs/numerics-cuda.md. round_bf16 (the CPU-only bf16 reference mode) has no kernel here.
 #include <cooperative_groups.h>
 
 #include <cstdint>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
-#include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "base/check.h"
 
 namespace dsv4::cuda {
@@ -36,32 +62,60 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kWarps = 16;
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kHeadsPerWarp = 4;
-constexpr int kHeadsPerBlock = kWarps * kHeadsPerWarp;  // 64
-constexpr int kTile = 16;                               // keys staged per round: one per warp
-constexpr int kMaxCluster = 8;                          // the portable cluster size
-constexpr int kChunk = 128;                             // dims of one float4 per lane
-constexpr int kMaxChunks = kAttnMaxHeadDim / kChunk;    // 4
-static_assert(kTile == kWarps, "the loader gives each warp one key of the tile");
+constexpr int kQuad = 4;       // heads per warp
+constexpr int kBatch = 8;      // keys per warp per tile: 4 heads x 8 keys = one score a lane
+constexpr int kMaxGroups = 2;  // key groups per block (8-head blocks)
+constexpr int kMaxRows = kBatch * kMaxGroups;         // keys per tile
+constexpr int kMaxHeads = kWarps * kQuad;             // 16
+constexpr int kMaxCluster = 16;                       // non-portable: allowed by attribute
+constexpr int kChunk = 128;                           // dims of one float4 per lane
+constexpr int kMaxChunks = kAttnMaxHeadDim / kChunk;  // 4
+static_assert(kQuad * kBatch == 32, "one score of the batch per lane");
 static_assert(kAttnMaxHeadDim % kChunk == 0, "head_dim limit in whole chunks");
 
 // Rows in shared memory are zero-padded to a whole number of chunks, so the inner loops need no
-// bounds (the padding adds exact zeros to the dots).
+// bounds (the padding adds exact zeros).
 __host__ __device__ constexpr int padded_hd(int hd) {
     return (hd + kChunk - 1) / kChunk * kChunk;
 }
 
-// Shared memory: queries [64][hdp] (after the key loop: this block's accumulators), a key tile
-// [kTile][hdp], the tile's scores/weights [64][kTile], the partial (m, l) [64][2], the merge
-// weights [64][kMaxCluster], then the tile's key-present flags [kTile]. At hd 512: 167 KB.
-size_t attention_smem(int hd) {
-    const size_t hdp = padded_hd(hd);
-    return ((kHeadsPerBlock + kTile) * hdp + kHeadsPerBlock * kTile + kHeadsPerBlock * 2 +
-            kHeadsPerBlock * kMaxCluster) *
-               sizeof(float) +
-           kTile * sizeof(int);
+// Shared memory (floats): the key tiles [2 buffers][8 x groups keys][hdp] (after the keys: the
+// partials [Hb][hdp], then the second key group's [8][hdp]), the partial (m, l) [16][2], the
+// second key group's (m, l) [8][2], each warp's batch weights [4][32], then the tiles'
+// key-present flags [2][16] (int). hd 512: 33 KB (16 heads) or 65 KB (8 heads): two blocks fit
+// an SM.
+struct Smem {
+    float* tiles;
+    float* part;
+    float* xpart;
+    float* ml;
+    float* xml;
+    float* pw;
+    int* ok;
+};
+
+__host__ __device__ inline size_t smem_floats_before_ok(int hd, int groups) {
+    return static_cast<size_t>(2) * kBatch * groups * padded_hd(hd) + kMaxHeads * 2 + kBatch * 2 +
+           kWarps * 32;
+}
+
+size_t attention_smem(int hd, int groups) {
+    return smem_floats_before_ok(hd, groups) * sizeof(float) + 2 * kMaxRows * sizeof(int);
+}
+
+__device__ inline Smem carve(float* base, int hd, int groups) {
+    const int hdp = padded_hd(hd);
+    Smem s;
+    s.tiles = base;
+    s.part = base;
+    s.xpart = base + kBatch * hdp;  // groups == 2 only: Hb = 8 rows of part before it
+    s.ml = base + 2 * kBatch * groups * hdp;
+    s.xml = s.ml + kMaxHeads * 2;
+    s.pw = s.xml + kBatch * 2;
+    s.ok = reinterpret_cast<int*>(s.pw + kWarps * 32);
+    return s;
 }
 
 // Where token t's keys live: j < n_ring: the slot's ring; then the chunk's own tokens; then the
@@ -71,22 +125,21 @@ struct KeyList {
     const float* chunk;
     const float* entries;
     const int32_t* topk;
-    int64_t first, n_ring, n_win, n_total;
+    int64_t first_row, n_ring, n_win, n_total;  // first_row: the ring row of key 0
     int W, hd;
 
-    __device__ const float* key(int64_t j) const {
-        if (j < n_ring) return ring + ((first + j) % W) * hd;
+    // The CSA list value key j needs (0 where it needs none), read a tile ahead of key().
+    __device__ int32_t index(int64_t j) const { return topk && j >= n_win ? topk[j - n_win] : 0; }
+    __device__ const float* key(int64_t j, int32_t idx) const {
+        if (j < n_ring) {  // first_row < W and j < W: no modulo
+            const int64_t r = first_row + j;
+            return ring + (r < W ? r : r - W) * hd;
+        }
         if (j < n_win) return chunk + (j - n_ring) * hd;
-        const int64_t e = topk ? topk[j - n_win] : j - n_win;
+        const int64_t e = topk ? idx : j - n_win;
         return e < 0 ? nullptr : entries + e * hd;
     }
 };
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
 __device__ __forceinline__ float4& f4(float* p) {
     return *reinterpret_cast<float4*>(p);
@@ -97,34 +150,98 @@ __device__ __forceinline__ const float4& f4(const float* p) {
 __device__ __forceinline__ float comp(const float4& v, int i) {
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
+__device__ __forceinline__ float pick(const float (&v)[kQuad], int i) {
+    return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
+}
+__device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
+    acc.x = fmaf(w, v.x, acc.x);
+    acc.y = fmaf(w, v.y, acc.y);
+    acc.z = fmaf(w, v.z, acc.z);
+    acc.w = fmaf(w, v.w, acc.w);
+}
+__device__ __forceinline__ float dot4(const float4& a, const float4& b, float s) {
+    s = fmaf(a.x, b.x, s);
+    s = fmaf(a.y, b.y, s);
+    s = fmaf(a.z, b.z, s);
+    return fmaf(a.w, b.w, s);
+}
 
-// One warp copies a row of hd floats (nullptr: zeros) into a shared row of hdp floats, zero
-// padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases).
-__device__ __forceinline__ void load_row(float* dst, const float* src, int hd, int hdp, bool vec,
-                                         int lane) {
+// One step of the warp's reduce-scatter of 32 values: lanes with bit O keep the upper O of the
+// first 2 O values (plus their partner's), the others the lower O.
+template <int O>
+__device__ __forceinline__ void scatter_step(float (&s)[32], int lane) {
+    const bool hi = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < O; ++k) {
+        const float send = hi ? s[k] : s[k + O];
+        const float keep = hi ? s[k + O] : s[k];
+        s[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+
+// One warp fills a shared row of hdp floats from a global row of hd floats (nullptr: zeros),
+// zero padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases): then
+// asynchronously (cp.async, completed by the tile's wait), else with plain loads.
+__device__ __forceinline__ void stage_row(float* dst, const float* src, int hd, int hdp, bool vec,
+                                          int lane) {
     if (src != nullptr && vec) {
-        for (int d = lane * 4; d < hdp; d += kChunk)
-            f4(dst + d) = d < hd ? f4(src + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int d = lane * 4; d < hdp; d += kChunk) {
+            if (d < hd)
+                ptx::cp_async_16(ptx::smem_addr(dst + d), src + d);
+            else
+                f4(dst + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     } else {
         for (int d = lane; d < hdp; d += 32) dst[d] = src != nullptr && d < hd ? src[d] : 0.0f;
     }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(ops::AttentionArgs a, bool vec) {
+// A 4-head part of a head's row for lane `lane`: dims 128 c + 4 lane .. + 3 of row `src` (hd
+// floats), zeros past hd.
+__device__ __forceinline__ float4 load_q(const float* src, int c, int hd, bool vec, int lane) {
+    const int d = c * kChunk + lane * 4;
+    if (vec) return d < hd ? f4(src + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 v;
+    v.x = d < hd ? src[d] : 0.0f;
+    v.y = d + 1 < hd ? src[d + 1] : 0.0f;
+    v.z = d + 2 < hd ? src[d + 2] : 0.0f;
+    v.w = d + 3 < hd ? src[d + 3] : 0.0f;
+    return v;
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    attention_kernel(ops::AttentionArgs a, bool vec, int groups) {
     extern __shared__ float4 smem4[];
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.dim_blocks().x);
     const int rank = static_cast<int>(cluster.block_rank());
     const int t = static_cast<int>(blockIdx.x) / C;
-    const int h0 = blockIdx.y * kHeadsPerBlock;
-    const int nh = min(kHeadsPerBlock, a.H - h0);
     const int hd = a.hd, hdp = padded_hd(hd), nc = hdp / kChunk;
-    float* q_s = reinterpret_cast<float*>(smem4);  // [64][hdp]; later the accumulators
-    float* k_s = q_s + kHeadsPerBlock * hdp;       // [kTile][hdp]
-    float* s_s = k_s + kTile * hdp;                // [64][kTile] scores, then weights
-    float* ml_s = s_s + kHeadsPerBlock * kTile;    // [64][2] partial (m, l)
-    float* w_s = ml_s + kHeadsPerBlock * 2;        // [64][kMaxCluster] merge weights
-    int* ok_s = reinterpret_cast<int*>(w_s + kHeadsPerBlock * kMaxCluster);  // [kTile]
+    const int quads = kWarps / groups, hb = quads * kQuad;  // heads of this block
+    const int h0 = static_cast<int>(blockIdx.y) * hb;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int quad = warp % quads, grp = warp / quads;
+    const int hq = h0 + quad * kQuad;  // the warp's first head
+    const int rows = kBatch * groups;  // keys per tile
+    const Smem sm = carve(reinterpret_cast<float*>(smem4), hd, groups);
+
+    // The warp's queries first (they need no step descriptor; zeros for heads >= H), and the
+    // softmax state: acc[i][c] holds dims 128 c + 4 lane .. + 3 of head hq + i; lpart: the
+    // lane's share of the denominator of head lane / 8.
+    float4 q[kQuad][kMaxChunks], acc[kQuad][kMaxChunks];
+    float mrun[kQuad];
+    float lpart = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kQuad; ++i) {
+        mrun[i] = -INFINITY;
+        const float* qrow = a.q + (static_cast<int64_t>(t) * a.H + hq + i) * hd;
+#pragma unroll
+        for (int c = 0; c < kMaxChunks; ++c) {
+            acc[i][c] = make_float4(0.f, 0.f, 0.f, 0.f);
+            q[i][c] = hq + i < a.H && c < nc ? load_q(qrow, c, hd, vec, lane)
+                                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
 
     const ops::StepDesc& st = a.step;
     const int b = st.tok_row[t];
@@ -134,205 +251,227 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(ops::AttentionAr
     kl.W = a.W;
     kl.hd = hd;
     kl.ring = a.ring + slot * a.W * hd;
-    kl.first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    kl.n_ring = pos0 > kl.first ? pos0 - kl.first : 0;
-    const int64_t chunk_first = kl.first > pos0 ? kl.first : pos0;
+    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+    kl.first_row = first % a.W;
+    kl.n_ring = pos0 > first ? pos0 - first : 0;
+    const int64_t chunk_first = first > pos0 ? first : pos0;
     kl.chunk = a.kv + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * hd;
     kl.n_win = kl.n_ring + (p - chunk_first + 1);
     kl.entries = a.entries ? a.entries + slot * a.n_entries * hd : nullptr;
     kl.topk = a.entries && a.topk ? a.topk + static_cast<int64_t>(t) * a.K : nullptr;
     const int64_t n_ent = a.entries == nullptr ? 0 : (a.topk ? a.K : (p + 1) / a.compress_rate);
     kl.n_total = kl.n_win + n_ent;
-    // This block's slice of the keys (empty for the last ranks of a short list).
-    const int64_t per = (kl.n_total + C - 1) / C;
+    // This block's slice: a multiple of 8 keys (whole batches), empty for the last ranks of a
+    // short list.
+    const int64_t per = ((kl.n_total + C - 1) / C + kBatch - 1) / kBatch * kBatch;
     const int64_t j_begin = rank * per < kl.n_total ? rank * per : kl.n_total;
     const int64_t j_end = j_begin + per < kl.n_total ? j_begin + per : kl.n_total;
+    const int64_t n_tiles = (j_end - j_begin + rows - 1) / rows;
+    const bool computes = hq < a.H && n_tiles > 0;  // warp-uniform
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float* q = a.q + (static_cast<int64_t>(t) * a.H + h0) * hd;
-    for (int h = warp; h < kHeadsPerBlock; h += kWarps)
-        load_row(q_s + h * hdp, h < nh ? q + static_cast<int64_t>(h) * hd : nullptr, hd, hdp, vec,
-                 lane);
-
-    // Softmax state of heads warp + 16 hh; acc[hh][c] holds dims 128 c + 4 lane .. + 3.
-    float4 acc[kHeadsPerWarp][kMaxChunks];
-    float mrun[kHeadsPerWarp], lrun[kHeadsPerWarp];
+    // Warp w stages rows w, w + 4, ... of each tile; idx: their CSA list values, one tile ahead.
+    const int my_rows = rows / kWarps;  // 2 or 4
+    int32_t idx[kMaxRows / kWarps];
+    auto fetch = [&](int64_t j0) {
 #pragma unroll
-    for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-        const int h = warp + hh * kWarps;
-        mrun[hh] = rank == 0 && h < nh ? a.sink[h0 + h] : -INFINITY;
-        lrun[hh] = rank == 0 ? 1.0f : 0.0f;
+        for (int k = 0; k < kMaxRows / kWarps; ++k) {
+            const int64_t j = j0 + warp + k * kWarps;
+            idx[k] = k < my_rows && j < j_end ? kl.index(j) : 0;
+        }
+    };
+    auto stage = [&](int64_t j0, int buf) {
 #pragma unroll
-        for (int c = 0; c < kMaxChunks; ++c) acc[hh][c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < kMaxRows / kWarps; ++k) {
+            if (k >= my_rows) break;
+            const int r = warp + k * kWarps;
+            const int64_t j = j0 + r;
+            const float* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
+            stage_row(sm.tiles + (buf * rows + r) * hdp, src, hd, hdp, vec, lane);
+            if (lane == 0) sm.ok[buf * kMaxRows + r] = src != nullptr;
+        }
+        ptx::cp_async_commit();
+    };
+    if (n_tiles > 0) {
+        fetch(j_begin);
+        stage(j_begin, 0);
+        if (n_tiles > 1) fetch(j_begin + rows);
     }
 
-    // Score tiling: warp w covers heads 8 (w / 2) .. +7 and keys 8 (w % 2) .. +7; lane = (lh, lk,
-    // ld): heads +4 lh .. +3, keys +4 lk .. +3, dims 4 ld + 32 i .. +3. A quarter warp (8 lanes,
-    // one ld each) reads 128 contiguous bytes of one row: no bank conflicts without padding.
-    const int ld = lane & 7, lk = (lane >> 3) & 1, lh = lane >> 4;
-    const int sh = (warp >> 1) * 8 + lh * 4, sk = (warp & 1) * 8 + lk * 4;
-    const float* qsb = q_s + sh * hdp + ld * 4;
-    const float* ksb = k_s + sk * hdp + ld * 4;
+    const int ih = lane >> 3, jk = lane & 7;  // the score this lane completes
 
-    for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
-        __syncthreads();  // the previous tile is consumed (and q_s written, first round)
-        {
-            const int64_t j = j0 + warp;
-            const float* k = j < j_end ? kl.key(j) : nullptr;
-            load_row(k_s + warp * hdp, k, hd, hdp, vec, lane);
-            if (lane == 0) ok_s[warp] = k != nullptr;
+    for (int64_t it = 0; it < n_tiles; ++it) {
+        const int buf = static_cast<int>(it & 1);
+        const int64_t j0 = j_begin + it * rows;
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // tile `it` is in; everyone is done with the other buffer
+        if (it + 1 < n_tiles) {
+            stage(j0 + rows, buf ^ 1);
+            if (it + 2 < n_tiles) fetch(j0 + 2 * rows);
         }
-        __syncthreads();
+        if (!computes || j0 + grp * kBatch >= j_end) continue;  // warp-uniform
+        const float* kb = sm.tiles + (buf * rows + grp * kBatch) * hdp + lane * 4;
 
-        // 1. Scores of the tile.
-        float dot[4][4];
+        // 1. Partial dots, then the reduce-scatter: s[k] holds items (bits of lane above the
+        // step) + k; at the end s[0] is item lane = (head lane / 8, key lane % 8), complete.
+        float s[kQuad * kBatch];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < kQuad * kBatch; ++k) s[k] = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) dot[i][k] = 0.0f;
-#pragma unroll 1
-        for (int d = 0; d < hdp; d += 32) {
-            float4 kv[4];
+        for (int c = 0; c < kMaxChunks; ++c) {
+            if (c >= nc) break;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) kv[k] = f4(ksb + k * hdp + d);
+            for (int j = 0; j < kBatch; ++j) {
+                const float4 kv = f4(kb + j * hdp + c * kChunk);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float4 qv = f4(qsb + i * hdp + d);
+                for (int i = 0; i < kQuad; ++i)
+                    s[i * kBatch + j] = dot4(q[i][c], kv, s[i * kBatch + j]);
+            }
+        }
+        scatter_step<16>(s, lane);
+        scatter_step<8>(s, lane);
+        scatter_step<4>(s, lane);
+        scatter_step<2>(s, lane);
+        scatter_step<1>(s, lane);
+
+        // 2. Softmax update.
+        const bool ok = sm.ok[buf * kMaxRows + grp * kBatch + jk] != 0;
+        const float z = ok ? s[0] * a.softmax_scale : -INFINITY;
+        float bmax = z;
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    dot[i][k] = fmaf(qv.x, kv[k].x, dot[i][k]);
-                    dot[i][k] = fmaf(qv.y, kv[k].y, dot[i][k]);
-                    dot[i][k] = fmaf(qv.z, kv[k].z, dot[i][k]);
-                    dot[i][k] = fmaf(qv.w, kv[k].w, dot[i][k]);
+        for (int o = 1; o < kBatch; o <<= 1)
+            bmax = fmaxf(bmax, __shfl_xor_sync(0xffffffffu, bmax, o));
+#pragma unroll
+        for (int i = 0; i < kQuad; ++i) {
+            const float m_new = fmaxf(mrun[i], __shfl_sync(0xffffffffu, bmax, i * kBatch));
+            if (m_new > mrun[i]) {  // warp-uniform; else the factor would be exactly 1
+                const float corr = expf(mrun[i] - m_new);  // 0 while the state is empty
+#pragma unroll
+                for (int c = 0; c < kMaxChunks; ++c) {
+                    acc[i][c].x *= corr;
+                    acc[i][c].y *= corr;
+                    acc[i][c].z *= corr;
+                    acc[i][c].w *= corr;
                 }
+                if (ih == i) lpart *= corr;
+                mrun[i] = m_new;
             }
         }
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                float s = dot[i][k];
-#pragma unroll
-                for (int o = 1; o < 8; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (ld == 0) s_s[(sh + i) * kTile + sk + k] = s * a.softmax_scale;
-            }
-        __syncthreads();
-
-        // 2. Softmax update of this warp's heads; the weights replace the scores in s_s.
-        float corr[kHeadsPerWarp];
-#pragma unroll
-        for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-            const int h = warp + hh * kWarps;
-            corr[hh] = 1.0f;
-            if (h >= nh) continue;  // warp-uniform
-            const float z = lane < kTile && ok_s[lane] ? s_s[h * kTile + lane] : -INFINITY;
-            const float m_new = fmaxf(mrun[hh], warp_max(z));
-            float e = 0.0f;
-            if (m_new != -INFINITY) {  // else no key yet and none here: nothing changes
-                corr[hh] = expf(mrun[hh] - m_new);  // 0 while the state is empty
-                e = expf(z - m_new);                // 0 for a missing key
-                lrun[hh] = lrun[hh] * corr[hh] + dev::warp_sum(e);
-                mrun[hh] = m_new;
-            }
-            if (lane < kTile) s_s[h * kTile + lane] = e;
-        }
+        const float m_own = pick(mrun, ih);
+        const float e = m_own == -INFINITY ? 0.0f : expf(z - m_own);  // 0 for a missing key
+        lpart += e;
+        float* pw = sm.pw + warp * 32;
+        pw[lane] = e;
         __syncwarp();
 
-        // 3. Values. Rows of missing keys are zeros with weight 0; heads >= nh take weight 0
-        // (their rows of s_s are never written; their acc is never stored).
+        // 3. Values: the batch's weights per head as broadcast float4s (keys 0-3, 4-7).
+        float4 w[kQuad][2];
 #pragma unroll
-        for (int hh = 0; hh < kHeadsPerWarp; ++hh)
+        for (int i = 0; i < kQuad; ++i) {
+            w[i][0] = f4(pw + i * kBatch);
+            w[i][1] = f4(pw + i * kBatch + 4);
+        }
 #pragma unroll
-            for (int c = 0; c < kMaxChunks; ++c) {
-                acc[hh][c].x *= corr[hh];
-                acc[hh][c].y *= corr[hh];
-                acc[hh][c].z *= corr[hh];
-                acc[hh][c].w *= corr[hh];
+        for (int c = 0; c < kMaxChunks; ++c) {
+            if (c >= nc) break;
+#pragma unroll
+            for (int j = 0; j < kBatch; ++j) {
+                const float4 kv = f4(kb + j * hdp + c * kChunk);
+#pragma unroll
+                for (int i = 0; i < kQuad; ++i) fma4(acc[i][c], comp(w[i][j >> 2], j & 3), kv);
             }
-#pragma unroll 1
-        for (int j = 0; j < kTile; j += 4) {
-            float4 pw[kHeadsPerWarp];
+        }
+        // (pw is written again only after the next tile's __syncthreads.)
+    }
+
+    // The denominator of head lane / 8 on each of its 8 lanes.
+    float lsum = lpart;
 #pragma unroll
-            for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-                const int h = warp + hh * kWarps;
-                pw[hh] = h < nh ? f4(s_s + h * kTile + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int o = 1; o < kBatch; o <<= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+
+    // Partials into shared memory (over the dead key tiles). With two key groups, group 1 hands
+    // its state to group 0, which merges it in registers.
+    __syncthreads();  // every warp is done with the tiles
+    auto write_partial = [&](float* part, float* ml) {
+#pragma unroll
+        for (int i = 0; i < kQuad; ++i) {
+            const int h = quad * kQuad + i;
+#pragma unroll
+            for (int c = 0; c < kMaxChunks; ++c)
+                if (c < nc) f4(part + h * hdp + c * kChunk + lane * 4) = acc[i][c];
+            if (lane == i * kBatch) {
+                ml[2 * h] = mrun[i];
+                ml[2 * h + 1] = lsum;
             }
+        }
+    };
+    if (groups == 2 && grp == 1 && hq < a.H) write_partial(sm.xpart, sm.xml);
+    __syncthreads();
+    if (grp == 0 && hq < a.H) {
+        if (groups == 2) {
 #pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                const float* kr = k_s + (j + jj) * hdp + lane * 4;
+            for (int i = 0; i < kQuad; ++i) {
+                const int h = quad * kQuad + i;
+                const float m1 = sm.xml[2 * h], l1 = sm.xml[2 * h + 1];
+                const float m = fmaxf(mrun[i], m1);
+                const float a0 = m == -INFINITY ? 0.0f : expf(mrun[i] - m);
+                const float a1 = m == -INFINITY ? 0.0f : expf(m1 - m);
 #pragma unroll
                 for (int c = 0; c < kMaxChunks; ++c) {
                     if (c >= nc) break;
-                    const float4 v = f4(kr + c * kChunk);
-#pragma unroll
-                    for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-                        const float w = comp(pw[hh], jj);
-                        acc[hh][c].x = fmaf(w, v.x, acc[hh][c].x);
-                        acc[hh][c].y = fmaf(w, v.y, acc[hh][c].y);
-                        acc[hh][c].z = fmaf(w, v.z, acc[hh][c].z);
-                        acc[hh][c].w = fmaf(w, v.w, acc[hh][c].w);
-                    }
+                    const float4 v = f4(sm.xpart + h * hdp + c * kChunk + lane * 4);
+                    acc[i][c].x = acc[i][c].x * a0 + v.x * a1;
+                    acc[i][c].y = acc[i][c].y * a0 + v.y * a1;
+                    acc[i][c].z = acc[i][c].z * a0 + v.z * a1;
+                    acc[i][c].w = acc[i][c].w * a0 + v.w * a1;
                 }
+                if (ih == i) lsum = lsum * a0 + l1 * a1;
+                mrun[i] = m;
             }
         }
-    }
-
-    // Partials into this block's shared memory (the queries are dead), then the merge.
-    __syncthreads();
-    float* part_s = q_s;  // [64][hdp]
-#pragma unroll
-    for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-        const int h = warp + hh * kWarps;
-        if (h >= nh) break;
-#pragma unroll
-        for (int c = 0; c < kMaxChunks; ++c)
-            if (c < nc) f4(part_s + h * hdp + c * kChunk + lane * 4) = acc[hh][c];
-        if (lane == 0) {
-            ml_s[2 * h] = mrun[hh];
-            ml_s[2 * h + 1] = lrun[hh];
-        }
+        write_partial(sm.part, sm.ml);
     }
     cluster.sync();  // every block's partials are written
 
-    // Block `rank` merges heads rank, rank + C, ... . Rank 0 carries the sink, so M is finite
-    // (for a finite sink) and the empty partials (m = -inf, l = 0) weigh 0.
-    const int n_mine = rank < nh ? (nh - rank + C - 1) / C : 0;
-    if (static_cast<int>(threadIdx.x) < n_mine) {
-        const int h = rank + C * static_cast<int>(threadIdx.x);
-        float m_all = -INFINITY;
-        for (int r = 0; r < C; ++r) m_all = fmaxf(m_all, cluster.map_shared_rank(ml_s, r)[2 * h]);
-        float l_all = 0.0f;
-        for (int r = 0; r < C; ++r) {
-            const float* ml = cluster.map_shared_rank(ml_s, r);
-            l_all += ml[2 * h + 1] * expf(ml[2 * h] - m_all);
+    // The merge: float4 o of the cluster's hb x n4 outputs goes to thread o % 128 of block
+    // o / 128 % C. Empty partials (m = -inf) weigh e^-inf = 0 and are not read.
+    const int n4 = (hd + 3) / 4;
+    for (int o = rank * kThreads + static_cast<int>(threadIdx.x); o < hb * n4; o += C * kThreads) {
+        const int h = o / n4, d = (o % n4) * 4;
+        if (h0 + h >= a.H) break;  // o only grows
+        const float sink = a.sink[h0 + h];
+        float wr[kMaxCluster], lr[kMaxCluster];
+        float m_all = sink;
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r) {
+            if (r >= C) break;
+            const float2 ml =
+                *reinterpret_cast<const float2*>(cluster.map_shared_rank(sm.ml, r) + 2 * h);
+            wr[r] = ml.x;
+            lr[r] = ml.y;
+            m_all = fmaxf(m_all, ml.x);
+        }
+        float l_all = expf(sink - m_all);
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r) {
+            if (r >= C) break;
+            wr[r] = expf(wr[r] - m_all);
+            l_all += lr[r] * wr[r];
         }
         const float inv = 1.0f / l_all;
-        for (int r = 0; r < C; ++r)
-            w_s[threadIdx.x * kMaxCluster + r] =
-                expf(cluster.map_shared_rank(ml_s, r)[2 * h] - m_all) * inv;
-    }
-    __syncthreads();
-    const int n4 = (hd + 3) / 4;  // float4 columns holding output dims
-    for (int i = threadIdx.x; i < n_mine * n4; i += kThreads) {
-        const int k = i / n4, d = (i % n4) * 4;
-        const int h = rank + C * k;
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int r = 0; r < C; ++r) {
-            const float w = w_s[k * kMaxCluster + r];
-            if (w == 0.0f) continue;  // an empty slice (or one fully outweighed)
-            const float4 v = f4(cluster.map_shared_rank(part_s, r) + h * hdp + d);
-            o.x = fmaf(w, v.x, o.x);
-            o.y = fmaf(w, v.y, o.y);
-            o.z = fmaf(w, v.z, o.z);
-            o.w = fmaf(w, v.w, o.w);
+        float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r) {
+            if (r >= C) break;
+            if (wr[r] == 0.0f) continue;  // an empty slice (or one fully outweighed)
+            fma4(out, wr[r] * inv, f4(cluster.map_shared_rank(sm.part, r) + h * hdp + d));
         }
-        float* out = a.out + (static_cast<int64_t>(t) * a.H + h0 + h) * hd + d;
+        float* dst = a.out + (static_cast<int64_t>(t) * a.H + h0 + h) * hd + d;
         if (vec) {
-            f4(out) = o;
+            f4(dst) = out;
         } else {
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                if (d + e < hd) out[e] = comp(o, e);
+                if (d + e < hd) dst[e] = comp(out, e);
         }
     }
     cluster.sync();  // the other blocks have read this block's partials: it may exit
@@ -355,33 +494,54 @@ bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
+int sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 132;
+    return n;
+}
+
 }  // namespace
 
 void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.hd >= 1 && a.hd <= kAttnMaxHeadDim, "attention: head_dim ", a.hd, " (at most ",
                 kAttnMaxHeadDim, ")");
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
+    DSV4_ASSERT(!a.round_bf16, "CUDA attention: no bf16 reference mode (round_bf16)");
     if (a.step.T == 0) return;
-    const int groups = (a.H + kHeadsPerBlock - 1) / kHeadsPerBlock;
-    // Blocks per cluster from the grid alone (key counts live in device memory): each block
-    // needs ~167 KB of shared memory, so one per SM; a decode batch of a few tokens gets 8
-    // blocks per token (a slice of ~80 of ~640 keys each), larger steps fewer, so the grid stays
-    // within about two waves of an H200's 132 SMs, and from 129 (token, group) blocks on one
-    // block per token (splitting more would only add merge work, not parallelism).
-    const int64_t blocks = static_cast<int64_t>(a.step.T) * groups;
-    const int cluster = blocks <= 32 ? kMaxCluster : blocks <= 64 ? 4 : blocks <= 128 ? 2 : 1;
+    static const int sms = sm_count();
+    const int64_t T = a.step.T;
+    // Head groups of 16, or of 8 (two key groups per block) when 16-head groups split 16 ways
+    // would still leave most SMs idle (a batch-1 step of 64 heads: 64 blocks -> 128).
+    const int64_t groups16 = (a.H + kMaxHeads - 1) / kMaxHeads;
+    const int key_groups = T * groups16 * kMaxCluster < 128 ? 2 : 1;
+    const int hb = kMaxHeads / key_groups;
+    const int64_t groups = (a.H + hb - 1) / hb;
+    // Key splits: up to two blocks per SM in all (they fit: <= 65 KB of shared memory, <= 255
+    // registers x 128 threads), at least 8 keys of the longest possible list per split.
+    const int64_t max_keys = a.W + (a.entries == nullptr ? 0 : a.topk ? a.K : a.n_entries);
+    int cluster = kMaxCluster;
+    while (cluster > 1 && (T * groups * cluster > 2 * sms ||
+                           static_cast<int64_t>(cluster - 1) * kBatch >= max_keys))
+        cluster /= 2;
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
     const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
                      aligned16(a.entries) && aligned16(a.out);
-    // The attribute is a host-side setting (not a stream operation): allowed during capture.
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(attention_smem(kAttnMaxHeadDim)));
+    // The attributes are host-side settings (not stream operations): allowed during capture.
+    static const cudaError_t attr = [] {
+        const cudaError_t e =
+            cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(attention_smem(kAttnMaxHeadDim, kMaxGroups)));
+        if (e != cudaSuccess) return e;
+        return cudaFuncSetAttribute(attention_kernel,
+                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }();
     DSV4_CHECK_CUDA(attr);
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.step.T * cluster), static_cast<unsigned>(groups));
+    cfg.gridDim = dim3(static_cast<unsigned>(T * cluster), static_cast<unsigned>(groups));
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = attention_smem(a.hd);
+    cfg.dynamicSmemBytes = attention_smem(a.hd, key_groups);
     cfg.stream = stream;
     cudaLaunchAttribute attrs[1];
     attrs[0].id = cudaLaunchAttributeClusterDimension;
@@ -390,7 +550,7 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
     attrs[0].val.clusterDim.z = 1;
     cfg.attrs = attrs;
     cfg.numAttrs = 1;
-    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel, a, vec));
+    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel, a, vec, key_groups));
     DSV4_CHECK_LAUNCH(stream);
 }
 
