@@ -509,14 +509,13 @@ void Model::block(const Workspace& ws, const ops::StepDesc& st, const LayerWeigh
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
     Backend& b = backend_;
     const bool bf16 = this->bf16();
+    // hc_pre collapses the streams into y and applies the sub-block's RMSNorm: xn.
     b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb, T,
-              n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16});
-    b.rms_norm({ws.y, w.attn_norm, ws.xn, T, D, eps, bf16});
+              n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.attn_norm, ws.xn, eps});
     attention_block(ws, st, w, spec, lc, ws.xn, ws.sub_out);
     b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D, bf16});
     b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post, ws.comb,
-              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16});
-    b.rms_norm({ws.y, w.ffn_norm, ws.xn, T, D, eps, bf16});
+              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.ffn_norm, ws.xn, eps});
     ffn_block(ws, st, w, ws.xn, ws.sub_out);
     b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D, bf16});
 }

@@ -260,11 +260,14 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     // A synthetic model's experts are drawn by the backend where it can (in device memory);
     // otherwise (and from a checkpoint) they are views handed to upload_experts.
     WeightFormat expert_format = WeightFormat::kDense;
+    const Backend::SharedExpert shared =
+        c.n_shared_experts > 0 ? Backend::SharedExpert{&w.shared_w1, &w.shared_w3, &w.shared_w2}
+                               : Backend::SharedExpert{};
     if (SynthSource* syn = b.synth()) {
         expert_format = syn->expert_format();
         DSV4_BIND(w.experts,
                   b.backend().synth_experts(E, I, D, expert_format, syn->seed_of(f + "experts"),
-                                            at(R::kExperts)));
+                                            at(R::kExperts), shared));
         if (w.experts.valid())
             b.count(static_cast<size_t>(synth_bytes_per_value(expert_format) * E * 3 * I * D),
                     R::kExperts, expert_format);
@@ -278,8 +281,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
             DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
         }
         expert_format = w1[0].format;
-        DSV4_BIND(w.experts,
-                  b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E, at(R::kExperts)));
+        DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E,
+                                                        at(R::kExperts), shared));
     }
     w.experts.fp8_activations = Binder::low_precision(expert_format);
     w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;

@@ -109,11 +109,20 @@ class Backend {
     // Weights: handed over once at bind time; the checkpoint's mapping outlives the backend.
     virtual Expected<ops::Weight> upload_weight(const QuantWeight& w,
                                                 const ops::WeightPlacement& where) = 0;
+    // The layer's shared expert as already uploaded (w1, w3 [I, D], w2 [D, I]; null: none). A
+    // backend may also keep a copy of it beside the routed experts (CUDA: as expert E of the
+    // GEMV stacks when the formats match, so a batch-1 MoE runs it in the routed launches).
+    struct SharedExpert {
+        const ops::Weight* w1 = nullptr;
+        const ops::Weight* w3 = nullptr;
+        const ops::Weight* w2 = nullptr;
+    };
     // E experts' w1[e], w3[e] ([I, D]) and w2[e] ([D, I]) as one stacked object.
     virtual Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1,
                                                         const QuantWeight* w3,
                                                         const QuantWeight* w2, int E,
-                                                        const ops::WeightPlacement& where) = 0;
+                                                        const ops::WeightPlacement& where,
+                                                        const SharedExpert& shared) = 0;
 
     // Synthetic routed experts (benchmarks) drawn where the backend keeps them: E experts of
     // w1|w3 [I, D] and w2 [D, I] in an FP4 format with formats/synth_weight.h's distribution.
@@ -121,8 +130,9 @@ class Backend {
     // draws them on the host and calls upload_experts.
     virtual Expected<ops::ExpertWeights> synth_experts(int E, int64_t I, int64_t D,
                                                        WeightFormat format, uint64_t seed,
-                                                       const ops::WeightPlacement& where) {
-        (void)E, (void)I, (void)D, (void)format, (void)seed, (void)where;
+                                                       const ops::WeightPlacement& where,
+                                                       const SharedExpert& shared) {
+        (void)E, (void)I, (void)D, (void)format, (void)seed, (void)where, (void)shared;
         return ops::ExpertWeights{};
     }
 

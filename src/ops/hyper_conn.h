@@ -18,6 +18,11 @@ struct HcPreArgs {
     int n = 0, D = 0, sinkhorn_iters = 0;
     float norm_eps = 1e-6f, hc_eps = 1e-6f;
     bool round_bf16 = false;  // y rounded to bf16 (the bf16 reference mode); post, comb stay f32
+    // The sub-block's input RMSNorm fused (optional): y_norm = rms_norm(y) * norm_weight with
+    // eps y_norm_eps, what hc_pre then rms_norm (same round_bf16) give.
+    const float* norm_weight = nullptr;  // [D]
+    float* y_norm = nullptr;             // [T, D]; nullptr: no norm
+    float y_norm_eps = 1e-6f;
 };
 
 struct HcPostArgs {

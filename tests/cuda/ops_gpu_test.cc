@@ -196,18 +196,24 @@ TEST(CudaOpsGpu, HyperConnectionsV4Shapes) {
                hfn = randn(n * n * D, rng, 0.02f), hbase = randn(n, rng), hscale = randn(1, rng);
     Dev<float> dfn(*be, fn), dbase(*be, base), dscale(*be, scale), dhfn(*be, hfn),
         dhbase(*be, hbase), dhscale(*be, hscale);
+    const auto nw = randn(D, rng);
+    Dev<float> dnw(*be, nw);
     for (int64_t T : {1, 9}) {
         const auto x = randn(T * n * D, rng);
         Dev<float> dx(*be, x), y(*be, T * D), post(*be, T * n), comb(*be, T * n * n),
-            head(*be, T * D);
-        std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rhead(T * D);
-        be->hc_pre(
-            {dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f, 1e-6f});
+            head(*be, T * D), yn(*be, T * D);
+        std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rhead(T * D), ryn(T * D);
+        // With the fused RMSNorm (the model's call).
+        be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f,
+                    1e-6f, false, dnw.p, yn.p, 1e-6f});
         cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(), rpost.data(),
-                         rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f});
+                         rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false, nw.data(), ryn.data(),
+                         1e-6f});
         expect_close("hc_pre V4 comb", comb.get(), rcomb, 1e-5, 1e-6);
         expect_close("hc_pre V4 post", post.get(), rpost, 1e-6, 1e-7);
         expect_close("hc_pre V4 y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
+        // y within its tolerance, then the norm's own few ulps.
+        expect_close("hc_pre V4 y_norm", yn.get(), ryn, 2e-5, 2e-6 * max_abs(ryn));
         be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
         cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D,
                           1e-6f, 1e-6f});
@@ -874,28 +880,51 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
             }
         const char* name =
             fi < 0 ? "f32" : cuda::test::test_format_name(static_cast<TestFormat>(fi));
-        auto ex = be->upload_experts(ce.w1.data(), ce.w3.data(), ce.w2.data(), E,
-                                     {ops::WeightRole::kExperts, 0});
-        ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
         const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
-        // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair; 1
-        // token: the groups read x itself and w2 adds into the output (no combine).
-        for (int64_t Tc : {T, int64_t{2}, int64_t{1}})
-            for (bool with_shared : {false, true}) {
-                ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
-                be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? &*h1 : nullptr,
-                         with_shared ? &*h3 : nullptr, with_shared ? &*h2 : nullptr, shared.p,
-                         routed.p, out.p, Tc, D, I, E, k, 7.0f});
-                std::vector<float> ref(Tc * D), scratch(Tc * (2 * I + D));
-                cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, with_shared ? &r1 : nullptr,
-                              with_shared ? &r3 : nullptr, with_shared ? &r2 : nullptr,
-                              scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
-                const std::string what = std::string("moe ") + name + " T=" + std::to_string(Tc) +
-                                         (with_shared ? " + shared" : "");
-                auto got = out.get();
-                got.resize(Tc * D);
-                expect_close(what.c_str(), got, ref, 1e-4, 1e-4 * max_abs(ref));
+        // The shared expert dense f32 (kept apart), or in the experts' format (then stacked as
+        // expert E of the GEMV stacks, run in the routed launches at one token).
+        for (bool same_format : {false, true}) {
+            if (same_format && fi < 0) continue;
+            std::vector<cuda::test::OwnedWeight> os;
+            if (same_format)
+                for (int p = 0; p < 3; ++p)
+                    os.push_back(cuda::test::random_weight(static_cast<TestFormat>(fi),
+                                                           p == 2 ? D : I, p == 2 ? I : D, rng));
+            std::vector<ops::Weight> hs;
+            for (const auto& o : os) {
+                auto h = be->upload_weight(o.w, {ops::WeightRole::kSharedExpert, 0});
+                ASSERT_TRUE(h.has_value()) << h.status().message();
+                hs.push_back(*h);
             }
+            const ops::Weight *g1 = same_format ? &hs[0] : &*h1, *g3 = same_format ? &hs[1] : &*h3,
+                              *g2 = same_format ? &hs[2] : &*h2;
+            std::vector<ops::Weight> rs;
+            for (const auto& o : os) rs.push_back(cpu_ref::wrap(o.w));
+            const ops::Weight *q1 = same_format ? &rs[0] : &r1, *q3 = same_format ? &rs[1] : &r3,
+                              *q2 = same_format ? &rs[2] : &r2;
+            auto ex = be->upload_experts(ce.w1.data(), ce.w3.data(), ce.w2.data(), E,
+                                         {ops::WeightRole::kExperts, 0}, {g1, g3, g2});
+            ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
+            // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair; 1
+            // token: the groups read x itself and w2 adds into the output (no combine).
+            for (int64_t Tc : {T, int64_t{2}, int64_t{1}})
+                for (bool with_shared : {false, true}) {
+                    ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
+                    be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? g1 : nullptr,
+                             with_shared ? g3 : nullptr, with_shared ? g2 : nullptr, shared.p,
+                             routed.p, out.p, Tc, D, I, E, k, 7.0f});
+                    std::vector<float> ref(Tc * D), scratch(Tc * (2 * I + D));
+                    cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, with_shared ? q1 : nullptr,
+                                  with_shared ? q3 : nullptr, with_shared ? q2 : nullptr,
+                                  scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
+                    const std::string what =
+                        std::string("moe ") + name + " T=" + std::to_string(Tc) +
+                        (with_shared ? (same_format ? " + stacked shared" : " + shared") : "");
+                    auto got = out.get();
+                    got.resize(Tc * D);
+                    expect_close(what.c_str(), got, ref, 1e-4, 1e-4 * max_abs(ref));
+                }
+        }
     }
 }
 
@@ -1001,7 +1030,7 @@ TEST(CudaOpsGpu, SyntheticExpertsAreWeightsTheKernelReads) {
     Dev<int32_t> dsel(*be, sel);
     for (WeightFormat f : {WeightFormat::kNvfp4, WeightFormat::kMxfp4}) {
         const char* name = weight_format_name(f);
-        auto ex = be->synth_experts(E, I, D, f, 77, {ops::WeightRole::kExperts, 0});
+        auto ex = be->synth_experts(E, I, D, f, 77, {ops::WeightRole::kExperts, 0}, {});
         ASSERT_TRUE(ex.has_value()) << ex.status().message();
         ASSERT_TRUE(ex->valid()) << name << ": the CUDA backend draws FP4 experts itself";
         auto packed = cuda_download_experts(*be, *ex);

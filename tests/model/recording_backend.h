@@ -141,8 +141,9 @@ class RecordingBackend final : public Backend {
     }
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
                                                 const QuantWeight* w2, int E,
-                                                const ops::WeightPlacement& where) override {
-        return inner_->upload_experts(w1, w3, w2, E, where);
+                                                const ops::WeightPlacement& where,
+                                                const SharedExpert& shared) override {
+        return inner_->upload_experts(w1, w3, w2, E, where, shared);
     }
 
 #define DSV4_REC_OP(op, Args)              \

@@ -78,7 +78,8 @@ class CpuBackend final : public Backend {
     }
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
                                                 const QuantWeight* w2, int E,
-                                                const ops::WeightPlacement&) override {
+                                                const ops::WeightPlacement&,
+                                                const SharedExpert&) override {
         DSV4_ASSERT(E > 0, E);
         experts_.emplace_back();
         cpu_ref::CpuExperts& e = experts_.back();

@@ -52,6 +52,9 @@ struct CudaExperts {
     const void* w2 = nullptr;
     bool has_gemv = false;
     cuda::GemvWeight g13, g2;
+    // The layer's shared expert copied in as expert E of g13 / g2 (its formats match): a
+    // one-token MoE runs it as a 7th group of the routed launches.
+    bool shared_stacked = false;
 };
 
 struct CudaRecordedStep final : RecordedStep {
@@ -376,7 +379,8 @@ class CudaBackend final : public Backend {
     }
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
                                                 const QuantWeight* w2, int E,
-                                                const ops::WeightPlacement&) override {
+                                                const ops::WeightPlacement&,
+                                                const SharedExpert& shared) override {
         DSV4_ASSERT(E >= 1, E);
         const int64_t I = w1[0].rows, D = w1[0].cols;
         max_cols_ = std::max({max_cols_, I, D});
@@ -413,9 +417,12 @@ class CudaBackend final : public Backend {
                 p13[2 * e + 1] = &w3[e];
                 p2[e] = &w2[e];
             }
-            DSV4_ASSIGN_OR_RETURN(ce.g13, upload_gemv(p13.data(), E, 2));
-            DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1));
+            auto gf = cuda::gemv_format_of(w1[0]);
+            const bool stack = gf.has_value() && can_stack_shared(shared, *gf, I, D);
+            DSV4_ASSIGN_OR_RETURN(ce.g13, upload_gemv(p13.data(), E, 2, stack ? 1 : 0));
+            DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1, stack ? 1 : 0));
             ce.has_gemv = true;
+            if (stack) stack_shared(ce, E, shared);
         }
         return keep_experts(ce, E, I, D);
     }
@@ -424,8 +431,8 @@ class CudaBackend final : public Backend {
     // the range synth_weight.h draws (the same distribution as the host's synthetic weights,
     // not the same numbers). Shapes off the tile grid go through the host (empty result).
     Expected<ops::ExpertWeights> synth_experts(int E, int64_t I, int64_t D, WeightFormat f,
-                                               uint64_t seed,
-                                               const ops::WeightPlacement&) override {
+                                               uint64_t seed, const ops::WeightPlacement&,
+                                               const SharedExpert& shared) override {
         // Whole 64-row quads and whole 64-wide k-tiles, both ways (w1|w3 is [2I, D], w2 [D, I]).
         constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
         const bool fp4 = f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4;
@@ -434,9 +441,13 @@ class CudaBackend final : public Backend {
         const cuda::GemvFormat gf =
             f == WeightFormat::kNvfp4 ? cuda::GemvFormat::kNvfp4 : cuda::GemvFormat::kMxfp4;
         CudaExperts ce;
-        DSV4_ASSIGN_OR_RETURN(ce.g13, synth_gemv(gf, 2 * I, D, E, seed));
-        DSV4_ASSIGN_OR_RETURN(ce.g2, synth_gemv(gf, D, I, E, ~seed));
+        // A stacked shared expert takes slot E (drawn, then overwritten by the copy).
+        const bool stack = can_stack_shared(shared, gf, I, D);
+        const int slots = E + (stack ? 1 : 0);
+        DSV4_ASSIGN_OR_RETURN(ce.g13, synth_gemv(gf, 2 * I, D, slots, seed));
+        DSV4_ASSIGN_OR_RETURN(ce.g2, synth_gemv(gf, D, I, slots, ~seed));
         ce.has_gemv = true;
+        if (stack) stack_shared(ce, E, shared);
         max_cols_ = std::max({max_cols_, I, D});
         return keep_experts(ce, E, I, D);
     }
@@ -524,7 +535,20 @@ class CudaBackend final : public Backend {
             g.y_bf16 = a.y_type == ops::ActType::kBF16;
             g.ldx = ldx;
             g.ldy = ldy;
-            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            // An f32 y: accumulate mode into y cleared first (one 2-D memset of the written
+            // columns; docs/perf.md: 1.1-1.5x faster than the plain mode's finish at M <= 16),
+            // and programmatic dependent launch (the weights stream in while the previous
+            // kernel drains; x is read after the GEMV's wait).
+            g.pdl = true;
+            if (!g.y_bf16) {
+                DSV4_ASSERT(a.y != a.x, "CUDA linear: y aliases x");
+                g.y_accumulate = true;
+                DSV4_CHECK_CUDA(cudaMemset2DAsync(a.y, static_cast<size_t>(ldy) * 4, 0,
+                                                  static_cast<size_t>(a.N * a.groups) * 4,
+                                                  static_cast<size_t>(a.M), stream_.get()));
+            } else {
+                cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            }
             const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
             for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
                 g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
@@ -635,6 +659,25 @@ class CudaBackend final : public Backend {
         // shared expert has written first (no combine). The sum's order differs from the
         // reference's (slot order, then the shared expert) by float rounding only.
         const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8;
+        if (direct && ex.shared_stacked && a.shared_w1 != nullptr) {
+            // ... and with the shared expert stacked as expert E, it is the (k+1)-th group of
+            // the same two launches (scale 1): no launches of its own. The scratch's per-pair
+            // input rows are unused here and hold the k + 1 rows' products.
+            const int G = a.k + 1;
+            float* h = a.routed_scratch;                           // [G, 2I]
+            float* act1 = h + G * 2 * I;                           // [G, I]
+            float* scale = act1 + G * I;                           // [G]
+            int32_t* gid = reinterpret_cast<int32_t*>(scale + G);  // [G]
+            DSV4_ASSERT(G * (3 * I + 2) <= ops::moe_routed_scratch_floats(1, a.k, a.E, a.D, a.I),
+                        "moe scratch for the stacked shared expert");
+            cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, s);
+            DSV4_CHECK_CUDA(cudaMemsetAsync(h, 0, G * 2 * I * sizeof(float), s));
+            expert_gemv(ex.g13, a.x, D, 1, h, 2 * I, G, gid, /*x_stride=*/0);
+            cuda::launch_moe_swiglu({h, nullptr, act1, G, a.I, a.swiglu_limit}, s);
+            DSV4_CHECK_CUDA(cudaMemsetAsync(a.out, 0, D * sizeof(float), s));
+            expert_gemv(ex.g2, act1, I, 1, a.out, D, G, gid, -1, /*y_stride=*/0, scale);
+            return;
+        }
         // Reference numerics: every expert reads x rounded to FP8 per 128 (in the FP8 copy
         // buffer until the shared expert's w2 needs it).
         const float* x = a.x;
@@ -714,6 +757,56 @@ class CudaBackend final : public Backend {
     cudaStream_t stream() const { return stream_.get(); }
 
   private:
+    // Whether the shared expert's GEMV weights have the routed experts' format and whole
+    // 64-row quads, so that w1's then w3's tiles are exactly a w1|w3 slot.
+    bool can_stack_shared(const SharedExpert& s, cuda::GemvFormat f, int64_t I, int64_t D) const {
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        if (s.w1 == nullptr || s.w3 == nullptr || s.w2 == nullptr || I % kQuadRows != 0 ||
+            D % kQuadRows != 0)
+            return false;
+        auto fits = [&](const ops::Weight* w, int64_t n, int64_t k) {
+            const CudaWeight& c = cuda_weight(w);
+            return c.has_gemv && c.gemv.shape.format == f && c.gemv.shape.n == n &&
+                   c.gemv.shape.k == k && c.gemv.shape.n_experts == 1;
+        };
+        return fits(s.w1, I, D) && fits(s.w3, I, D) && fits(s.w2, D, I);
+    }
+
+    // Copies the shared expert into slot E of the stacks (device to device, load time).
+    void stack_shared(CudaExperts& ce, int E, const SharedExpert& s) {
+        auto copy_into = [&](const cuda::GemvWeight& dst, const ops::Weight* const* parts,
+                             int n_parts) {
+            const cuda::GemvShape& d = dst.shape;
+            auto* t = static_cast<uint8_t*>(const_cast<void*>(dst.tiles)) +
+                      int64_t{E} * d.tiles_expert_bytes();
+            auto* sc = dst.scales == nullptr
+                           ? nullptr
+                           : static_cast<uint8_t*>(const_cast<void*>(dst.scales)) +
+                                 int64_t{E} * d.scales_expert_bytes();
+            float* os = const_cast<float*>(dst.out_scale) + int64_t{E} * d.row_blocks();
+            int64_t tb = 0, sb = 0, rb = 0;
+            for (int i = 0; i < n_parts; ++i) {
+                const cuda::GemvWeight& p = cuda_weight(parts[i]).gemv;
+                copy(t + tb, p.tiles, static_cast<size_t>(p.shape.tiles_expert_bytes()));
+                if (sc != nullptr)
+                    copy(sc + sb, p.scales, static_cast<size_t>(p.shape.scales_expert_bytes()));
+                copy(os + rb, p.out_scale, static_cast<size_t>(p.shape.row_blocks()) * 4);
+                tb += p.shape.tiles_expert_bytes();
+                sb += p.shape.scales_expert_bytes();
+                rb += p.shape.row_blocks();
+            }
+            DSV4_ASSERT(tb == d.tiles_expert_bytes() && rb == d.row_blocks() &&
+                            (sc == nullptr || sb == d.scales_expert_bytes()),
+                        "shared expert slot: ", tb, " tile bytes of ", d.tiles_expert_bytes());
+        };
+        const ops::Weight* p13[] = {s.w1, s.w3};
+        const ops::Weight* p2[] = {s.w2};
+        copy_into(ce.g13, p13, 2);
+        copy_into(ce.g2, p2, 1);
+        stream_.synchronize();
+        ce.shared_stacked = true;
+    }
+
     // Keeps an expert stack (stable address) and returns its handle.
     ops::ExpertWeights keep_experts(const CudaExperts& ce, int E, int64_t I, int64_t D) {
         experts_.push_back(ce);
@@ -752,6 +845,7 @@ class CudaBackend final : public Backend {
         g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
         g.group_scale = group_scale;
+        g.pdl = true;  // (ids are read after the GEMV's wait: ids_ready stays false)
         cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
     }
 
@@ -790,21 +884,27 @@ class CudaBackend final : public Backend {
 
     // Repacks parts (gemv_repack) and copies the tiles, scales and row-block scales to the
     // device; grows the plain-mode GEMV workspace to the largest weight seen (load time).
+    // `extra` more expert slots are allocated after the uploaded ones (filled by the caller).
     Expected<cuda::GemvWeight> upload_gemv(const QuantWeight* const* parts, int n_experts,
-                                           int parts_per_expert) {
+                                           int parts_per_expert, int extra = 0) {
         DSV4_ASSIGN_OR_RETURN(cuda::GemvPacked p,
                               cuda::gemv_repack(parts, n_experts, parts_per_expert));
         cuda::GemvWeight g;
         g.shape = p.shape;
-        DSV4_ASSIGN_OR_RETURN(void* tiles, try_alloc(p.tiles.size()));
+        g.shape.n_experts += extra;
+        const size_t slots = static_cast<size_t>(g.shape.n_experts);
+        DSV4_ASSIGN_OR_RETURN(void* tiles,
+                              try_alloc(static_cast<size_t>(g.shape.tiles_expert_bytes()) * slots));
         upload_sync(tiles, p.tiles.data(), p.tiles.size());
         g.tiles = tiles;
         if (!p.scales.empty()) {
-            DSV4_ASSIGN_OR_RETURN(void* sc, try_alloc(p.scales.size()));
+            DSV4_ASSIGN_OR_RETURN(
+                void* sc, try_alloc(static_cast<size_t>(g.shape.scales_expert_bytes()) * slots));
             upload_sync(sc, p.scales.data(), p.scales.size());
             g.scales = sc;
         }
-        DSV4_ASSIGN_OR_RETURN(void* os, try_alloc(p.out_scale.size() * sizeof(float)));
+        DSV4_ASSIGN_OR_RETURN(
+            void* os, try_alloc(static_cast<size_t>(g.shape.row_blocks()) * slots * sizeof(float)));
         upload_sync(os, p.out_scale.data(), p.out_scale.size() * sizeof(float));
         g.out_scale = static_cast<const float*>(os);
         if (p.shape.row_blocks() > gemv_ws_row_blocks_) {

@@ -71,6 +71,8 @@ void hc_pre(const ops::HcPreArgs& a) {
             if (a.round_bf16) round_trip({y, 1, a.D, a.D, 1, ops::RoundTrip::kBf16});
         }
     });
+    if (a.y_norm != nullptr)
+        rms_norm({a.y, a.norm_weight, a.y_norm, a.T, a.D, a.y_norm_eps, a.round_bf16});
 }
 
 void hc_post(const ops::HcPostArgs& a) {

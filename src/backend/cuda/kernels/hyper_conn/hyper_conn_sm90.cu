@@ -119,6 +119,7 @@ __device__ int sinkhorn(float (*buf)[kMaxN * kMaxN], int n, int iters, float eps
         constexpr unsigned kAll = 0xffffffffu;
         const int src = active ? e : 0;
         float v = buf[0][src];
+        __syncwarp();  // every lane has read before lane e writes buf[0][e] at the end
         auto row_sum = [&](float x) {  // sum of this lane's row, in column order
             float s = 0;
             for (int c = 0; c < n; ++c) s = __fadd_rn(s, __shfl_sync(kAll, x, j * n + c));
@@ -229,7 +230,19 @@ __global__ void __launch_bounds__(kFinishThreads)
     const int b = sinkhorn(C, n, a.sinkhorn_iters, a.hc_eps);
     if (threadIdx.x < n * n) a.comb[t * n * n + threadIdx.x] = C[b][threadIdx.x];
     // (The other warps are already collapsing while warp 0 runs a one-warp Sinkhorn.)
-    collapse(a.x + t * width, pre, n, a.D, a.y + t * a.D);
+    float* y = a.y + t * a.D;
+    collapse(a.x + t * width, pre, n, a.D, y);
+    if (a.y_norm != nullptr) {
+        // The fused RMSNorm (rms_norm_kernel's arithmetic) on y as this block just wrote it
+        // (the block barrier makes the writes visible to the block).
+        __syncthreads();
+        const float inv = dev::block_rms_inv(y, a.D, a.y_norm_eps, tot);
+        float* yn = a.y_norm + t * a.D;
+        for (int i = threadIdx.x; i < a.D; i += blockDim.x) {
+            const float v = __fmul_rn(y[i], inv);
+            yn[i] = a.norm_weight != nullptr ? __fmul_rn(v, a.norm_weight[i]) : v;
+        }
+    }
 }
 
 __global__ void __launch_bounds__(kFinishThreads)

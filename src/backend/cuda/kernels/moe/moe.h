@@ -55,4 +55,11 @@ struct MoeCombineArgs {
 };
 void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
 
+// One token with a stacked shared expert (expert `shared_id` of the GEMV stacks): the k + 1
+// groups' expert ids (the token's k selections, then the shared expert) and their output
+// scales (the routing weights, then 1). One warp.
+void launch_moe_ids_with_shared(const int32_t* sel /*[k]*/, const float* weight /*[k]*/, int k,
+                                int32_t shared_id, int32_t* ids /*[k + 1]*/,
+                                float* scale /*[k + 1]*/, cudaStream_t stream);
+
 }  // namespace dsv4::cuda

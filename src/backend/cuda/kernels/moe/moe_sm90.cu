@@ -86,7 +86,23 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
     }
 }
 
+__global__ void moe_ids_with_shared_kernel(const int32_t* sel, const float* weight, int k,
+                                           int32_t shared_id, int32_t* ids, float* scale) {
+    const int j = threadIdx.x;
+    if (j > k) return;
+    ids[j] = j < k ? sel[j] : shared_id;
+    scale[j] = j < k ? weight[j] : 1.0f;
+}
+
 }  // namespace
+
+void launch_moe_ids_with_shared(const int32_t* sel, const float* weight, int k, int32_t shared_id,
+                                int32_t* ids, float* scale, cudaStream_t stream) {
+    DSV4_ASSERT(k >= 1 && k < 1024, "moe ids: k = ", k);
+    moe_ids_with_shared_kernel<<<1, (k + 1 + 31) / 32 * 32, 0, stream>>>(sel, weight, k, shared_id,
+                                                                         ids, scale);
+    DSV4_CHECK_LAUNCH(stream);
+}
 
 void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k, int64_t D,
                         cudaStream_t stream) {
