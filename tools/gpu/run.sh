@@ -11,7 +11,8 @@
 #   decode the GPU tests of the step graphs and synthetic experts, then the V4-Flash-size decode
 #          benchmark (tools/gpu/bench_decode.sh; CONTEXT, default 8192)
 # TARGETS="a b" builds only those targets.
-#   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers, LAYERS=);
+#   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers; LAYERS=N
+#          for more; tools/gpu/kprof_summary.py sums them by part of the layer);
 #          OPS_TESTS=1 runs the op tests first (build cuda_ops_gpu_test too)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
