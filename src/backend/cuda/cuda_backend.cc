@@ -846,8 +846,8 @@ class CudaBackend final : public Backend {
         g.y_accumulate = true;
         g.group_scale = group_scale;
         // PDL for one row per group (decode; ids are read after the GEMV's wait). Not for the
-        // prefill's groups of 16 rows: with it the FP8 (E8M0) experts failed the grouped MoE test
-        // in the last GPU run (2026-12-02, cause not established); without it they passed.
+        // prefill's groups of 16 rows: the grouped MoE test failed for FP8 (E8M0) experts in the
+        // one run with it, on other random weights too (docs/perf.md; cause not established).
         g.pdl = m == 1;
         cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
     }
