@@ -26,6 +26,20 @@ struct LinearArgs {
     int groups = 1;
 };
 
+// Product j of a grouped linear as a plain linear (K = the weight's columns): what `groups`
+// means, for the backends that run the groups one by one.
+inline LinearArgs linear_group_part(const LinearArgs& a, int64_t K, int j) {
+    const int64_t xe = a.x_type == ActType::kBF16 ? 2 : 4, ye = a.y_type == ActType::kBF16 ? 2 : 4;
+    LinearArgs g = a;
+    g.groups = 1;
+    g.x = static_cast<const uint8_t*>(a.x) + j * K * xe;
+    g.ldx = a.ldx ? a.ldx : K * a.groups;
+    g.y = static_cast<uint8_t*>(a.y) + j * a.N * ye;
+    g.ldy = a.ldy ? a.ldy : a.N * a.groups;
+    g.row0 = a.row0 + j * a.N;
+    return g;
+}
+
 // Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x
 // for all of them. The CPU reference is the plain sequence of linears.
 struct LinearGroupArgs {

@@ -157,32 +157,37 @@ TEST(CudaOpsGpu, HyperConnections) {
     auto be = make_gpu();
     std::mt19937 rng(6);
     const int64_t T = 7;
-    const int n = 4, D = 133, iters = 20;
-    const int mix = (2 + n) * n;
-    const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.05f),
-               base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng);
-    Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f);
-    Dev<float> y(*be, T * D), post(*be, T * n), comb(*be, T * n * n), out(*be, T * n * D),
-        head(*be, T * D);
-    std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rout(T * n * D), rhead(T * D);
-    be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f, 1e-6f});
-    cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(), rpost.data(),
-                     rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f});
-    // expf within 2 ulps, compounded over 20 Sinkhorn iterations of values in [0, 1].
-    expect_close("hc_pre comb", comb.get(), rcomb, 1e-5, 1e-6);
-    expect_close("hc_pre post", post.get(), rpost, 1e-6, 1e-7);
-    expect_close("hc_pre y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
-    // hc_post on the reference's own post/comb: the same float operations in the same order.
-    Dev<float> dpost(*be, rpost), dcomb(*be, rcomb);
-    be->hc_post({df.p, dx.p, dpost.p, dcomb.p, out.p, T, n, D});
-    cpu_ref::hc_post({f.data(), x.data(), rpost.data(), rcomb.data(), rout.data(), T, n, D});
-    expect_close("hc_post", out.get(), rout, 0.0, 0.0);
-    const auto hfn = randn(n * n * D, rng, 0.05f), hbase = randn(n, rng), hscale = randn(1, rng);
-    Dev<float> dhfn(*be, hfn), dhbase(*be, hbase), dhscale(*be, hscale);
-    be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
-    cpu_ref::hc_head(
-        {x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D, 1e-6f, 1e-6f});
-    expect_close("hc_head", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+    const int D = 133, iters = 20;
+    // n = 7: a 49-element Sinkhorn matrix, more than one warp (the shared-memory path).
+    for (int n : {4, 7}) {
+        const int mix = (2 + n) * n;
+        const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.05f),
+                   base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng);
+        Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f);
+        Dev<float> y(*be, T * D), post(*be, T * n), comb(*be, T * n * n), out(*be, T * n * D),
+            head(*be, T * D);
+        std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rout(T * n * D), rhead(T * D);
+        be->hc_pre(
+            {dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f, 1e-6f});
+        cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(), rpost.data(),
+                         rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f});
+        // expf within 2 ulps, compounded over 20 Sinkhorn iterations of values in [0, 1].
+        expect_close("hc_pre comb", comb.get(), rcomb, 1e-5, 1e-6);
+        expect_close("hc_pre post", post.get(), rpost, 1e-6, 1e-7);
+        expect_close("hc_pre y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
+        // hc_post on the reference's own post/comb: the same float operations in the same order.
+        Dev<float> dpost(*be, rpost), dcomb(*be, rcomb);
+        be->hc_post({df.p, dx.p, dpost.p, dcomb.p, out.p, T, n, D});
+        cpu_ref::hc_post({f.data(), x.data(), rpost.data(), rcomb.data(), rout.data(), T, n, D});
+        expect_close("hc_post", out.get(), rout, 0.0, 0.0);
+        const auto hfn = randn(n * n * D, rng, 0.05f), hbase = randn(n, rng),
+                   hscale = randn(1, rng);
+        Dev<float> dhfn(*be, hfn), dhbase(*be, hbase), dhscale(*be, hscale);
+        be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
+        cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n, D,
+                          1e-6f, 1e-6f});
+        expect_close("hc_head", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+    }
 }
 
 // V4-Flash's mHC shapes (n 4, D 4096): the mixing product split over many blocks (one token:

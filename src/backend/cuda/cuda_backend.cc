@@ -484,19 +484,7 @@ class CudaBackend final : public Backend {
         if (a.groups > 1 &&
             (a.act_fp8 || !w.has_gemv || a.N % kQuadRows != 0 || a.row0 % kQuadRows != 0)) {
             // Groups the GEMV cannot take as one launch: one linear each.
-            const int64_t K = w.cols, ldx = a.ldx ? a.ldx : K * a.groups;
-            const size_t xe = a.x_type == ops::ActType::kBF16 ? 2 : 4;
-            const size_t ye = a.y_type == ops::ActType::kBF16 ? 2 : 4;
-            for (int j = 0; j < a.groups; ++j) {
-                ops::LinearArgs g = a;
-                g.groups = 1;
-                g.x = static_cast<const uint8_t*>(a.x) + j * K * xe;
-                g.ldx = ldx;
-                g.y = static_cast<uint8_t*>(a.y) + j * a.N * ye;
-                g.ldy = a.ldy ? a.ldy : a.N * a.groups;
-                g.row0 = a.row0 + j * a.N;
-                linear(g);
-            }
+            for (int j = 0; j < a.groups; ++j) linear(ops::linear_group_part(a, w.cols, j));
             return;
         }
         if (a.act_fp8) {

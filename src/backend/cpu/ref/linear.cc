@@ -24,19 +24,7 @@ double dot(const float* a, const float* b, int64_t n) {
 
 void linear(const ops::LinearArgs& a) {
     if (a.groups > 1) {
-        for (int j = 0; j < a.groups; ++j) {
-            const int64_t K = a.w->cols, ldx = a.ldx ? a.ldx : K * a.groups;
-            const size_t xe = a.x_type == ops::ActType::kBF16 ? 2 : 4;
-            const size_t ye = a.y_type == ops::ActType::kBF16 ? 2 : 4;
-            ops::LinearArgs g = a;
-            g.groups = 1;
-            g.x = static_cast<const uint8_t*>(a.x) + j * K * xe;
-            g.ldx = ldx;
-            g.y = static_cast<uint8_t*>(a.y) + j * a.N * ye;
-            g.ldy = a.ldy ? a.ldy : a.N * a.groups;
-            g.row0 = a.row0 + j * a.N;
-            linear(g);
-        }
+        for (int j = 0; j < a.groups; ++j) linear(ops::linear_group_part(a, a.w->cols, j));
         return;
     }
     const QuantWeight& w = quant(*a.w);

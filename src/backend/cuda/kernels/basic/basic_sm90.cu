@@ -85,13 +85,8 @@ __global__ void __launch_bounds__(kNormThreadsMax) rms_norm_vec_kernel(ops::RmsN
 
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
     __shared__ double red[32];
-    const float* x = a.x + static_cast<int64_t>(blockIdx.x) * a.dim;
-    float* y = a.out + static_cast<int64_t>(blockIdx.x) * a.dim;
-    const float inv = dev::block_rms_inv(x, a.dim, a.eps, red);
-    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
-        const float v = __fmul_rn(x[i], inv);
-        y[i] = a.weight ? __fmul_rn(v, a.weight[i]) : v;
-    }
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * a.dim;
+    dev::block_rms_norm_row(a.x + row, a.weight, a.out + row, a.dim, a.eps, red);
 }
 
 // One thread per (row, head, pair). Angle in float (pos * inv_freq), cos/sin in double rounded

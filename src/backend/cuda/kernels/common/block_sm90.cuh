@@ -42,6 +42,17 @@ __device__ __forceinline__ float block_rms_inv(const float* x, int dim, float ep
     return static_cast<float>(1.0 / sqrt(ss / dim + eps));
 }
 
+// y = x · inv · w (w nullptr: unweighted) for one row, inv = block_rms_inv: the scalar
+// RMSNorm of a row, block-wide (y may alias x). `red` as block_rms_inv's.
+__device__ __forceinline__ void block_rms_norm_row(const float* x, const float* w, float* y,
+                                                   int dim, float eps, double* red) {
+    const float inv = block_rms_inv(x, dim, eps, red);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        const float v = __fmul_rn(x[i], inv);
+        y[i] = w != nullptr ? __fmul_rn(v, w[i]) : v;
+    }
+}
+
 // A float as an unsigned key with the same order (-0 and +0 are first made equal, as the
 // reference's comparisons treat them).
 __device__ __forceinline__ uint32_t order_key(float f) {

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kMixThreads)
         double ss = 0;
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
             const double v = xt[i];
-            ss = __fma_rn(v, v, ss);
+            if (k0 == 0) ss = __fma_rn(v, v, ss);
 #pragma unroll
             for (int r = 0; r < kRowChunk; ++r)
                 if (r < nk)
@@ -157,25 +157,20 @@ __device__ int sinkhorn(float (*buf)[kMaxN * kMaxN], int n, int iters, float eps
     }
     __syncthreads();
     b = 1;
-    auto col_norm = [&] {
+    // Divides each element by (its row's or column's sum + eps), the sum in index order.
+    auto norm = [&](bool rows) {
         if (active) {
             float s = 0;
-            for (int r = 0; r < n; ++r) s = __fadd_rn(s, buf[b][r * n + k]);
+            for (int c = 0; c < n; ++c) s = __fadd_rn(s, buf[b][rows ? j * n + c : c * n + k]);
             buf[b ^ 1][e] = __fdiv_rn(buf[b][e], __fadd_rn(s, eps));
         }
         __syncthreads();
         b ^= 1;
     };
-    col_norm();
+    norm(false);
     for (int it = 1; it < iters; ++it) {
-        if (active) {
-            float s = 0;
-            for (int c = 0; c < n; ++c) s = __fadd_rn(s, buf[b][j * n + c]);
-            buf[b ^ 1][e] = __fdiv_rn(buf[b][e], __fadd_rn(s, eps));
-        }
-        __syncthreads();
-        b ^= 1;
-        col_norm();
+        norm(true);
+        norm(false);
     }
     return b;
 }
@@ -236,12 +231,7 @@ __global__ void __launch_bounds__(kFinishThreads)
         // The fused RMSNorm (rms_norm_kernel's arithmetic) on y as this block just wrote it
         // (the block barrier makes the writes visible to the block).
         __syncthreads();
-        const float inv = dev::block_rms_inv(y, a.D, a.y_norm_eps, tot);
-        float* yn = a.y_norm + t * a.D;
-        for (int i = threadIdx.x; i < a.D; i += blockDim.x) {
-            const float v = __fmul_rn(y[i], inv);
-            yn[i] = a.norm_weight != nullptr ? __fmul_rn(v, a.norm_weight[i]) : v;
-        }
+        dev::block_rms_norm_row(y, a.norm_weight, a.y_norm + t * a.D, a.D, a.y_norm_eps, tot);
     }
 }
 
