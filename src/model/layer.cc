@@ -18,40 +18,30 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const RopeTable& rope = rope_for(spec);
     // bf16: DeepSeek's bf16 configuration rounds each op's output to bf16 (ops' round_bf16).
     const bool bf16 = this->bf16();
-    // Rotates the trailing rd dims of `heads` heads of width `dim` of each token at its position.
-    auto rope_at = [&](float* v, int heads, int dim, bool inverse) {
-        backend_.rope({v, rope.inv_freq, st.tok_pos, T, heads, dim, rd, inverse, rope.scale, bf16});
-    };
     Backend& b = backend_;
     const ops::ActType f32 = ops::ActType::kF32;
 
-    // Every projection of x in one group: q latent, the shared K=V, compressor inputs. The
-    // compressors' projections stay fp32 in every mode (the reference runs them on the upcast x).
-    ops::LinearGroupArgs proj{x, {}, 0, T};
-    auto project = [&](const Weight& wt, float* y, bool fp32_out = false) {
-        proj.out[proj.n_out++] = {&wt, y, fp8_act(wt), bf16 && !fp32_out};
-    };
-    project(w.wq_a, ws.qa);
-    project(w.wkv, ws.kv);
-    if (spec.kind != LayerKind::kSliding) {
-        project(w.compressor.wkv, ws.ckv, /*fp32_out=*/true);
-        project(w.compressor.wgate, ws.cgate, /*fp32_out=*/true);
-    }
-    if (spec.kind == LayerKind::kCsa) {
-        project(w.indexer_compressor.wkv, ws.ikv, /*fp32_out=*/true);
-        project(w.indexer_compressor.wgate, ws.igate, /*fp32_out=*/true);
-        project(w.indexer_weights_proj, ws.wts);
-    }
+    // Every projection of x in one group (x_projections' order): q latent, the shared K=V,
+    // compressor inputs. The compressors' projections stay fp32 in every mode (the reference runs
+    // them on the upcast x).
+    float* const proj_out[] = {ws.qa, ws.kv, ws.ckv, ws.cgate, ws.ikv, ws.igate, ws.wts};
+    const bool fp32_out[] = {false, false, true, true, true, true, false};
+    const Weight* xp[kMaxXProjections];
+    ops::LinearGroupArgs proj{x, {}, x_projections(w, spec.kind, xp), T};
+    for (int i = 0; i < proj.n_out; ++i)
+        proj.out[i] = {xp[i], proj_out[i], fp8_act(*xp[i]), bf16 && !fp32_out[i]};
+    proj.packed = w.x_proj_packed.valid() ? &w.x_proj_packed : nullptr;
     b.linear_group(proj);
 
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims.
     b.rms_norm({ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16});
     b.linear({ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16});
-    b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps, bf16});
-    rope_at(ws.q, H, hd, false);
+    // (The rope fused into the norms: rms_norm then rope.)
+    const ops::FusedRope q_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale};
+    b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps, bf16, &q_rope});
     // The one shared K=V head.
-    b.rms_norm({ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16});
-    rope_at(ws.kv, 1, hd, false);
+    const ops::FusedRope kv_rope{rope.inv_freq, st.tok_pos, 1, rd, rope.scale};
+    b.rms_norm({ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope});
     // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
     // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
     // through it too, so here and on the main entries the round trip is redundant. (The fp8
@@ -85,7 +75,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
                  fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
         b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                   fp8_act(w.indexer_wq_b), bf16});
-        rope_at(ws.qi, Hi, hi, false);
+        b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
         if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
         b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
         if (bf16) b.round_trip({ws.wts, T, Hi, Hi, 1, ops::RoundTrip::kBf16});
@@ -94,12 +84,14 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         topk = ws.topk;
     }
 
+    // K = V carries rotated rope dims: the output is de-rotated at the query position (an
+    // inverse rope fused into attention).
+    const ops::FusedRope o_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale, /*inverse=*/true};
     b.attention({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
                  c.sliding_window, c.index_topk, m, lc.main.n_entries,
-                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), lc.kv_format, bf16});
+                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), lc.kv_format, bf16,
+                 &o_rope});
     b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format});
-    // K = V carries rotated rope dims: de-rotate the output at the query position.
-    rope_at(ws.o, H, hd, /*inverse=*/true);
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     const int g = c.o_groups, Ro = c.o_lora_rank;

@@ -241,6 +241,11 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
                   b.matrix(a + "indexer.weights_proj", Hi, D, at(R::kIndexer)));
     }
 
+    // One weight for the projections of x where the backend packs them (CUDA: one GEMV pass).
+    const Weight* xp[kMaxXProjections];
+    const int n_xp = x_projections(w, spec.kind, xp);
+    DSV4_BIND(w.x_proj_packed, b.backend().pack_rows({xp, static_cast<size_t>(n_xp)}));
+
     const std::string f = p + "ffn.";
     const int E = c.n_routed_experts, I = c.moe_intermediate_size;
     DSV4_BIND(w.gate, b.matrix(f + "gate", E, D, at(R::kRouter)));
@@ -290,6 +295,18 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
 }
 
 }  // namespace
+
+int x_projections(const LayerWeights& w, LayerKind kind, const Weight** out) {
+    int n = 0;
+    for (const Weight* p : {&w.wq_a, &w.wkv}) out[n++] = p;
+    if (kind != LayerKind::kSliding)
+        for (const Weight* p : {&w.compressor.wkv, &w.compressor.wgate}) out[n++] = p;
+    if (kind == LayerKind::kCsa)
+        for (const Weight* p :
+             {&w.indexer_compressor.wkv, &w.indexer_compressor.wgate, &w.indexer_weights_proj})
+            out[n++] = p;
+    return n;
+}
 
 Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Backend& backend,
                                     const LoadProgress& progress, SynthSource* synth) {

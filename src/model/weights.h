@@ -55,6 +55,8 @@ struct LayerWeights {
     const int32_t* tid2eid = nullptr;        // [V, k] hash-routed layers
     Weight shared_w1, shared_w2, shared_w3;  // [I, D], [D, I], [I, D]; invalid: none
     ExpertWeights experts;                   // E routed experts
+    // Backend::pack_rows of x_projections (invalid: the backend did not pack them).
+    Weight x_proj_packed;
     // Bytes as stored: everything a token reads in this layer but the routed experts, and one
     // routed expert's w1 + w2 + w3 (decode bandwidth accounting, `dsv4 bench`).
     size_t bytes_dense = 0, bytes_expert = 0;
@@ -85,6 +87,13 @@ struct ModelWeights {
     // shared experts, routed experts) for `dsv4 info`, recorded while binding.
     std::vector<std::string> formats;
 };
+
+// The projections of a layer's attention input x, in the order the layer runs them as one
+// linear group: wq_a, wkv; then (CSA, HCA) the compressor's wkv, wgate; then (CSA) the indexer
+// compressor's wkv, wgate and the indexer's weights_proj. Each kind's list is a prefix of the
+// CSA list. Writes them to out (kMaxXProjections entries) and returns how many.
+inline constexpr int kMaxXProjections = 7;
+int x_projections(const LayerWeights& w, LayerKind kind, const Weight** out);
 
 // Binds every tensor the config calls for. Missing, mis-shaped, wrongly typed or unexpected
 // tensors are errors naming the tensor. The MTP block `mtp.0.*` is bound when the config has

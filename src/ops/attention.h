@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "formats/cache_row.h"
+#include "ops/rope.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
@@ -38,6 +39,9 @@ struct AttentionArgs {
     // block's probabilities rounded to bf16 before P·V, the sink added to the denominator at the
     // end, and the output rounded to bf16.
     bool round_bf16 = false;
+    // A rope on the output rows (optional; the model's inverse rope at the query position):
+    // exactly attention, then rope on out (head_dim hd, the same round_bf16). Host memory.
+    const FusedRope* out_rope = nullptr;
 };
 
 // Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "base/status.h"
@@ -123,6 +124,15 @@ class Backend {
                                                         const QuantWeight* w2, int E,
                                                         const ops::WeightPlacement& where,
                                                         const SharedExpert& shared) = 0;
+
+    // Projections of one x packed at bind time (the outputs of a LinearGroupArgs, in order): one
+    // weight whose rows are the parts' rows concatenated, which linear_group then reads in one
+    // pass (LinearGroupArgs::packed); the parts stay valid weights. An empty (invalid) result when
+    // this backend does not pack them (the CPU reference; formats or shapes that differ).
+    virtual Expected<ops::Weight> pack_rows(std::span<const ops::Weight* const> parts) {
+        (void)parts;
+        return ops::Weight{};
+    }
 
     // Synthetic routed experts (benchmarks) drawn where the backend keeps them: E experts of
     // w1|w3 [I, D] and w2 [D, I] in an FP4 format with formats/synth_weight.h's distribution.

@@ -53,6 +53,9 @@ struct LinearGroupArgs {
     } out[kMaxOutputs];
     int n_out = 0;
     int64_t M = 0;
+    // Backend::pack_rows of the outputs' weights in this order (optional): a backend that packed
+    // them may read them in one pass. The result is the same sequence of linears.
+    const Weight* packed = nullptr;
 };
 
 // SwiGLU with DeepSeek-V4's clipping: h = silu(min(g, L)) * clamp(u, -L, L); L = 0: no clip.

@@ -1,7 +1,9 @@
-// Op contract: RMSNorm over the last dimension, weighted or not.
+// Op contract: RMSNorm over the last dimension, weighted or not, with an optional RoPE after it.
 #pragma once
 
 #include <cstdint>
+
+#include "ops/rope.h"
 
 namespace dsv4::ops {
 
@@ -18,6 +20,9 @@ struct RmsNormArgs {
     // + eps)`): every intermediate is rounded to bf16 as well: the squares, their mean (summed in
     // fp32), mean + eps, the rsqrt, and each product.
     bool round_bf16 = false;
+    // RoPE on the normed rows (optional): exactly rms_norm, then rope on its output (rope's
+    // head_dim = dim, the same round_bf16). Host memory; nullptr: no rope.
+    const FusedRope* rope = nullptr;
 };
 
 }  // namespace dsv4::ops

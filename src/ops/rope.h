@@ -5,6 +5,17 @@
 
 namespace dsv4::ops {
 
+// A RoPE applied to another op's output rows (RmsNormArgs::rope, AttentionArgs::out_rope), what
+// that op then rope() on its output give: the rows read as [rows / heads, heads, head_dim], row
+// r at position pos[r / heads].
+struct FusedRope {
+    const float* inv_freq = nullptr;  // [rope_dim / 2]; nullptr: no rope
+    const int64_t* pos = nullptr;     // [rows / heads] (backend memory)
+    int heads = 1, rope_dim = 0;
+    float scale = 1.0f;
+    bool inverse = false;
+};
+
 struct RopeArgs {
     float* x = nullptr;  // [rows, heads, head_dim]; dims [head_dim - rd, head_dim) rotate
     const float* inv_freq = nullptr;  // [rd / 2] per-pair frequencies (YaRN already folded in)

@@ -80,17 +80,17 @@ inline std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f)
     return v;
 }
 
-// |gpu - ref| <= atol + rtol * |ref| per element, NaN never passes. Prints the worst ratio.
-inline void expect_close(const char* what, const std::vector<float>& gpu,
-                         const std::vector<float>& ref, double rtol, double atol) {
+// |gpu - ref| <= tol[i] per element (a bound per output), NaN never passes.
+inline void expect_within(const char* what, const std::vector<float>& gpu,
+                          const std::vector<float>& ref, const std::vector<double>& tol) {
     ASSERT_EQ(gpu.size(), ref.size()) << what;
+    ASSERT_EQ(tol.size(), ref.size()) << what;
     double worst = 0, worst_abs = 0;
     size_t at = 0, bad = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
         const double err = std::fabs(static_cast<double>(gpu[i]) - ref[i]);
-        const double tol = atol + rtol * std::fabs(ref[i]);
         const double r =
-            std::isfinite(gpu[i]) ? (tol > 0 ? err / tol : (err > 0 ? 1e30 : 0)) : 1e30;
+            std::isfinite(gpu[i]) ? (tol[i] > 0 ? err / tol[i] : (err > 0 ? 1e30 : 0)) : 1e30;
         if (r > worst) {
             worst = r;
             at = i;
@@ -101,7 +101,15 @@ inline void expect_close(const char* what, const std::vector<float>& gpu,
     std::printf("[ops] %-34s n=%zu worst err/tol = %.3g (max abs err %.3g)\n", what, ref.size(),
                 worst, worst_abs);
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " elements out of tolerance; worst at " << at
-                       << ": gpu " << gpu[at] << " ref " << ref[at];
+                       << ": gpu " << gpu[at] << " ref " << ref[at] << " tol " << tol[at];
+}
+
+// |gpu - ref| <= atol + rtol * |ref| per element, NaN never passes. Prints the worst ratio.
+inline void expect_close(const char* what, const std::vector<float>& gpu,
+                         const std::vector<float>& ref, double rtol, double atol) {
+    std::vector<double> tol(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) tol[i] = atol + rtol * std::fabs(ref[i]);
+    expect_within(what, gpu, ref, tol);
 }
 
 inline float max_abs(const std::vector<float>& v) {

@@ -42,6 +42,8 @@ struct CudaWeight {
     bool has_gemv = false;
     cuda::GemvWeight gemv;
     ops::WeightRole role = ops::WeightRole::kAttention;  // for the op profile's labels
+    // A pack_rows weight: its parts in row order (each part's gemv points into this one's).
+    std::vector<const CudaWeight*> parts;
 };
 
 // A layer's routed experts: dense stacks ([E][2I][D] w1|w3 and [E][D][I] w2, f32 or bf16), or
@@ -377,6 +379,78 @@ class CudaBackend final : public Backend {
         weights_.push_back(cw);
         return ops::Weight{w.rows, w.cols, &weights_.back()};
     }
+    // The parts' GEMV tiles, scales and output scales copied back to back into one weight
+    // (the layout is quad-major, so whole 64-row parts concatenate as byte ranges); each part is
+    // then pointed at its range and its own copy freed, so packing costs no memory.
+    Expected<ops::Weight> pack_rows(std::span<const ops::Weight* const> parts) override {
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        if (parts.size() < 2 || parts.size() > static_cast<size_t>(cuda::kGemvMaxSegments))
+            return ops::Weight{};
+        const CudaWeight& first = cuda_weight(parts[0]);
+        int64_t rows = 0;
+        for (const ops::Weight* p : parts) {
+            const CudaWeight& w = cuda_weight(p);
+            if (!w.has_gemv || w.gemv.shape.format != first.gemv.shape.format ||
+                w.gemv.shape.n_experts != 1 || w.cols != first.cols || w.rows % kQuadRows != 0 ||
+                !w.parts.empty())
+                return ops::Weight{};
+            rows += w.rows;
+        }
+        cuda::GemvShape shape = first.gemv.shape;
+        shape.n = rows;
+        const size_t scale_bytes = static_cast<size_t>(shape.scales_expert_bytes());
+        DSV4_ASSIGN_OR_RETURN(void* tiles,
+                              try_alloc(static_cast<size_t>(shape.tiles_expert_bytes())));
+        void* scales = nullptr;
+        if (scale_bytes > 0) {
+            DSV4_ASSIGN_OR_RETURN(scales, try_alloc(scale_bytes));
+        }
+        DSV4_ASSIGN_OR_RETURN(void* out_scale,
+                              try_alloc(static_cast<size_t>(shape.row_blocks()) * sizeof(float)));
+        DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(shape.row_blocks()));
+        CudaWeight packed;
+        packed.rows = rows;
+        packed.cols = first.cols;
+        packed.has_gemv = true;
+        packed.role = first.role;
+        packed.gemv = {shape, tiles, scales, static_cast<const float*>(out_scale)};
+        size_t t_off = 0, s_off = 0, o_off = 0;
+        std::vector<cuda::GemvWeight> old;
+        for (const ops::Weight* p : parts) {
+            // (The handles are const views of weights_' elements, which this backend owns.)
+            auto& w = const_cast<CudaWeight&>(cuda_weight(p));
+            const cuda::GemvShape& ps = w.gemv.shape;
+            const size_t tb = static_cast<size_t>(ps.tiles_expert_bytes()),
+                         sb = static_cast<size_t>(ps.scales_expert_bytes()),
+                         ob = static_cast<size_t>(ps.row_blocks()) * sizeof(float);
+            auto* t = static_cast<uint8_t*>(tiles) + t_off;
+            auto* sc = scales == nullptr ? nullptr : static_cast<uint8_t*>(scales) + s_off;
+            auto* o = static_cast<uint8_t*>(out_scale) + o_off;
+            DSV4_CHECK_CUDA(
+                cudaMemcpyAsync(t, w.gemv.tiles, tb, cudaMemcpyDeviceToDevice, stream_.get()));
+            if (sb > 0)
+                DSV4_CHECK_CUDA(cudaMemcpyAsync(sc, w.gemv.scales, sb, cudaMemcpyDeviceToDevice,
+                                                stream_.get()));
+            DSV4_CHECK_CUDA(
+                cudaMemcpyAsync(o, w.gemv.out_scale, ob, cudaMemcpyDeviceToDevice, stream_.get()));
+            old.push_back(w.gemv);
+            w.gemv.tiles = t;
+            w.gemv.scales = sc;
+            w.gemv.out_scale = reinterpret_cast<const float*>(o);
+            packed.parts.push_back(&w);
+            t_off += tb;
+            s_off += sb;
+            o_off += ob;
+        }
+        stream_.synchronize();
+        for (const cuda::GemvWeight& g : old) {
+            free(const_cast<void*>(g.tiles));
+            free(const_cast<void*>(g.scales));
+            free(const_cast<float*>(g.out_scale));
+        }
+        weights_.push_back(std::move(packed));
+        return ops::Weight{rows, first.cols, &weights_.back()};
+    }
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
                                                 const QuantWeight* w2, int E,
                                                 const ops::WeightPlacement&,
@@ -456,10 +530,14 @@ class CudaBackend final : public Backend {
     // partial sums (grown, never shrunk).
     Status prepare_steps(int64_t max_rows) override {
         const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
-        if (hc > hc_ws_.doubles) {
-            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(hc) * sizeof(double)));
+        if (hc > hc_ws_.doubles || max_rows > hc_ws_.max_tokens) {
+            // The partials, then the arrival counters (zeroed by try_alloc).
+            const size_t bytes = static_cast<size_t>(hc) * sizeof(double) +
+                                 static_cast<size_t>(max_rows) * sizeof(unsigned);
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(bytes));
             free(hc_ws_.part);
-            hc_ws_ = {static_cast<double*>(p), hc, info_.sm_count};
+            auto* part = static_cast<double*>(p);
+            hc_ws_ = {part, reinterpret_cast<unsigned*>(part + hc), hc, max_rows, info_.sm_count};
         }
         const int64_t floats = max_rows * max_cols_;
         if (floats <= act_floats_) return Status::ok();
@@ -564,9 +642,43 @@ class CudaBackend final : public Backend {
     }
     void linear_group(const ops::LinearGroupArgs& a) override {
         DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
+        if (a.packed != nullptr && linear_packed(a)) return;
         for (int i = 0; i < a.n_out; ++i)
             linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
                     ops::ActType::kF32, a.out[i].act_fp8});
+    }
+    // A packed group (pack_rows) in one GEMV launch per 16 rows, each part's rows written to its
+    // own output (the GEMV's row segments), in plain mode: no clearing of the outputs first. False
+    // (nothing run) when an output needs what the packed launch does not do (FP8 activations, a
+    // bf16 rounding).
+    bool linear_packed(const ops::LinearGroupArgs& a) {
+        const CudaWeight& w = cuda_weight(a.packed);
+        DSV4_ASSERT(static_cast<int>(w.parts.size()) == a.n_out, "linear_group: packed weight of ",
+                    w.parts.size(), " parts for ", a.n_out, " outputs");
+        for (int i = 0; i < a.n_out; ++i) {
+            DSV4_ASSERT(a.out[i].w->impl == w.parts[i], "linear_group: output ", i, " is not part ",
+                        i, " of the packed weight");
+            if (a.out[i].act_fp8 || a.out[i].round_bf16) return false;
+        }
+        const auto prof = profile_.scope(linear_label(w.role), recording_);
+        cuda::GemvArgs g = gemv_rows(w.gemv, 0, w.rows);
+        g.x_f32 = true;
+        g.ldx = w.cols;
+        g.pdl = true;
+        cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+        g.n_segments = a.n_out;
+        for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
+            g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
+            g.x = a.x + m0 * w.cols;
+            int64_t row = 0;
+            for (int i = 0; i < a.n_out; ++i) {
+                const int64_t n = a.out[i].w->rows;
+                g.segments[i] = {static_cast<int32_t>(row), a.out[i].y + m0 * n, n};
+                row += n;
+            }
+            cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+        }
+        return true;
     }
     DSV4_CUDA_OP(swiglu, SwigluArgs, launch_swiglu)
     DSV4_CUDA_OP(rms_norm, RmsNormArgs, launch_rms_norm)
@@ -658,11 +770,10 @@ class CudaBackend final : public Backend {
             int32_t* gid = reinterpret_cast<int32_t*>(scale + G);  // [G]
             DSV4_ASSERT(G * (3 * I + 2) <= ops::moe_routed_scratch_floats(1, a.k, a.E, a.D, a.I),
                         "moe scratch for the stacked shared expert");
-            cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, s);
-            DSV4_CHECK_CUDA(cudaMemsetAsync(h, 0, G * 2 * I * sizeof(float), s));
+            cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, h, G * 2 * I,
+                                             a.out, D, s);
             expert_gemv(ex.g13, a.x, D, 1, h, 2 * I, G, gid, /*x_stride=*/0);
             cuda::launch_moe_swiglu({h, nullptr, act1, G, a.I, a.swiglu_limit}, s);
-            DSV4_CHECK_CUDA(cudaMemsetAsync(a.out, 0, D * sizeof(float), s));
             expert_gemv(ex.g2, act1, I, 1, a.out, D, G, gid, -1, /*y_stride=*/0, scale);
             return;
         }
@@ -898,14 +1009,17 @@ class CudaBackend final : public Backend {
             void* os, try_alloc(static_cast<size_t>(g.shape.row_blocks()) * slots * sizeof(float)));
         upload_sync(os, p.out_scale.data(), p.out_scale.size() * sizeof(float));
         g.out_scale = static_cast<const float*>(os);
-        if (p.shape.row_blocks() > gemv_ws_row_blocks_) {
-            const int64_t rb = p.shape.row_blocks();
-            DSV4_ASSIGN_OR_RETURN(void* ws, try_alloc(cuda::gemv_workspace_bytes(rb)));
-            free(gemv_ws_);
-            gemv_ws_ = ws;
-            gemv_ws_row_blocks_ = rb;
-        }
+        DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(p.shape.row_blocks()));
         return g;
+    }
+    // The split-K workspace of plain-mode launches, for weights of up to `rb` row blocks.
+    Status reserve_gemv_workspace(int64_t rb) {
+        if (rb <= gemv_ws_row_blocks_) return Status::ok();
+        DSV4_ASSIGN_OR_RETURN(void* ws, try_alloc(cuda::gemv_workspace_bytes(rb)));
+        free(gemv_ws_);
+        gemv_ws_ = ws;
+        gemv_ws_row_blocks_ = rb;
+        return Status::ok();
     }
 
     // E random [n, k] matrices in the GEMV layout (synth_experts). The scale codes decode to
@@ -954,7 +1068,7 @@ class CudaBackend final : public Backend {
     bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
     int64_t max_cols_ = 0;      // widest K of the weights uploaded
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
-    cuda::HcScratch hc_ws_;     // mHC mixing partials (prepare_steps)
+    cuda::HcScratch hc_ws_;     // mHC mixing partials and counters (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
     TransferCounts counts_;

@@ -124,6 +124,9 @@ void attention(const ops::AttentionArgs& a) {
             for (int d = 0; d < a.hd; ++d) out[d] = static_cast<float>(acc[d] / denom);
         }
     });
+    if (const ops::FusedRope* r = a.out_rope; r != nullptr && r->inv_freq != nullptr)
+        rope({a.out, r->inv_freq, r->pos, int64_t{a.step.T} * a.H / r->heads, r->heads, a.hd,
+              r->rope_dim, r->inverse, r->scale, a.round_bf16});
 }
 
 void ring_write(const ops::RingWriteArgs& a) {

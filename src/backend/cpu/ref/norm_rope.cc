@@ -33,6 +33,9 @@ void rms_norm(const ops::RmsNormArgs& a) {
         for (int i = 0; i < a.dim; ++i) y[i] = x[i] * inv * (a.weight ? a.weight[i] : 1.0f);
         if (a.round_bf16) round_trip({y, 1, a.dim, a.dim, 1, ops::RoundTrip::kBf16});
     }
+    if (const ops::FusedRope* r = a.rope; r != nullptr && r->inv_freq != nullptr)
+        rope({a.out, r->inv_freq, r->pos, a.rows / r->heads, r->heads, a.dim, r->rope_dim,
+              r->inverse, r->scale, a.round_bf16});
 }
 
 void rope(const ops::RopeArgs& a) {

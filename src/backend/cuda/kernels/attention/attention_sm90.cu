@@ -53,8 +53,12 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/basic/basic.h"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "base/check.h"
 
 namespace dsv4::cuda {
@@ -166,19 +170,6 @@ __device__ __forceinline__ float dot4(const float4& a, const float4& b, float s)
     return fmaf(a.w, b.w, s);
 }
 
-// One step of the warp's reduce-scatter of 32 values: lanes with bit O keep the upper O of the
-// first 2 O values (plus their partner's), the others the lower O.
-template <int O>
-__device__ __forceinline__ void scatter_step(float (&s)[32], int lane) {
-    const bool hi = (lane & O) != 0;
-#pragma unroll
-    for (int k = 0; k < O; ++k) {
-        const float send = hi ? s[k] : s[k + O];
-        const float keep = hi ? s[k + O] : s[k];
-        s[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-    }
-}
-
 // One warp fills a shared row of hdp floats from a global row of hd floats (nullptr: zeros),
 // zero padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases): then
 // asynchronously (cp.async, completed by the tile's wait), else with plain loads.
@@ -210,7 +201,8 @@ __device__ __forceinline__ float4 load_q(const float* src, int c, int hd, bool v
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_kernel(ops::AttentionArgs a, bool vec, int groups) {
+    attention_kernel(ops::AttentionArgs a, bool vec, int groups, ops::FusedRope rope) {
+    dev::pdl_enter();
     extern __shared__ float4 smem4[];
     cg::cluster_group cluster = cg::this_cluster();
     const int C = static_cast<int>(cluster.dim_blocks().x);
@@ -327,11 +319,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                     s[i * kBatch + j] = dot4(q[i][c], kv, s[i * kBatch + j]);
             }
         }
-        scatter_step<16>(s, lane);
-        scatter_step<8>(s, lane);
-        scatter_step<4>(s, lane);
-        scatter_step<2>(s, lane);
-        scatter_step<1>(s, lane);
+        dev::warp_reduce_scatter(s, lane);
 
         // 2. Softmax update.
         const bool ok = sm.ok[buf * kMaxRows + grp * kBatch + jk] != 0;
@@ -465,7 +453,20 @@ __global__ void __launch_bounds__(kThreads, 2)
             if (wr[r] == 0.0f) continue;  // an empty slice (or one fully outweighed)
             fma4(out, wr[r] * inv, f4(cluster.map_shared_rank(sm.part, r) + h * hdp + d));
         }
-        float* dst = a.out + (static_cast<int64_t>(t) * a.H + h0 + h) * hd + d;
+        const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
+        // The fused rope (launch_attention: its dims start on a float4): rope_kernel's rotation
+        // of the two pairs.
+        const int first = d - (hd - rope.rope_dim);
+        if (rope.inv_freq != nullptr && first >= 0) {
+            const int64_t pos = rope.pos[row / rope.heads];
+            float p0[2] = {out.x, out.y}, p1[2] = {out.z, out.w};
+            dev::rope_rotate(
+                p0, dev::rope_cos_sin(pos, rope.inv_freq[first / 2], rope.scale, rope.inverse));
+            dev::rope_rotate(
+                p1, dev::rope_cos_sin(pos, rope.inv_freq[first / 2 + 1], rope.scale, rope.inverse));
+            out = make_float4(p0[0], p0[1], p1[0], p1[1]);
+        }
+        float* dst = a.out + row * hd + d;
         if (vec) {
             f4(dst) = out;
         } else {
@@ -479,6 +480,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // One block per token; only each row's last min(len, W) tokens are written.
 __global__ void ring_write_kernel(ops::RingWriteArgs a) {
+    dev::pdl_enter();
     const ops::StepDesc& st = a.step;
     const int t = blockIdx.x;
     const int b = st.tok_row[t];
@@ -538,26 +540,30 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }();
     DSV4_CHECK_CUDA(attr);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(T * cluster), static_cast<unsigned>(groups));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = attention_smem(a.hd, key_groups);
-    cfg.stream = stream;
-    cudaLaunchAttribute attrs[1];
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    cfg.attrs = attrs;
-    cfg.numAttrs = 1;
-    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, attention_kernel, a, vec, key_groups));
-    DSV4_CHECK_LAUNCH(stream);
+    // The output rope fuses into the merge when its dims start on a float4 of vector stores;
+    // otherwise the composition (then the rope kernel).
+    const ops::FusedRope rope = a.out_rope != nullptr ? *a.out_rope : ops::FusedRope{};
+    if (rope.inv_freq != nullptr)
+        DSV4_ASSERT(rope.heads >= 1 && (T * a.H) % rope.heads == 0 && rope.rope_dim % 2 == 0 &&
+                        rope.rope_dim <= a.hd,
+                    "attention out_rope: ", a.H, " heads, rope heads ", rope.heads, ", rope_dim ",
+                    rope.rope_dim);
+    const bool fused = vec && (a.hd - rope.rope_dim) % 4 == 0;
+    ops::AttentionArgs args = a;
+    args.out_rope = nullptr;
+    launch_pdl(attention_kernel,
+               dim3(static_cast<unsigned>(T * cluster), static_cast<unsigned>(groups)), kThreads,
+               attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, vec,
+               key_groups, fused ? rope : ops::FusedRope{});
+    if (!fused && rope.inv_freq != nullptr)
+        launch_rope({a.out, rope.inv_freq, rope.pos, T * a.H / rope.heads, rope.heads, a.hd,
+                     rope.rope_dim, rope.inverse, rope.scale, false},
+                    stream);
 }
 
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream) {
     if (a.step.T == 0) return;
-    ring_write_kernel<<<static_cast<unsigned>(a.step.T), 128, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(ring_write_kernel, static_cast<unsigned>(a.step.T), 128, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/basic/basic.h"
@@ -28,6 +29,7 @@ unsigned grid_for(int64_t n, int per_block = kThreads) {
 // One block per (token, copy); grid-stride over D.
 __global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, int64_t D,
                              float* out, int n) {
+    dev::pdl_enter();
     const int64_t t = blockIdx.x;
     const int64_t row = ids[t];
     float* dst = out + (t * n + blockIdx.y) * D;
@@ -48,7 +50,9 @@ __global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, i
 constexpr int kNormVec = 4;
 constexpr int kNormThreadsMax = 1024;
 
-__global__ void __launch_bounds__(kNormThreadsMax) rms_norm_vec_kernel(ops::RmsNormArgs a) {
+__global__ void __launch_bounds__(kNormThreadsMax)
+    rms_norm_vec_kernel(ops::RmsNormArgs a, ops::FusedRope r) {
+    dev::pdl_enter();
     __shared__ double red[32];
     const float4* x =
         reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.dim);
@@ -79,11 +83,23 @@ __global__ void __launch_bounds__(kNormThreadsMax) rms_norm_vec_kernel(ops::RmsN
             o = make_float4(__fmul_rn(o.x, g.x), __fmul_rn(o.y, g.y), __fmul_rn(o.z, g.z),
                             __fmul_rn(o.w, g.w));
         }
+        // The fused RoPE (launch_rms_norm: the rotated dims start on a float4): the rope
+        // kernel's rotation of the two pairs on the normed values.
+        const int first = 4 * i - (a.dim - r.rope_dim);
+        if (r.inv_freq != nullptr && first >= 0) {
+            const int64_t pos = r.pos[blockIdx.x / r.heads];
+            float p0[2] = {o.x, o.y}, p1[2] = {o.z, o.w};
+            dev::rope_rotate(p0, dev::rope_cos_sin(pos, r.inv_freq[first / 2], r.scale, r.inverse));
+            dev::rope_rotate(p1,
+                             dev::rope_cos_sin(pos, r.inv_freq[first / 2 + 1], r.scale, r.inverse));
+            o = make_float4(p0[0], p0[1], p1[0], p1[1]);
+        }
         y[i] = o;
     }
 }
 
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
+    dev::pdl_enter();
     __shared__ double red[32];
     const int64_t row = static_cast<int64_t>(blockIdx.x) * a.dim;
     dev::block_rms_norm_row(a.x + row, a.weight, a.out + row, a.dim, a.eps, red);
@@ -93,6 +109,7 @@ __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
 // to float, like the reference. (One thread per (row, pair) looping over the heads left a
 // batch-1 call of 64 heads on 32 threads: 26 us.)
 __global__ void rope_kernel(ops::RopeArgs a) {
+    dev::pdl_enter();
     const int half = a.rope_dim / 2;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= a.rows * a.heads * half) return;
@@ -104,6 +121,7 @@ __global__ void rope_kernel(ops::RopeArgs a) {
 }
 
 __global__ void swiglu_kernel(ops::SwigluArgs a) {
+    dev::pdl_enter();
     const float L = a.limit;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -121,6 +139,7 @@ __global__ void swiglu_kernel(ops::SwigluArgs a) {
 // one block took 26 us, a serial chain of loads).
 constexpr int kGatherChunk = 1024;
 __global__ void gather_rows_kernel(ops::GatherRowsArgs a) {
+    dev::pdl_enter();
     const float* src = a.src + static_cast<int64_t>(a.idx[blockIdx.y]) * a.width;
     float* dst = a.dst + static_cast<int64_t>(blockIdx.y) * a.width;
     const int64_t end = min(a.width, (blockIdx.x + 1) * int64_t{kGatherChunk});
@@ -129,6 +148,7 @@ __global__ void gather_rows_kernel(ops::GatherRowsArgs a) {
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
+    dev::pdl_enter();
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
         x[i] = __fmul_rn(x[i], s);
@@ -182,6 +202,7 @@ __device__ __forceinline__ float load_act(const void* p, bool bf16, int64_t i) {
 // once per 8 tokens from L2/L1.
 constexpr int kLinWarps = 8;
 __global__ void dense_linear_kernel(DenseLinearArgs a) {
+    dev::pdl_enter();
     const int64_t n = blockIdx.x;
     const int64_t m = static_cast<int64_t>(blockIdx.y) * kLinWarps + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -205,40 +226,53 @@ __global__ void dense_linear_kernel(DenseLinearArgs a) {
 void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_t D, float* out,
                         int64_t T, int n, cudaStream_t stream) {
     if (T == 0) return;
-    embed_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(n)), kThreads, 0, stream>>>(
-        ids, table, bf16, D, out, n);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(embed_kernel, dim3(static_cast<unsigned>(T), static_cast<unsigned>(n)), kThreads, 0,
+               stream, 1, ids, table, bf16, D, out, n);
 }
 
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
     if (a.rows == 0) return;
+    // The rope's values by value for the kernel (a.rope is host memory); inv_freq nullptr: none.
+    const ops::FusedRope r = a.rope != nullptr ? *a.rope : ops::FusedRope{};
+    if (r.inv_freq != nullptr)
+        DSV4_ASSERT(
+            r.heads >= 1 && a.rows % r.heads == 0 && r.rope_dim % 2 == 0 && r.rope_dim <= a.dim,
+            "rms_norm rope: ", a.rows, " rows, ", r.heads, " heads, rope_dim ", r.rope_dim);
+    ops::RmsNormArgs norm = a;
+    norm.rope = nullptr;
     const bool vec = a.dim % 4 == 0 && a.dim / 4 <= kNormVec * kNormThreadsMax &&
                      reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+    // The rope fuses into the vector kernel when its dims start on a float4; otherwise the
+    // composition (the norm, then the rope kernel).
+    const bool fused = vec && (a.dim - r.rope_dim) % 4 == 0;
     if (vec) {
         // Enough threads for kNormVec float4 each, in whole warps.
         const int per = (a.dim / 4 + kNormVec - 1) / kNormVec;
         const int threads = std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
-        rms_norm_vec_kernel<<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
+        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows), threads, 0, stream, 1, norm,
+                   fused ? r : ops::FusedRope{});
     } else {
-        rms_norm_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(a);
+        launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, norm);
     }
-    DSV4_CHECK_LAUNCH(stream);
+    if (!fused && r.inv_freq != nullptr)
+        launch_rope({a.out, r.inv_freq, r.pos, a.rows / r.heads, r.heads, a.dim, r.rope_dim,
+                     r.inverse, r.scale, false},
+                    stream);
 }
 
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.rope_dim % 2 == 0 && a.rope_dim <= a.head_dim, a.rope_dim, " ", a.head_dim);
     const int64_t n = a.rows * a.heads * (a.rope_dim / 2);
     if (n == 0) return;
-    rope_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(rope_kernel, static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+               stream, 1, a);
 }
 
 void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream) {
     if (a.n == 0) return;
-    swiglu_kernel<<<grid_for(a.n), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(swiglu_kernel, grid_for(a.n), kThreads, 0, stream, 1, a);
 }
 
 __global__ void count_experts_kernel(ops::CountExpertsArgs a) {
@@ -258,13 +292,13 @@ void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.R <= 65535, "gather_rows: ", a.R, " rows");
     const dim3 grid(static_cast<unsigned>((a.width + kGatherChunk - 1) / kGatherChunk),
                     static_cast<unsigned>(a.R));
-    gather_rows_kernel<<<grid, kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(gather_rows_kernel, grid, kThreads, 0, stream, 1, a);
 }
 
 // One block per token; grid-stride over the n streams' D values. Same order as the reference
 // (x + stream), one rounding.
 __global__ void add_to_streams_kernel(ops::AddToStreamsArgs a) {
+    dev::pdl_enter();
     const int64_t t = blockIdx.x;
     const float* x = a.x + t * a.D;
     float* s = a.streams + t * a.n * a.D;
@@ -274,14 +308,12 @@ __global__ void add_to_streams_kernel(ops::AddToStreamsArgs a) {
 
 void launch_add_to_streams(const ops::AddToStreamsArgs& a, cudaStream_t stream) {
     if (a.T == 0) return;
-    add_to_streams_kernel<<<static_cast<unsigned>(a.T), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(add_to_streams_kernel, static_cast<unsigned>(a.T), kThreads, 0, stream, 1, a);
 }
 
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
-    scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(scale_kernel, grid_for(n), kThreads, 0, stream, 1, x, s, n);
 }
 
 void launch_fill(float* x, float v, int64_t n, cudaStream_t stream) {
@@ -323,8 +355,7 @@ void launch_dense_linear(const DenseLinearArgs& a, cudaStream_t stream) {
     if (a.M == 0 || a.N == 0) return;
     DSV4_ASSERT(a.N <= 0x7fffffff && (a.M + kLinWarps - 1) / kLinWarps <= 65535, a.M, " ", a.N);
     dim3 grid(static_cast<unsigned>(a.N), static_cast<unsigned>((a.M + kLinWarps - 1) / kLinWarps));
-    dense_linear_kernel<<<grid, kLinWarps * 32, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(dense_linear_kernel, grid, kLinWarps * 32, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

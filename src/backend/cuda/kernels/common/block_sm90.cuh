@@ -16,6 +16,28 @@ __device__ __forceinline__ T warp_sum(T v) {
     return v;
 }
 
+// A warp's reduce-scatter of 32 values each (T float or double): afterwards v[0] of lane l is
+// the warp's sum of value l, in 31 exchanges (32 warp_sums would take 160). Step O: lanes with
+// bit O keep the upper O of the first 2 O values (plus their partner's), the others the lower O.
+template <int O, typename T>
+__device__ __forceinline__ void scatter_step(T (&v)[32], int lane) {
+    const bool hi = (lane & O) != 0;
+#pragma unroll
+    for (int k = 0; k < O; ++k) {
+        const T send = hi ? v[k] : v[k + O];
+        const T keep = hi ? v[k + O] : v[k];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+template <typename T>
+__device__ __forceinline__ void warp_reduce_scatter(T (&v)[32], int lane) {
+    scatter_step<16>(v, lane);
+    scatter_step<8>(v, lane);
+    scatter_step<4>(v, lane);
+    scatter_step<2>(v, lane);
+    scatter_step<1>(v, lane);
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // `red` is 32 elements of shared memory; the call begins and ends with a barrier so it can be
 // reused back to back.

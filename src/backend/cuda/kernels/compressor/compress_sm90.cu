@@ -6,6 +6,7 @@
 // round-tripped (reference numerics), and a CSA state shifts its open block into the previous-block
 // rows. Layout and order as in backend/cpu/ref/compressor.cc.
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/compressor/compress.h"
@@ -18,6 +19,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void compress_kernel(ops::CompressArgs a) {
+    dev::pdl_enter();
     __shared__ double red[32];
     const ops::StepDesc& st = a.step;
     const int b = blockIdx.x;
@@ -98,8 +100,7 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
                     ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
                 "compress: Hadamard entry round trip of width ", a.hd);
     if (a.step.B == 0) return;
-    compress_kernel<<<static_cast<unsigned>(a.step.B), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(compress_kernel, static_cast<unsigned>(a.step.B), kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

@@ -21,6 +21,15 @@
 namespace dsv4::cuda {
 
 inline constexpr int kGemvMaxM = 16;
+inline constexpr int kGemvMaxSegments = 8;
+
+// Where rows [first_row, next segment's first_row) of y go: a matrix of its own, row r of the
+// weight being column r - first_row of y_seg (GemvArgs::segments).
+struct GemvYSegment {
+    int32_t first_row = 0;  // a multiple of 16 (a row block never spans two segments)
+    float* y = nullptr;     // [m][ldy] f32
+    int64_t ldy = 0;
+};
 
 struct GemvArgs {
     GemvFormat format = GemvFormat::kNvfp4;
@@ -64,6 +73,13 @@ struct GemvArgs {
     // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
     float* partials = nullptr;     // [n_groups * row_blocks / 4][16 tokens][64 rows], zero
     uint32_t* counters = nullptr;  // [n_groups * row_blocks / 4], zero
+
+    // Row segments (n_segments > 0, one group, an f32 y): the weight's rows are the
+    // concatenation of several matrices of the same x (the projections packed at load), each
+    // written to its own y; `y`, `ldy` and `y_group_stride` are then unused. Ascending first rows,
+    // the first 0.
+    int32_t n_segments = 0;
+    GemvYSegment segments[kGemvMaxSegments];
 
     // Programmatic dependent launch: start streaming weights while the previous kernel in the
     // stream finishes (weights only; activations, ids and outputs wait for it).

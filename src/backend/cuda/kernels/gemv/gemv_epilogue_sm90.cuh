@@ -14,6 +14,21 @@
 
 namespace dsv4::cuda::gemv_sm90 {
 
+// The f32 output of (group, token, row): y[group][token][row], or with row segments the
+// segment's own matrix.
+__device__ __forceinline__ float* y_f32_at(const GemvArgs& a, int group, int token, int row) {
+    if (a.n_segments > 0) {
+        int s = 0;
+#pragma unroll
+        for (int i = 1; i < kGemvMaxSegments; ++i)
+            if (i < a.n_segments && row >= a.segments[i].first_row) s = i;
+        const GemvYSegment& g = a.segments[s];
+        return g.y + static_cast<int64_t>(token) * g.ldy + (row - g.first_row);
+    }
+    return static_cast<float*>(a.y) + static_cast<int64_t>(group) * a.y_group_stride +
+           static_cast<int64_t>(token) * a.ldy + row;
+}
+
 template <bool kYBf16, int kNT>
 __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, int lane,
                                         const float (&v)[kNT][4], float scale) {
@@ -26,13 +41,13 @@ __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, in
             const int row = rb * kGemvRowBlock + g + 8 * (r >> 1);
             const int token = 8 * nt + 2 * c + (r & 1);
             if (row < a.n && token < a.m) {
-                const int64_t off =
-                    static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
                 const float out = v[nt][r] * scale;
                 if constexpr (kYBf16) {
+                    const int64_t off =
+                        static_cast<int64_t>(group) * a.y_group_stride + token * a.ldy + row;
                     static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(out);
                 } else {
-                    static_cast<float*>(a.y)[off] = out;
+                    *y_f32_at(a, group, token, row) = out;
                 }
             }
         }
@@ -48,7 +63,6 @@ __device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int q
     const int g = lane >> 2;
     const int c = lane & 3;
     const float gs = a.group_scale != nullptr ? __ldg(a.group_scale + group) : 1.0f;
-    float* y = static_cast<float*>(a.y) + static_cast<int64_t>(group) * a.y_group_stride;
 #pragma unroll
     for (int r = 0; r < kGemvQuad; ++r) {
         const float scale = out_scale[r] * gs;
@@ -59,8 +73,7 @@ __device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int q
                 const int token = 8 * nt + 2 * c + (i & 1);
                 const int row = (quad * kGemvQuad + r) * kGemvRowBlock + g + 8 * (i >> 1);
                 if (token < a.m && row < a.n)
-                    ptx::red_add_f32(y + static_cast<int64_t>(token) * a.ldy + row,
-                                     acc[r][nt][i] * scale);
+                    ptx::red_add_f32(y_f32_at(a, group, token, row), acc[r][nt][i] * scale);
             }
         }
     }
@@ -105,12 +118,12 @@ __device__ __forceinline__ void finish_quad(const GemvArgs& a, float* p, int gro
         if (row < a.n) {
             const float scale = __ldg(a.out_scale + static_cast<int64_t>(expert) * a.row_blocks +
                                       row / kGemvRowBlock);
-            const int64_t off = static_cast<int64_t>(group) * a.y_group_stride +
-                                static_cast<int64_t>(token) * a.ldy + row;
             if constexpr (kYBf16) {
+                const int64_t off = static_cast<int64_t>(group) * a.y_group_stride +
+                                    static_cast<int64_t>(token) * a.ldy + row;
                 static_cast<__nv_bfloat16*>(a.y)[off] = __float2bfloat16_rn(v * scale);
             } else {
-                static_cast<float*>(a.y)[off] = v * scale;
+                *y_f32_at(a, group, token, row) = v * scale;
             }
         }
     }

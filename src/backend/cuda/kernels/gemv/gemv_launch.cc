@@ -68,7 +68,20 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
                 "gemv: x strides (", a.ldx, ", ", a.x_group_stride, " elements) break ", x_align,
                 "-byte alignment");
     DSV4_ASSERT(a.ldx >= a.k || a.m == 1, "gemv: ldx ", a.ldx, " < k ", a.k);
-    DSV4_ASSERT(a.y != nullptr && (a.ldy >= a.n || a.m == 1), "gemv: y / ldy");
+    if (a.n_segments > 0) {
+        DSV4_ASSERT(a.n_segments <= kGemvMaxSegments && a.n_groups == 1 && !a.y_bf16 &&
+                        a.segments[0].first_row == 0,
+                    "gemv: ", a.n_segments, " row segments over ", a.n_groups, " groups");
+        for (int i = 0; i < a.n_segments; ++i) {
+            const GemvYSegment& g = a.segments[i];
+            const int64_t end = i + 1 < a.n_segments ? a.segments[i + 1].first_row : a.n;
+            DSV4_ASSERT(g.y != nullptr && g.first_row % kGemvRowBlock == 0 && end > g.first_row &&
+                            (g.ldy >= end - g.first_row || a.m == 1),
+                        "gemv: row segment ", i, " [", g.first_row, ", ", end, ") ldy ", g.ldy);
+        }
+    } else {
+        DSV4_ASSERT(a.y != nullptr && (a.ldy >= a.n || a.m == 1), "gemv: y / ldy");
+    }
     DSV4_ASSERT(a.y_accumulate || (a.partials != nullptr && a.counters != nullptr),
                 "gemv: workspace not bound");
     DSV4_ASSERT(!a.y_accumulate || !a.y_bf16, "gemv: accumulation needs an f32 y");

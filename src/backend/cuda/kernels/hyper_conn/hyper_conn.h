@@ -1,5 +1,6 @@
 // Launchers of the mHC kernels: hc_pre (RMS + mixing + sigmoid gates + Sinkhorn + collapse) and
-// hc_head, each the mixing product split over many blocks then a finish per token; hc_post
+// hc_head, each one launch: the mixing product split over many blocks, the last block of a token
+// finishing it; hc_post
 // (post ⊗ F + Cᵀ X). Shapes in ops/hyper_conn.h.
 #pragma once
 
@@ -11,10 +12,13 @@
 
 namespace dsv4::cuda {
 
-// Device scratch for the mixing product's per-split partial sums.
+// Device scratch for the mixing product's per-split partial sums and the per-token arrival
+// counters of the blocks (zeroed once at allocation; every launch leaves them zero).
 struct HcScratch {
-    double* part = nullptr;  // hc_scratch_doubles(...) doubles
+    double* part = nullptr;        // hc_scratch_doubles(...) doubles
+    unsigned* arrivals = nullptr;  // [max_tokens], zero
     int64_t doubles = 0;
+    int64_t max_tokens = 0;
     int sm_count = 1;  // the grid is sized for it
 };
 

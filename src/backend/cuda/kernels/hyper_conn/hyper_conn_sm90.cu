@@ -4,19 +4,23 @@
 // the only differences from the CPU are the summation order of the double dots and expf
 // (CUDA's is within 2 ulp, not correctly rounded). Tolerances: docs/numerics-cuda.md.
 //
-// hc_pre and hc_head run in two kernels:
-//  1. hc_mix_partial: grid (S splits of the n*D width, T tokens). Block s multiplies its slice
-//     of each token's streams by the same slice of every mixing row and sums the squares, in
-//     double, and leaves one partial per row (and the sum of squares) in the scratch. At batch 1
-//     the 1.5 MB mixing matrix of V4-Flash (24 x 16384 f32) is then read by ~64 SMs instead of
-//     one (one block per token took 145 us a call, latency-bound on one SM).
-//  2. the finish, one block per token: the partials summed in split order (deterministic),
-//     the RMS factor, the gates, Sinkhorn (one thread per matrix element) and the collapse.
+// hc_pre and hc_head are one launch each, grid (S splits of the n*D width, T tokens):
+//  1. every block multiplies its slice of each token's streams by the same slice of every mixing
+//     row and sums the squares, in double, and leaves one partial per row (and the sum of
+//     squares) in the scratch. At batch 1 the 1.5 MB mixing matrix of V4-Flash (24 x 16384 f32)
+//     is then read by ~64 SMs instead of one (one block per token took 145 us a call,
+//     latency-bound on one SM);
+//  2. the last block of a token to finish (a per-token arrival counter, the threadfence-reduction
+//     pattern; the counter is left at zero for the next launch) finishes it: the partials summed
+//     in a fixed order (so the result does not depend on which block came last), the RMS factor,
+//     the gates, Sinkhorn and the collapse, with the collapsed row kept in registers for the
+//     fused RMSNorm. A separate finish kernel cost a launch and 17.5 us a call at batch 1.
 // Products of two floats are exact in double, so fma(a, b, s) is bitwise dadd(dmul(a, b), s):
 // the dots use one DFMA per term.
 #include <algorithm>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
 #include "base/check.h"
@@ -24,22 +28,23 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kMixThreads = 256;
-constexpr int kFinishThreads = 512;
+constexpr int kThreads = 256;
 constexpr int kMaxN = 8;                      // residual streams (V4: 4)
 constexpr int kMaxMix = (2 + kMaxN) * kMaxN;  // mixing rows
 constexpr int kRowChunk = 24;                 // rows summed per pass (V4's (2 + 4) * 4)
-constexpr int kMinSliceWidth = 256;           // elements per split, at least
+static_assert(kRowChunk < 32, "the rows and the squares reduce-scatter over one warp");
+constexpr int kMinSliceWidth = 256;  // elements per split, at least
+constexpr int kMaxVec = 8;  // float4s of the collapsed row a thread holds: D <= 8192 (V4-Pro 7168)
 
 __device__ __forceinline__ float sigmoidf_ref(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
-// part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there.
-__global__ void __launch_bounds__(kMixThreads)
-    hc_mix_partial_kernel(const float* x, const float* fn, int rows, int64_t width, int S,
-                          double* part) {
-    __shared__ double red[kRowChunk + 1][kMixThreads / 32];
+// part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there
+// (block s = blockIdx.x of token t = blockIdx.y).
+__device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
+                            double* part) {
+    __shared__ double red[kRowChunk + 1][kThreads / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int s = blockIdx.x;
     const int64_t t = blockIdx.y;
@@ -61,13 +66,13 @@ __global__ void __launch_bounds__(kMixThreads)
                 if (r < nk)
                     acc[r] = __fma_rn(static_cast<double>(fn[(k0 + r) * width + i]), v, acc[r]);
         }
+        // The warp's 25 sums by a reduce-scatter (31 exchanges, not 25 x 5): lane r ends with
+        // row r's (lane kRowChunk: the squares').
+        double v[32];
 #pragma unroll
-        for (int r = 0; r < kRowChunk; ++r) {
-            const double w = dev::warp_sum(acc[r]);
-            if (lane == 0) red[r][warp] = w;
-        }
-        ss = dev::warp_sum(ss);
-        if (lane == 0) red[kRowChunk][warp] = ss;
+        for (int r = 0; r < 32; ++r) v[r] = r < kRowChunk ? acc[r] : r == kRowChunk ? ss : 0.0;
+        dev::warp_reduce_scatter(v, lane);
+        if (lane <= kRowChunk) red[lane][warp] = v[0];
         __syncthreads();
         if (threadIdx.x < nk || (k0 == 0 && threadIdx.x == kRowChunk)) {
             double sum = 0;
@@ -78,24 +83,47 @@ __global__ void __launch_bounds__(kMixThreads)
     }
 }
 
-// mix[r] = (sum over splits of the row's partials) / rms, by threads r < rows (block-wide call).
-// The partials are staged through shared memory by the whole block first (kStage at a time), so
-// the loads are in flight together instead of a chain of S per summing thread.
+// Whether this block is the last of its token's S to have written its partials (block-wide
+// call). The partial writes are fenced before the arrival is counted, and the last block fences
+// again before it reads the others' (threadfence-reduction); it leaves the counter at zero.
+__device__ bool last_to_arrive(unsigned* arrivals, int S) {
+    if (S == 1) return true;
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* c = arrivals + blockIdx.y;
+        last = atomicAdd(c, 1u) == static_cast<unsigned>(S - 1);
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// mix[r] = (sum over splits of the row's partials) / rms for r < rows (block-wide call). The
+// partials (written by other blocks: read through L2, __ldcg, never a stale L1 line) are staged
+// into shared memory by the whole block kStage at a time, every thread's loads in flight
+// together; then warp w sums rows w, w + 8, ...: lane l the splits l, l + 32, ... in order, then
+// the warp's tree: a fixed order for a given S, whichever block finishes. (A loop of dependent
+// L2 loads per summing thread cost microseconds at batch 1.)
 constexpr int kStage = 2048;  // doubles
 __device__ void finish_mix(const double* part, int S, int rows, int64_t width, float eps,
                            float* mix, double* tot) {
     __shared__ double stage[kStage];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int w = rows + 1, per = kStage / w;  // splits a round
-    if (threadIdx.x <= rows) tot[threadIdx.x] = 0;
     for (int s0 = 0; s0 < S; s0 += per) {
         const int ns = min(per, S - s0);
         __syncthreads();  // the previous round is summed
-        for (int i = threadIdx.x; i < ns * w; i += blockDim.x) stage[i] = part[s0 * w + i];
+#pragma unroll 4
+        for (int i = threadIdx.x; i < ns * w; i += blockDim.x) stage[i] = __ldcg(part + s0 * w + i);
         __syncthreads();
-        if (threadIdx.x <= rows) {
-            double s = tot[threadIdx.x];
-            for (int i = 0; i < ns; ++i) s = __dadd_rn(s, stage[i * w + threadIdx.x]);
-            tot[threadIdx.x] = s;
+        for (int r = warp; r <= rows; r += nw) {
+            double s = 0;
+            for (int i = lane; i < ns; i += 32) s = __dadd_rn(s, stage[i * w + r]);
+            s = dev::warp_sum(s);
+            if (lane == 0) tot[r] = s0 == 0 ? s : __dadd_rn(tot[r], s);
         }
     }
     __syncthreads();
@@ -104,48 +132,71 @@ __device__ void finish_mix(const double* part, int S, int rows, int64_t width, f
     __syncthreads();
 }
 
+// Sinkhorn of an N x N matrix (N * N <= 32) on one warp, in place in m: lane e holds element e
+// in a register and reads its row's or column's elements by shuffles, no barriers. N is a
+// compile-time constant so each sum's N shuffles are issued together and then added in index
+// order (a runtime N left a loop of shuffle, add: ~7 us of V4's 4 x 4, 20 iterations).
+template <int N>
+__device__ void sinkhorn_warp(float* m, int iters, float eps) {
+    static_assert(N * N <= 32, "one element a lane");
+    constexpr unsigned kAll = 0xffffffffu;
+    const int e = threadIdx.x;
+    const bool active = e < N * N;
+    const int j = active ? e / N : 0, k = active ? e % N : 0;
+    float v = m[active ? e : 0];
+    __syncwarp();  // every lane has read before lane e writes m[e] at the end
+    auto sum = [&](float x, int first, int step) {  // elements first + c * step, c in order
+        float t[N];
+#pragma unroll
+        for (int c = 0; c < N; ++c) t[c] = __shfl_sync(kAll, x, first + c * step);
+        float s = 0;
+#pragma unroll
+        for (int c = 0; c < N; ++c) s = __fadd_rn(s, t[c]);
+        return s;
+    };
+    float mx = 0;  // column 0 first
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+        const float x = __shfl_sync(kAll, v, j * N + c);
+        mx = c == 0 ? x : (x > mx ? x : mx);
+    }
+    v = expf(__fsub_rn(v, mx));
+    v = __fadd_rn(__fdiv_rn(v, sum(v, j * N, 1)), eps);
+    v = __fdiv_rn(v, __fadd_rn(sum(v, k, N), eps));
+    for (int it = 1; it < iters; ++it) {
+        v = __fdiv_rn(v, __fadd_rn(sum(v, j * N, 1), eps));
+        v = __fdiv_rn(v, __fadd_rn(sum(v, k, N), eps));
+    }
+    if (active) m[e] = v;
+    __syncwarp();
+}
+
+// sinkhorn_warp<n> for a run-time n <= N.
+template <int N>
+__device__ void sinkhorn_warp_upto(int n, float* m, int iters, float eps) {
+    if constexpr (N > 1) {
+        if (n < N) {
+            sinkhorn_warp_upto<N - 1>(n, m, iters, eps);
+            return;
+        }
+    }
+    sinkhorn_warp<N>(m, iters, eps);
+}
+
 // The reference's Sinkhorn on one n x n matrix held in buf[0], one thread per element (all
 // threads of the block call it; returns the buffer holding the result). Every sum is taken in
 // the reference's order by each thread that needs it, and each element gets the reference's
 // operations, so the result is bitwise the one-thread loop's.
-//  - n*n <= 32 (V4: 16): warp 0 alone, each lane holding its element in a register and reading
-//    its row's or column's elements by shuffles: no barriers (the other warps return at once).
+//  - n*n <= 32 (V4: 16): warp 0 alone (sinkhorn_warp; the other warps return at once).
 //  - larger: each phase reads one shared buffer and writes the other, one block barrier a phase.
 __device__ int sinkhorn(float (*buf)[kMaxN * kMaxN], int n, int iters, float eps) {
-    const int e = threadIdx.x, j = e / n, k = e % n;
-    const bool active = e < n * n;
     if (n * n <= 32) {
         if (threadIdx.x >= 32) return 0;  // (these threads hold no element)
-        constexpr unsigned kAll = 0xffffffffu;
-        const int src = active ? e : 0;
-        float v = buf[0][src];
-        __syncwarp();  // every lane has read before lane e writes buf[0][e] at the end
-        auto row_sum = [&](float x) {  // sum of this lane's row, in column order
-            float s = 0;
-            for (int c = 0; c < n; ++c) s = __fadd_rn(s, __shfl_sync(kAll, x, j * n + c));
-            return s;
-        };
-        auto col_sum = [&](float x) {  // sum of this lane's column, in row order
-            float s = 0;
-            for (int r = 0; r < n; ++r) s = __fadd_rn(s, __shfl_sync(kAll, x, r * n + k));
-            return s;
-        };
-        float mx = 0;  // column 0 first
-        for (int c = 0; c < n; ++c) {
-            const float x = __shfl_sync(kAll, v, j * n + c);
-            mx = c == 0 ? x : (x > mx ? x : mx);
-        }
-        v = expf(__fsub_rn(v, mx));
-        v = __fadd_rn(__fdiv_rn(v, row_sum(v)), eps);
-        v = __fdiv_rn(v, __fadd_rn(col_sum(v), eps));
-        for (int it = 1; it < iters; ++it) {
-            v = __fdiv_rn(v, __fadd_rn(row_sum(v), eps));
-            v = __fdiv_rn(v, __fadd_rn(col_sum(v), eps));
-        }
-        if (active) buf[0][e] = v;
-        __syncwarp();
+        sinkhorn_warp_upto<5>(n, buf[0], iters, eps);
         return 0;
     }
+    const int e = threadIdx.x, j = e / n, k = e % n;
+    const bool active = e < n * n;
     int b = 0;
     if (active) {
         const float* row = buf[0] + j * n;
@@ -199,15 +250,102 @@ __device__ void collapse(const float* x, const float* pre, int n, int D, float* 
     }
 }
 
-__global__ void __launch_bounds__(kFinishThreads)
-    hc_pre_finish_kernel(ops::HcPreArgs a, const double* part, int S) {
+// The collapse and the fused RMSNorm with the row in registers: thread th holds float4s th,
+// th + blockDim, ... (D % 4 == 0 and D <= 4 kMaxVec blockDim: fits_regs). y as collapse(); the
+// norm (when y_norm) is block_rms_norm_row's arithmetic on the same values, without reading y
+// back. N > 0: the stream count at compile time (V4's 4), so a float4's N loads are issued
+// together (a runtime loop of load, multiply, add waited on each load in turn); 0: n at run
+// time. `red` is 32 doubles of shared memory.
+__device__ bool fits_regs(int D) {
+    return (D & 3) == 0 && D / 4 <= kMaxVec * static_cast<int>(blockDim.x);
+}
+template <int N>
+__device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, int D, float* y,
+                                   const float* w, float* y_norm, float eps, double* red) {
+    const int n = N > 0 ? N : n_rt;
+    const int nv = D / 4;
+    float4 v[kMaxVec];
+#pragma unroll
+    for (int c = 0; c < kMaxVec; ++c) {
+        const int q = threadIdx.x + c * blockDim.x;
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (q < nv) {
+            auto add = [&](float p, const float4& xv) {
+                s.x = __fadd_rn(s.x, __fmul_rn(p, xv.x));
+                s.y = __fadd_rn(s.y, __fmul_rn(p, xv.y));
+                s.z = __fadd_rn(s.z, __fmul_rn(p, xv.z));
+                s.w = __fadd_rn(s.w, __fmul_rn(p, xv.w));
+            };
+            const float4* xq = reinterpret_cast<const float4*>(x) + q;
+            if constexpr (N > 0) {
+                float4 xv[N];
+#pragma unroll
+                for (int i = 0; i < N; ++i) xv[i] = xq[int64_t{i} * nv];
+#pragma unroll
+                for (int i = 0; i < N; ++i) add(pre[i], xv[i]);
+            } else {
+                for (int i = 0; i < n; ++i) add(pre[i], xq[int64_t{i} * nv]);
+            }
+            reinterpret_cast<float4*>(y)[q] = s;
+        }
+        v[c] = s;
+    }
+    if (y_norm == nullptr) return;
+    double ss = 0;
+#pragma unroll
+    for (int c = 0; c < kMaxVec; ++c) {
+        if (threadIdx.x + c * blockDim.x >= nv) continue;
+        const double e[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+        for (double d : e) ss = __dadd_rn(ss, __dmul_rn(d, d));
+    }
+    ss = dev::block_sum(ss, red);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / D + eps));
+#pragma unroll
+    for (int c = 0; c < kMaxVec; ++c) {
+        const int q = threadIdx.x + c * blockDim.x;
+        if (q >= nv) continue;
+        float4 o = make_float4(__fmul_rn(v[c].x, inv), __fmul_rn(v[c].y, inv),
+                               __fmul_rn(v[c].z, inv), __fmul_rn(v[c].w, inv));
+        if (w != nullptr) {
+            const float4 wv = reinterpret_cast<const float4*>(w)[q];
+            o = make_float4(__fmul_rn(o.x, wv.x), __fmul_rn(o.y, wv.y), __fmul_rn(o.z, wv.z),
+                            __fmul_rn(o.w, wv.w));
+        }
+        reinterpret_cast<float4*>(y_norm)[q] = o;
+    }
+}
+
+// The collapse (+ norm) by the fastest path that applies.
+__device__ void collapse_any(const float* x, const float* pre, int n, int D, float* y,
+                             const float* w, float* y_norm, float eps, double* red) {
+    if (fits_regs(D)) {
+        if (n == 4)
+            collapse_norm_regs<4>(x, pre, n, D, y, w, y_norm, eps, red);
+        else
+            collapse_norm_regs<0>(x, pre, n, D, y, w, y_norm, eps, red);
+        return;
+    }
+    collapse(x, pre, n, D, y);
+    if (y_norm != nullptr) {
+        // The fused RMSNorm (rms_norm_kernel's arithmetic) on y as this block just wrote it
+        // (the block barrier makes the writes visible to the block).
+        __syncthreads();
+        dev::block_rms_norm_row(y, w, y_norm, D, eps, red);
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    hc_pre_kernel(ops::HcPreArgs a, double* part, unsigned* arrivals, int S) {
+    dev::pdl_enter();
     __shared__ double tot[kMaxMix + 1];
     __shared__ float mix[kMaxMix];
     __shared__ float pre[kMaxN];
     __shared__ float C[2][kMaxN * kMaxN];
     const int n = a.n, rows = (2 + n) * n;
-    const int64_t t = blockIdx.x;
+    const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
+    mix_partial(a.x, a.fn, rows, width, S, part);
+    if (!last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (rows + 1), S, rows, width, a.norm_eps, mix, tot);
     // Gates by thread i, the mixing logits by thread jk, then Sinkhorn.
     if (threadIdx.x < n) {
@@ -225,24 +363,22 @@ __global__ void __launch_bounds__(kFinishThreads)
     const int b = sinkhorn(C, n, a.sinkhorn_iters, a.hc_eps);
     if (threadIdx.x < n * n) a.comb[t * n * n + threadIdx.x] = C[b][threadIdx.x];
     // (The other warps are already collapsing while warp 0 runs a one-warp Sinkhorn.)
-    float* y = a.y + t * a.D;
-    collapse(a.x + t * width, pre, n, a.D, y);
-    if (a.y_norm != nullptr) {
-        // The fused RMSNorm (rms_norm_kernel's arithmetic) on y as this block just wrote it
-        // (the block barrier makes the writes visible to the block).
-        __syncthreads();
-        dev::block_rms_norm_row(y, a.norm_weight, a.y_norm + t * a.D, a.D, a.y_norm_eps, tot);
-    }
+    float* y_norm = a.y_norm != nullptr ? a.y_norm + t * a.D : nullptr;
+    collapse_any(a.x + t * width, pre, n, a.D, a.y + t * a.D, a.norm_weight, y_norm, a.y_norm_eps,
+                 tot);
 }
 
-__global__ void __launch_bounds__(kFinishThreads)
-    hc_head_finish_kernel(ops::HcHeadArgs a, const double* part, int S) {
+__global__ void __launch_bounds__(kThreads)
+    hc_head_kernel(ops::HcHeadArgs a, double* part, unsigned* arrivals, int S) {
+    dev::pdl_enter();
     __shared__ double tot[kMaxN + 1];
     __shared__ float mix[kMaxN];
     __shared__ float pre[kMaxN];
     const int n = a.n;
-    const int64_t t = blockIdx.x;
+    const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
+    mix_partial(a.x, a.fn, n, width, S, part);
+    if (!last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (n + 1), S, n, width, a.norm_eps, mix, tot);
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
@@ -250,22 +386,45 @@ __global__ void __launch_bounds__(kFinishThreads)
             __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])), a.hc_eps);
     }
     __syncthreads();
-    collapse(a.x + t * width, pre, n, a.D, a.out + t * a.D);
+    collapse_any(a.x + t * width, pre, n, a.D, a.out + t * a.D, nullptr, nullptr, 0.0f, tot);
 }
 
 // One thread per (token, d): out[k][d] = post[k] f[d] + sum_j C[j][k] x[j][d], in j order.
+// N > 0: the stream count at compile time (V4's 4): the thread's loads are all issued before the
+// arithmetic (a runtime loop waited on each in turn); 0: n at run time.
+template <int N>
 __global__ void hc_post_kernel(ops::HcPostArgs a) {
+    dev::pdl_enter();
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= a.T * a.D) return;
-    const int n = a.n;
+    const int n = N > 0 ? N : a.n;
     const int64_t t = idx / a.D, d = idx % a.D;
     const float* x = a.x + t * n * a.D;
     const float* C = a.comb + t * n * n;
+    const float* post = a.post + t * n;
     const float fd = a.f[t * a.D + d];
-    for (int k = 0; k < n; ++k) {
-        float s = __fmul_rn(a.post[t * n + k], fd);
-        for (int j = 0; j < n; ++j) s = __fadd_rn(s, __fmul_rn(C[j * n + k], x[j * a.D + d]));
-        a.out[(t * n + k) * a.D + d] = s;
+    if constexpr (N > 0) {
+        float xv[N], pv[N], cv[N * N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            xv[j] = x[j * a.D + d];
+            pv[j] = post[j];
+        }
+#pragma unroll
+        for (int e = 0; e < N * N; ++e) cv[e] = C[e];
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            float s = __fmul_rn(pv[k], fd);
+#pragma unroll
+            for (int j = 0; j < N; ++j) s = __fadd_rn(s, __fmul_rn(cv[j * N + k], xv[j]));
+            a.out[(t * N + k) * a.D + d] = s;
+        }
+    } else {
+        for (int k = 0; k < n; ++k) {
+            float s = __fmul_rn(post[k], fd);
+            for (int j = 0; j < n; ++j) s = __fadd_rn(s, __fmul_rn(C[j * n + k], x[j * a.D + d]));
+            a.out[(t * n + k) * a.D + d] = s;
+        }
     }
 }
 
@@ -276,16 +435,13 @@ int mix_splits(int64_t T, int64_t width, int sm_count) {
     return static_cast<int>(std::max<int64_t>(1, std::min(by_width, by_grid)));
 }
 
-// Runs the partial kernel; returns the split count S.
-int launch_mix_partial(const float* x, const float* fn, int rows, int64_t T, int64_t width,
-                       const HcScratch& ws, cudaStream_t stream) {
+// The split count S of a launch, checked against the scratch.
+int splits_for(int rows, int64_t T, int64_t width, const HcScratch& ws) {
     const int S = mix_splits(T, width, ws.sm_count);
     DSV4_ASSERT(T * S * (rows + 1) <= ws.doubles, "hc scratch of ", ws.doubles, " doubles for ", T,
                 " tokens x ", S, " splits x ", rows + 1);
-    DSV4_ASSERT(T <= 65535, "hc: ", T, " tokens in one launch");
-    hc_mix_partial_kernel<<<dim3(static_cast<unsigned>(S), static_cast<unsigned>(T)), kMixThreads,
-                            0, stream>>>(x, fn, rows, width, S, ws.part);
-    DSV4_CHECK_LAUNCH(stream);
+    DSV4_ASSERT(T <= ws.max_tokens && T <= 65535, "hc: ", T, " tokens in one launch (scratch for ",
+                ws.max_tokens, ")");
     return S;
 }
 
@@ -300,17 +456,17 @@ void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t st
     DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_pre: n = ", a.n, " (at most ", kMaxN, ")");
     if (a.T == 0) return;
     const int rows = (2 + a.n) * a.n;
-    const int S = launch_mix_partial(a.x, a.fn, rows, a.T, int64_t{a.n} * a.D, ws, stream);
-    hc_pre_finish_kernel<<<static_cast<unsigned>(a.T), kFinishThreads, 0, stream>>>(a, ws.part, S);
-    DSV4_CHECK_LAUNCH(stream);
+    const int S = splits_for(rows, a.T, int64_t{a.n} * a.D, ws);
+    launch_pdl(hc_pre_kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads,
+               0, stream, 1, a, ws.part, ws.arrivals, S);
 }
 
 void launch_hc_head(const ops::HcHeadArgs& a, const HcScratch& ws, cudaStream_t stream) {
     DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_head: n = ", a.n, " (at most ", kMaxN, ")");
     if (a.T == 0) return;
-    const int S = launch_mix_partial(a.x, a.fn, a.n, a.T, int64_t{a.n} * a.D, ws, stream);
-    hc_head_finish_kernel<<<static_cast<unsigned>(a.T), kFinishThreads, 0, stream>>>(a, ws.part, S);
-    DSV4_CHECK_LAUNCH(stream);
+    const int S = splits_for(a.n, a.T, int64_t{a.n} * a.D, ws);
+    launch_pdl(hc_head_kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads,
+               0, stream, 1, a, ws.part, ws.arrivals, S);
 }
 
 void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream) {
@@ -318,9 +474,8 @@ void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream) {
     const int64_t n = a.T * a.D;
     if (n == 0) return;
     constexpr int kThreads = 256;
-    hc_post_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        a);
-    DSV4_CHECK_LAUNCH(stream);
+    const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+    launch_pdl(a.n == 4 ? hc_post_kernel<4> : hc_post_kernel<0>, blocks, kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

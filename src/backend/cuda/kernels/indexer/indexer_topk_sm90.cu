@@ -39,6 +39,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "base/check.h"
@@ -97,6 +98,7 @@ static_assert(kTile * kDim / 4 % kV4Threads == 0);
 
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1)
     indexer_topk_v4_kernel(ops::IndexerTopkArgs a) {
+    dev::pdl_enter();
     extern __shared__ __align__(16) double smem[];
     cg::cluster_group cluster = cg::this_cluster();
     // Distributed shared memory may be written only once every block of the cluster runs: this
@@ -269,6 +271,7 @@ __device__ __forceinline__ double dot_ref(const float* a, const float* b, int n)
 
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     indexer_topk_kernel(ops::IndexerTopkArgs a) {
+    dev::pdl_enter();
     extern __shared__ double dyn[];
     __shared__ int red[32];
     __shared__ unsigned hist[256];
@@ -369,10 +372,9 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
     const unsigned grid = static_cast<unsigned>(a.step.T * kCluster);
     const size_t smem = smem_bytes(a.Hi, a.hi, a.n_entries);
     if (v4_shapes(a.Hi, a.hi))
-        indexer_topk_v4_kernel<<<grid, kV4Threads, smem, stream>>>(a);
+        launch_pdl(indexer_topk_v4_kernel, grid, kV4Threads, smem, stream, 1, a);
     else
-        indexer_topk_kernel<<<grid, kThreads, smem, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+        launch_pdl(indexer_topk_kernel, grid, kThreads, smem, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

@@ -57,9 +57,11 @@ void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
 
 // One token with a stacked shared expert (expert `shared_id` of the GEMV stacks): the k + 1
 // groups' expert ids (the token's k selections, then the shared expert) and their output
-// scales (the routing weights, then 1). One warp.
+// scales (the routing weights, then 1); and the two accumulate outputs of the token's launches
+// cleared (w1|w3's h and w2's out), which would otherwise be two memset nodes of the graph.
 void launch_moe_ids_with_shared(const int32_t* sel /*[k]*/, const float* weight /*[k]*/, int k,
                                 int32_t shared_id, int32_t* ids /*[k + 1]*/,
-                                float* scale /*[k + 1]*/, cudaStream_t stream);
+                                float* scale /*[k + 1]*/, float* h /*[n_h]*/, int64_t n_h,
+                                float* out /*[n_out]*/, int64_t n_out, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

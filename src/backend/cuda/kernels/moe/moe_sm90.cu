@@ -1,6 +1,10 @@
 // MoE element-wise kernels (moe.h). Float steps use round-to-nearest intrinsics in the CPU
 // reference's order so nvcc does not contract them into FMAs (the CPU build does not).
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "base/check.h"
 
@@ -16,6 +20,7 @@ unsigned blocks_for(int64_t n) {
 
 __global__ void expand_rows_kernel(const float* x, const int32_t* row, float* out, int64_t n, int k,
                                    int64_t D) {
+    dev::pdl_enter();
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t p = i / D, d = i % D;
@@ -25,6 +30,7 @@ __global__ void expand_rows_kernel(const float* x, const int32_t* row, float* ou
 
 // Counts per expert in shared memory, ranks by atomics, group offsets by one thread's scan.
 __global__ void moe_group_kernel(MoeGroupArgs a) {
+    dev::pdl_enter();
     extern __shared__ int32_t sm[];  // [E] counts, then [E] first group
     int32_t* count = sm;
     int32_t* first = sm + a.E;
@@ -53,6 +59,7 @@ __global__ void moe_group_kernel(MoeGroupArgs a) {
 
 // The same expression as the swiglu op (basic_sm90.cu) and cpu_ref::swiglu.
 __global__ void moe_swiglu_kernel(MoeSwigluArgs a) {
+    dev::pdl_enter();
     const int64_t n = a.G * a.I;
     const float L = a.limit;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -71,6 +78,7 @@ __global__ void moe_swiglu_kernel(MoeSwigluArgs a) {
 }
 
 __global__ void moe_combine_kernel(MoeCombineArgs a) {
+    dev::pdl_enter();
     const int64_t n = a.T * a.D;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -87,49 +95,53 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
 }
 
 __global__ void moe_ids_with_shared_kernel(const int32_t* sel, const float* weight, int k,
-                                           int32_t shared_id, int32_t* ids, float* scale) {
-    const int j = threadIdx.x;
-    if (j > k) return;
-    ids[j] = j < k ? sel[j] : shared_id;
-    scale[j] = j < k ? weight[j] : 1.0f;
+                                           int32_t shared_id, int32_t* ids, float* scale, float* h,
+                                           int64_t n_h, float* out, int64_t n_out) {
+    dev::pdl_enter();
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    if (i <= k) {
+        ids[i] = i < k ? sel[i] : shared_id;
+        scale[i] = i < k ? weight[i] : 1.0f;
+    }
+    for (int64_t j = i; j < n_h; j += step) h[j] = 0.0f;
+    for (int64_t j = i; j < n_out; j += step) out[j] = 0.0f;
 }
 
 }  // namespace
 
 void launch_moe_ids_with_shared(const int32_t* sel, const float* weight, int k, int32_t shared_id,
-                                int32_t* ids, float* scale, cudaStream_t stream) {
+                                int32_t* ids, float* scale, float* h, int64_t n_h, float* out,
+                                int64_t n_out, cudaStream_t stream) {
     DSV4_ASSERT(k >= 1 && k < 1024, "moe ids: k = ", k);
-    moe_ids_with_shared_kernel<<<1, (k + 1 + 31) / 32 * 32, 0, stream>>>(sel, weight, k, shared_id,
-                                                                         ids, scale);
-    DSV4_CHECK_LAUNCH(stream);
+    const int64_t n = std::max<int64_t>({k + 1, n_h, n_out});
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 1023) / 1024, 64));
+    launch_pdl(moe_ids_with_shared_kernel, blocks, 256, 0, stream, 1, sel, weight, k, shared_id,
+               ids, scale, h, n_h, out, n_out);
 }
 
 void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k, int64_t D,
                         cudaStream_t stream) {
     const int64_t n = T * k * D;
     if (n == 0) return;
-    expand_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, row, out, n, k, D);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(expand_rows_kernel, blocks_for(n), kThreads, 0, stream, 1, x, row, out, n, k, D);
 }
 
 void launch_moe_group(const MoeGroupArgs& a, cudaStream_t stream) {
     if (a.P == 0) return;
     const size_t smem = 2 * static_cast<size_t>(a.E) * sizeof(int32_t);
     DSV4_ASSERT(smem <= 48 * 1024, "moe_group: ", a.E, " experts");
-    moe_group_kernel<<<1, 1024, smem, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(moe_group_kernel, 1, 1024, smem, stream, 1, a);
 }
 
 void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream) {
     if (a.G * a.I == 0) return;
-    moe_swiglu_kernel<<<blocks_for(a.G * a.I), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(moe_swiglu_kernel, blocks_for(a.G * a.I), kThreads, 0, stream, 1, a);
 }
 
 void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
     if (a.T * a.D == 0) return;
-    moe_combine_kernel<<<blocks_for(a.T * a.D), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(moe_combine_kernel, blocks_for(a.T * a.D), kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

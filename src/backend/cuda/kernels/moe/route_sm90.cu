@@ -5,6 +5,7 @@
 // softplus uses CUDA's expf/log1pf (within 2 ulp of glibc's): a selection can differ from the
 // CPU only where two biased scores are within a few float ulps; docs/numerics-cuda.md.
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/moe/route.h"
 #include "base/check.h"
@@ -20,6 +21,7 @@ __device__ __forceinline__ float softplus_ref(float x) {
 }
 
 __global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a, RouterGate g) {
+    dev::pdl_enter();
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
     __shared__ unsigned long long best;
@@ -91,9 +93,8 @@ void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate
     DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E, "route: k ", a.k, " of ", a.E);
     DSV4_ASSERT(gate == nullptr || gate->logits == a.logits, "route: fused gate logits");
     if (a.T == 0) return;
-    route_kernel<<<static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream>>>(
-        a, gate != nullptr ? *gate : RouterGate{});
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(route_kernel, static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream,
+               1, a, gate != nullptr ? *gate : RouterGate{});
 }
 
 }  // namespace dsv4::cuda

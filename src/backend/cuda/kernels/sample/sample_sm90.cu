@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/sample/sample.h"
 #include "base/check.h"
@@ -276,6 +277,7 @@ __device__ __forceinline__ void sample_radix(const ops::SampleArgs& a, int64_t r
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
+    dev::pdl_enter();
     __shared__ Shared sh;
     const int64_t r = blockIdx.x;
     const float* logits = a.logits + r * a.V;
@@ -412,8 +414,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
 void launch_sample(const ops::SampleArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.V >= 1 && a.V <= 0x7fffffff, "sample: V ", a.V);
     if (a.R == 0) return;
-    sample_kernel<<<static_cast<unsigned>(a.R), kThreads, 0, stream>>>(a);
-    DSV4_CHECK_LAUNCH(stream);
+    launch_pdl(sample_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda

@@ -1,0 +1,60 @@
+// Programmatic dependent launch (PDL) for the op kernels. A decode step is ~30 dependent kernels
+// a layer, most of them a few microseconds long, and each launch waits for the previous grid to
+// drain before its blocks are scheduled: ~1-2 us of idle GPU a launch. A kernel launched by
+// launch_pdl, which starts with dev::pdl_enter(), lets the next kernel's blocks be scheduled as
+// soon as its own blocks are all running; those blocks then wait in their own pdl_enter for this
+// grid to complete, so the launch latency hides behind the run and nothing is read (or
+// overwritten) early. The weight GEMV uses the same mechanism with its own wait placement
+// (gemv_kernel_sm90.cuh: it streams weights before the wait).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
+
+namespace dsv4::cuda {
+
+namespace dev {
+
+// First statement of a kernel launched by launch_pdl (every thread): wait until the grids before
+// it have completed and their writes are visible, then allow the next grid to launch. The
+// trigger comes after the wait so that a dependent's pre-wait prefetch (the GEMV's) can rely on
+// everything before this grid being complete. A no-op pair under a plain launch.
+__device__ __forceinline__ void pdl_enter() {
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
+}
+
+}  // namespace dev
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialisation attribute
+// (and a cluster shape when cluster_x > 1). Safe inside a stream capture (it becomes a
+// programmatic edge of the graph).
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                unsigned cluster_x, Args&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.numAttrs = 1;
+    if (cluster_x > 1) {
+        attrs[1].id = cudaLaunchAttributeClusterDimension;
+        attrs[1].val.clusterDim.x = cluster_x;
+        attrs[1].val.clusterDim.y = 1;
+        attrs[1].val.clusterDim.z = 1;
+        cfg.numAttrs = 2;
+    }
+    cfg.attrs = attrs;
+    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+    DSV4_CHECK_LAUNCH(stream);
+}
+
+}  // namespace dsv4::cuda
