@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "unit_util.h"
 
 namespace dsv4 {
 namespace {
@@ -91,6 +92,37 @@ TEST(OpsAttention, WindowRingBeforeChunkPlusChunk) {
                         .softmax_scale = 1.0f});
     EXPECT_NEAR(out[0], (3 + 4 + 5) / 3.0, 1e-5);  // positions 3, 4, 5
     EXPECT_NEAR(out[1], (4 + 5 + 6) / 3.0, 1e-5);  // positions 4, 5, 6
+}
+
+TEST(OpsFused, AttentionWithOutRopeIsAttentionThenInverseRope) {
+    // The fused entry point against its plain composition, bit for bit: 3 heads of 8 dims (the
+    // last 4 rotated), 5 tokens of a chunk from position 9, in both bf16 modes.
+    const int H = 3, hd = 8, rd = 4, T = 5, W = 4;
+    const std::vector<float> q = unit::lcg_values(T * H * hd, 7), kv = unit::lcg_values(T * hd, 8),
+                             ring = unit::lcg_values(W * hd, 9), sink = {0.1f, -0.2f, 0.3f},
+                             inv = {0.5f, 0.01f};
+    const ops::StepDesc st = one_row(9, T);
+    for (bool bf16 : {false, true}) {
+        std::vector<float> fused(T * H * hd), plain(T * H * hd);
+        const ops::FusedRope r{inv.data(), st.tok_pos, H, rd, 1.25f, /*inverse=*/true};
+        ops::AttentionArgs a{.q = q.data(),
+                             .kv = kv.data(),
+                             .ring = ring.data(),
+                             .sink = sink.data(),
+                             .out = plain.data(),
+                             .step = st,
+                             .H = H,
+                             .hd = hd,
+                             .W = W,
+                             .softmax_scale = 0.3f,
+                             .round_bf16 = bf16};
+        cpu_ref::attention(a);
+        cpu_ref::rope({plain.data(), inv.data(), st.tok_pos, T, H, hd, rd, true, 1.25f, bf16});
+        a.out = fused.data();
+        a.out_rope = &r;
+        cpu_ref::attention(a);
+        EXPECT_EQ(fused, plain) << "bf16 " << bf16;
+    }
 }
 
 TEST(OpsAttention, WindowWithinChunkIsCausal) {

@@ -46,6 +46,28 @@ TEST(OpsRmsNorm, WeightEpsRowsAndInPlace) {
     EXPECT_NEAR(z[3], 0.5, 1e-7);
 }
 
+TEST(OpsFused, RmsNormWithRopeIsNormThenRope) {
+    // The fused entry point against its plain composition, bit for bit: the per-head q norm's
+    // shape (4 tokens x 3 heads of 8 dims, unweighted) and the K=V norm's (weighted, one head),
+    // in both bf16 modes.
+    const int hd = 8, rd = 4;
+    const std::vector<int64_t> pos = {0, 3, 17, 4096};
+    const std::vector<float> inv = {0.5f, 0.01f}, w = unit::lcg_values(hd, 11);
+    for (int heads : {3, 1})
+        for (bool bf16 : {false, true}) {
+            const int64_t rows = static_cast<int64_t>(pos.size()) * heads;
+            const std::vector<float> x = unit::lcg_values(rows * hd, 12 + heads);
+            const float* wp = heads == 1 ? w.data() : nullptr;
+            std::vector<float> fused(x.size()), plain(x.size());
+            const ops::FusedRope r{inv.data(), pos.data(), heads, rd, 1.25f};
+            cpu_ref::rms_norm({x.data(), wp, fused.data(), rows, hd, 1e-6f, bf16, &r});
+            cpu_ref::rms_norm({x.data(), wp, plain.data(), rows, hd, 1e-6f, bf16});
+            cpu_ref::rope({plain.data(), inv.data(), pos.data(), rows / heads, heads, hd, rd, false,
+                           1.25f, bf16});
+            EXPECT_EQ(fused, plain) << "heads " << heads << " bf16 " << bf16;
+        }
+}
+
 TEST(OpsRope, UnitVectorsByKnownAngles) {
     // head_dim 6, rd 4: dims [0, 2) are nope, pairs (2,3) and (4,5) rotate.
     // Position 3, inv_freq {pi/6, pi/12}: angles pi/2 and pi/4.
