@@ -191,8 +191,9 @@ TEST(CudaOpsGpu, HyperConnections) {
     const int iters = 20;
     // n = 3, 4: Sinkhorn on one warp; n = 7: a 49-element matrix, more than one warp (the
     // shared-memory path). D = 133: the collapse through global memory; 256: in registers (n =
-    // 4 with the stream count at compile time).
-    for (int D : {133, 256})
+    // 4 with the stream count at compile time); 36: the mixing width in one split (each block
+    // finishes its token without the arrival counter).
+    for (int D : {133, 256, 36})
         for (int n : {3, 4, 7}) {
             const int mix = (2 + n) * n;
             const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.05f),

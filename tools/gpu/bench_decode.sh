@@ -5,7 +5,8 @@
 # for comparison, op by op (--no-graphs); then transformers' DeepseekV4ForCausalLM on the same
 # shapes (tools/gpu/bench_transformers.py, bf16 eager, 4 layers: ~13 GB a layer in bf16). With
 # --profile the NVFP4 run also prints the per-op device time of a batch-1 decode run op by op.
-# Usage: tools/gpu/bench_decode.sh BUILD_DIR OUT_DIR [CONTEXT]. Writes OUT_DIR/*.log.
+# Usage: tools/gpu/bench_decode.sh BUILD_DIR OUT_DIR [CONTEXT]. Writes OUT_DIR/*.log and
+# OUT_DIR/perf_rows.md (the rows for docs/perf.md, tools/gpu/perf_rows.py).
 set -uo pipefail
 B=$1
 O=$2
@@ -24,6 +25,9 @@ common=(--synthetic v4-flash --context "$C" --prompt-len 512 --max-chunk 512 --r
 run flash_nvfp4 200 "${common[@]}" --format nvfp4 --batch 1,8,32 --decode 24 --profile
 run flash_release 200 "${common[@]}" --format release --batch 1,8,32 --decode 24
 run flash_nvfp4_nographs 150 "${common[@]}" --format nvfp4 --batch 1 --decode 24 --no-graphs
+# The graph runs as docs/perf.md's decode table.
+python3 "$(dirname "$0")/perf_rows.py" "$O/flash_nvfp4.log" "$O/flash_release.log" |
+  tee "$O/perf_rows.md"
 # TRANSFORMERS= (empty) skips the peer.
 if [ -n "${TRANSFORMERS-1}" ]; then
   echo "== transformers DeepseekV4ForCausalLM, 4 layers, bf16 eager"
