@@ -667,15 +667,16 @@ class CudaBackend final : public Backend {
         g.pdl = true;
         cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
         g.n_segments = a.n_out;
+        int64_t row = 0;
+        for (int i = 0; i < a.n_out; ++i) {
+            const int64_t n = a.out[i].w->rows;
+            g.segments[i] = {static_cast<int32_t>(row), a.out[i].y, n};
+            row += n;
+        }
         for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
             g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
             g.x = a.x + m0 * w.cols;
-            int64_t row = 0;
-            for (int i = 0; i < a.n_out; ++i) {
-                const int64_t n = a.out[i].w->rows;
-                g.segments[i] = {static_cast<int32_t>(row), a.out[i].y + m0 * n, n};
-                row += n;
-            }
+            for (int i = 0; i < a.n_out; ++i) g.segments[i].y = a.out[i].y + m0 * g.segments[i].ldy;
             cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
         }
         return true;

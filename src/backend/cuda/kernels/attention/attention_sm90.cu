@@ -454,18 +454,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             fma4(out, wr[r] * inv, f4(cluster.map_shared_rank(sm.part, r) + h * hdp + d));
         }
         const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
-        // The fused rope (launch_attention: its dims start on a float4): rope_kernel's rotation
-        // of the two pairs.
-        const int first = d - (hd - rope.rope_dim);
-        if (rope.inv_freq != nullptr && first >= 0) {
-            const int64_t pos = rope.pos[row / rope.heads];
-            float p0[2] = {out.x, out.y}, p1[2] = {out.z, out.w};
-            dev::rope_rotate(
-                p0, dev::rope_cos_sin(pos, rope.inv_freq[first / 2], rope.scale, rope.inverse));
-            dev::rope_rotate(
-                p1, dev::rope_cos_sin(pos, rope.inv_freq[first / 2 + 1], rope.scale, rope.inverse));
-            out = make_float4(p0[0], p0[1], p1[0], p1[1]);
-        }
+        out = dev::rope_float4(out, rope, row, d, hd);  // (launch_attention: vec when present)
         float* dst = a.out + row * hd + d;
         if (vec) {
             f4(dst) = out;
@@ -540,25 +529,14 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }();
     DSV4_CHECK_CUDA(attr);
-    // The output rope fuses into the merge when its dims start on a float4 of vector stores;
-    // otherwise the composition (then the rope kernel).
-    const ops::FusedRope rope = a.out_rope != nullptr ? *a.out_rope : ops::FusedRope{};
-    if (rope.inv_freq != nullptr)
-        DSV4_ASSERT(rope.heads >= 1 && (T * a.H) % rope.heads == 0 && rope.rope_dim % 2 == 0 &&
-                        rope.rope_dim <= a.hd,
-                    "attention out_rope: ", a.H, " heads, rope heads ", rope.heads, ", rope_dim ",
-                    rope.rope_dim);
-    const bool fused = vec && (a.hd - rope.rope_dim) % 4 == 0;
     ops::AttentionArgs args = a;
-    args.out_rope = nullptr;
+    args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
+    const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, vec, "attention out");
     launch_pdl(attention_kernel,
                dim3(static_cast<unsigned>(T * cluster), static_cast<unsigned>(groups)), kThreads,
                attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, vec,
-               key_groups, fused ? rope : ops::FusedRope{});
-    if (!fused && rope.inv_freq != nullptr)
-        launch_rope({a.out, rope.inv_freq, rope.pos, T * a.H / rope.heads, rope.heads, a.hd,
-                     rope.rope_dim, rope.inverse, rope.scale, false},
-                    stream);
+               key_groups, rope.in_kernel);
+    rope.launch_after(a.out, T * a.H, a.hd, stream);
 }
 
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream) {

@@ -21,6 +21,17 @@ void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_
                         int64_t T, int n, cudaStream_t stream);
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream);
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
+// How an op with a fused rope (RmsNormArgs::rope, AttentionArgs::out_rope; `r` host memory,
+// may be null) applies it to its `rows` output rows of `dim` floats: in its kernel
+// (dev::rope_float4) when the kernel writes whole float4s (`vec`) and the rope dims start on
+// one, else by the rope kernel after it (`after`). `what` names the op in the shape check.
+struct RopeFusion {
+    ops::FusedRope in_kernel;  // inv_freq null: none
+    ops::FusedRope after;      // inv_freq null: none
+    // The rope kernel on out when `after` has one.
+    void launch_after(float* out, int64_t rows, int dim, cudaStream_t stream) const;
+};
+RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what);
 void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream);
 void launch_gather_rows(const ops::GatherRowsArgs& a, cudaStream_t stream);
 void launch_count_experts(const ops::CountExpertsArgs& a, cudaStream_t stream);

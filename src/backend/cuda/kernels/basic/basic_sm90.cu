@@ -65,36 +65,15 @@ __global__ void __launch_bounds__(kNormThreadsMax)
     for (int j = 0; j < kNormVec; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
         v[j] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        ss = __fma_rn(static_cast<double>(v[j].x), v[j].x, ss);
-        ss = __fma_rn(static_cast<double>(v[j].y), v[j].y, ss);
-        ss = __fma_rn(static_cast<double>(v[j].z), v[j].z, ss);
-        ss = __fma_rn(static_cast<double>(v[j].w), v[j].w, ss);
+        ss = dev::add_squares(ss, v[j]);
     }
-    ss = dev::block_sum(ss, red);
-    const float inv = static_cast<float>(1.0 / sqrt(ss / a.dim + a.eps));
+    const float inv = dev::rms_inv(dev::block_sum(ss, red), a.dim, a.eps);
 #pragma unroll
     for (int j = 0; j < kNormVec; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i >= n4) break;
-        float4 o = make_float4(__fmul_rn(v[j].x, inv), __fmul_rn(v[j].y, inv),
-                               __fmul_rn(v[j].z, inv), __fmul_rn(v[j].w, inv));
-        if (w != nullptr) {
-            const float4 g = w[i];
-            o = make_float4(__fmul_rn(o.x, g.x), __fmul_rn(o.y, g.y), __fmul_rn(o.z, g.z),
-                            __fmul_rn(o.w, g.w));
-        }
-        // The fused RoPE (launch_rms_norm: the rotated dims start on a float4): the rope
-        // kernel's rotation of the two pairs on the normed values.
-        const int first = 4 * i - (a.dim - r.rope_dim);
-        if (r.inv_freq != nullptr && first >= 0) {
-            const int64_t pos = r.pos[blockIdx.x / r.heads];
-            float p0[2] = {o.x, o.y}, p1[2] = {o.z, o.w};
-            dev::rope_rotate(p0, dev::rope_cos_sin(pos, r.inv_freq[first / 2], r.scale, r.inverse));
-            dev::rope_rotate(p1,
-                             dev::rope_cos_sin(pos, r.inv_freq[first / 2 + 1], r.scale, r.inverse));
-            o = make_float4(p0[0], p0[1], p1[0], p1[1]);
-        }
-        y[i] = o;
+        const float4 o = dev::rms_scale(v[j], inv, w != nullptr ? w + i : nullptr);
+        y[i] = dev::rope_float4(o, r, blockIdx.x, 4 * i, a.dim);
     }
 }
 
@@ -232,34 +211,41 @@ void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_
 
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
     if (a.rows == 0) return;
-    // The rope's values by value for the kernel (a.rope is host memory); inv_freq nullptr: none.
-    const ops::FusedRope r = a.rope != nullptr ? *a.rope : ops::FusedRope{};
-    if (r.inv_freq != nullptr)
-        DSV4_ASSERT(
-            r.heads >= 1 && a.rows % r.heads == 0 && r.rope_dim % 2 == 0 && r.rope_dim <= a.dim,
-            "rms_norm rope: ", a.rows, " rows, ", r.heads, " heads, rope_dim ", r.rope_dim);
     ops::RmsNormArgs norm = a;
-    norm.rope = nullptr;
+    norm.rope = nullptr;  // (host memory: the kernel takes the rope by value)
     const bool vec = a.dim % 4 == 0 && a.dim / 4 <= kNormVec * kNormThreadsMax &&
                      reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
-    // The rope fuses into the vector kernel when its dims start on a float4; otherwise the
-    // composition (the norm, then the rope kernel).
-    const bool fused = vec && (a.dim - r.rope_dim) % 4 == 0;
+    const RopeFusion rope = fuse_rope(a.rope, a.rows, a.dim, vec, "rms_norm");
     if (vec) {
         // Enough threads for kNormVec float4 each, in whole warps.
         const int per = (a.dim / 4 + kNormVec - 1) / kNormVec;
         const int threads = std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
         launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows), threads, 0, stream, 1, norm,
-                   fused ? r : ops::FusedRope{});
+                   rope.in_kernel);
     } else {
         launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, norm);
     }
-    if (!fused && r.inv_freq != nullptr)
-        launch_rope({a.out, r.inv_freq, r.pos, a.rows / r.heads, r.heads, a.dim, r.rope_dim,
-                     r.inverse, r.scale, false},
-                    stream);
+    rope.launch_after(a.out, a.rows, a.dim, stream);
+}
+
+RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what) {
+    RopeFusion f;
+    if (r == nullptr || r->inv_freq == nullptr) return f;
+    DSV4_ASSERT(r->heads >= 1 && rows % r->heads == 0 && r->rope_dim % 2 == 0 && r->rope_dim <= dim,
+                what, " rope: ", rows, " rows, ", r->heads, " heads, rope_dim ", r->rope_dim,
+                " of ", dim);
+    (vec && (dim - r->rope_dim) % 4 == 0 ? f.in_kernel : f.after) = *r;
+    return f;
+}
+
+void RopeFusion::launch_after(float* out, int64_t rows, int dim, cudaStream_t stream) const {
+    const ops::FusedRope& r = after;
+    if (r.inv_freq == nullptr) return;
+    launch_rope({out, r.inv_freq, r.pos, rows / r.heads, r.heads, dim, r.rope_dim, r.inverse,
+                 r.scale, false},
+                stream);
 }
 
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream) {

@@ -52,16 +52,34 @@ __device__ __forceinline__ T block_sum(T v, T* red) {
     return warp_sum(s);
 }
 
-// The reference RMSNorm's factor for one row of `dim` floats, block-wide: the sum of squares in
-// double, then 1/sqrt(ms + eps) in double rounded to float. `red` is 32 doubles of shared memory.
+// The reference RMSNorm's arithmetic in pieces (backend/cpu/ref/norm_rope.cc): squares added in
+// double (a float's square is exact in double, so the FMA is the multiply-add), the factor
+// 1/sqrt(ms + eps) in double rounded to float, then x * inv * w in float.
+__device__ __forceinline__ double add_square(double ss, float v) {
+    return __fma_rn(static_cast<double>(v), static_cast<double>(v), ss);
+}
+__device__ __forceinline__ double add_squares(double ss, float4 v) {
+    return add_square(add_square(add_square(add_square(ss, v.x), v.y), v.z), v.w);
+}
+__device__ __forceinline__ float rms_inv(double ss, int dim, float eps) {
+    return static_cast<float>(1.0 / sqrt(ss / dim + eps));
+}
+// One float4 of a row normalised by inv and weighted by *w (w null: unweighted).
+__device__ __forceinline__ float4 rms_scale(float4 v, float inv, const float4* w) {
+    float4 o = make_float4(__fmul_rn(v.x, inv), __fmul_rn(v.y, inv), __fmul_rn(v.z, inv),
+                           __fmul_rn(v.w, inv));
+    if (w == nullptr) return o;
+    const float4 g = *w;
+    return make_float4(__fmul_rn(o.x, g.x), __fmul_rn(o.y, g.y), __fmul_rn(o.z, g.z),
+                       __fmul_rn(o.w, g.w));
+}
+
+// The reference RMSNorm's factor for one row of `dim` floats, block-wide. `red` is 32 doubles
+// of shared memory.
 __device__ __forceinline__ float block_rms_inv(const float* x, int dim, float eps, double* red) {
     double ss = 0;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        const double v = x[i];
-        ss = __dadd_rn(ss, __dmul_rn(v, v));
-    }
-    ss = block_sum(ss, red);
-    return static_cast<float>(1.0 / sqrt(ss / dim + eps));
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = add_square(ss, x[i]);
+    return rms_inv(block_sum(ss, red), dim, eps);
 }
 
 // y = x · inv · w (w nullptr: unweighted) for one row, inv = block_rms_inv: the scalar

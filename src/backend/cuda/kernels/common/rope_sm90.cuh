@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ops/rope.h"
+
 namespace dsv4::cuda::dev {
 
 // sin and cos of a float angle in double, to within a few double ulps (so rounding them to float
@@ -39,6 +41,21 @@ __device__ __forceinline__ void rope_rotate(float* p, RopeCs cs) {
     const float x0 = p[0], x1 = p[1];
     p[0] = __fsub_rn(__fmul_rn(x0, cs.c), __fmul_rn(x1, cs.s));
     p[1] = __fadd_rn(__fmul_rn(x0, cs.s), __fmul_rn(x1, cs.c));
+}
+
+// A fused rope (ops::FusedRope) on the float4 at column `col` (a multiple of 4) of output row
+// `row` of `dim` floats: its two pairs rotated as rope_kernel rotates them when they lie in the
+// trailing rope dims, which start on a float4 (cuda::fuse_rope); unchanged otherwise or when
+// r.inv_freq is null.
+__device__ __forceinline__ float4 rope_float4(float4 v, const ops::FusedRope& r, int64_t row,
+                                              int col, int dim) {
+    const int first = col - (dim - r.rope_dim);
+    if (r.inv_freq == nullptr || first < 0) return v;
+    const int64_t pos = r.pos[row / r.heads];
+    float p0[2] = {v.x, v.y}, p1[2] = {v.z, v.w};
+    rope_rotate(p0, rope_cos_sin(pos, r.inv_freq[first / 2], r.scale, r.inverse));
+    rope_rotate(p1, rope_cos_sin(pos, r.inv_freq[first / 2 + 1], r.scale, r.inverse));
+    return make_float4(p0[0], p0[1], p1[0], p1[1]);
 }
 
 }  // namespace dsv4::cuda::dev

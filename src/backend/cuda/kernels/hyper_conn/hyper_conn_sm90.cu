@@ -41,6 +41,11 @@ __device__ __forceinline__ float sigmoidf_ref(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
+// The pre gate of stream i from its mixing value: sigmoid(mix * scale + base) + hc_eps.
+__device__ __forceinline__ float pre_gate(float mix, float scale, float base, float hc_eps) {
+    return __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix, scale), base)), hc_eps);
+}
+
 // part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there
 // (block s = blockIdx.x of token t = blockIdx.y).
 __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
@@ -106,8 +111,8 @@ __device__ bool last_to_arrive(unsigned* arrivals, int S) {
 // partials (written by other blocks: read through L2, __ldcg, never a stale L1 line) are staged
 // into shared memory by the whole block kStage at a time, every thread's loads in flight
 // together; then warp w sums rows w, w + 8, ...: lane l the splits l, l + 32, ... in order, then
-// the warp's tree: a fixed order for a given S, whichever block finishes. (A loop of dependent
-// L2 loads per summing thread cost microseconds at batch 1.)
+// the warp's tree: a fixed order for a given S, whichever block finishes (not a chain of
+// dependent L2 loads per summing thread).
 constexpr int kStage = 2048;  // doubles
 __device__ void finish_mix(const double* part, int S, int rows, int64_t width, float eps,
                            float* mix, double* tot) {
@@ -136,7 +141,7 @@ __device__ void finish_mix(const double* part, int S, int rows, int64_t width, f
 // Sinkhorn of an N x N matrix (N * N <= 32) on one warp, in place in m: lane e holds element e
 // in a register and reads its row's or column's elements by shuffles, no barriers. N is a
 // compile-time constant so each sum's N shuffles are issued together and then added in index
-// order (a runtime N left a loop of shuffle, add: ~7 us of V4's 4 x 4, 20 iterations).
+// order (a runtime N leaves a loop of shuffle, add, each waiting on the last).
 template <int N>
 __device__ void sinkhorn_warp(float* m, int iters, float eps) {
     static_assert(N * N <= 32, "one element a lane");
@@ -227,18 +232,21 @@ __device__ int sinkhorn(float (*buf)[kMaxN * kMaxN], int n, int iters, float eps
     return b;
 }
 
+// s += p * x per component, rounded as the reference's loop (no contraction).
+__device__ __forceinline__ void add_scaled(float4& s, float p, const float4& x) {
+    s.x = __fadd_rn(s.x, __fmul_rn(p, x.x));
+    s.y = __fadd_rn(s.y, __fmul_rn(p, x.y));
+    s.z = __fadd_rn(s.z, __fmul_rn(p, x.z));
+    s.w = __fadd_rn(s.w, __fmul_rn(p, x.w));
+}
+
 // y[d] = sum_i pre[i] * x[i*D + d], in i order (four dims a thread step when D allows).
 __device__ void collapse(const float* x, const float* pre, int n, int D, float* y) {
     if ((D & 3) == 0) {
         for (int d = threadIdx.x * 4; d < D; d += blockDim.x * 4) {
             float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int i = 0; i < n; ++i) {
-                const float4 v = *reinterpret_cast<const float4*>(x + int64_t{i} * D + d);
-                s.x = __fadd_rn(s.x, __fmul_rn(pre[i], v.x));
-                s.y = __fadd_rn(s.y, __fmul_rn(pre[i], v.y));
-                s.z = __fadd_rn(s.z, __fmul_rn(pre[i], v.z));
-                s.w = __fadd_rn(s.w, __fmul_rn(pre[i], v.w));
-            }
+            for (int i = 0; i < n; ++i)
+                add_scaled(s, pre[i], *reinterpret_cast<const float4*>(x + int64_t{i} * D + d));
             *reinterpret_cast<float4*>(y + d) = s;
         }
         return;
@@ -271,21 +279,15 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
         const int q = threadIdx.x + c * blockDim.x;
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
         if (q < nv) {
-            auto add = [&](float p, const float4& xv) {
-                s.x = __fadd_rn(s.x, __fmul_rn(p, xv.x));
-                s.y = __fadd_rn(s.y, __fmul_rn(p, xv.y));
-                s.z = __fadd_rn(s.z, __fmul_rn(p, xv.z));
-                s.w = __fadd_rn(s.w, __fmul_rn(p, xv.w));
-            };
             const float4* xq = reinterpret_cast<const float4*>(x) + q;
             if constexpr (N > 0) {
                 float4 xv[N];
 #pragma unroll
                 for (int i = 0; i < N; ++i) xv[i] = xq[int64_t{i} * nv];
 #pragma unroll
-                for (int i = 0; i < N; ++i) add(pre[i], xv[i]);
+                for (int i = 0; i < N; ++i) add_scaled(s, pre[i], xv[i]);
             } else {
-                for (int i = 0; i < n; ++i) add(pre[i], xq[int64_t{i} * nv]);
+                for (int i = 0; i < n; ++i) add_scaled(s, pre[i], xq[int64_t{i} * nv]);
             }
             reinterpret_cast<float4*>(y)[q] = s;
         }
@@ -294,25 +296,14 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
     if (y_norm == nullptr) return;
     double ss = 0;
 #pragma unroll
-    for (int c = 0; c < kMaxVec; ++c) {
-        if (threadIdx.x + c * blockDim.x >= nv) continue;
-        const double e[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-        for (double d : e) ss = __dadd_rn(ss, __dmul_rn(d, d));
-    }
-    ss = dev::block_sum(ss, red);
-    const float inv = static_cast<float>(1.0 / sqrt(ss / D + eps));
+    for (int c = 0; c < kMaxVec; ++c) ss = dev::add_squares(ss, v[c]);  // (zeros past the row)
+    const float inv = dev::rms_inv(dev::block_sum(ss, red), D, eps);
 #pragma unroll
     for (int c = 0; c < kMaxVec; ++c) {
         const int q = threadIdx.x + c * blockDim.x;
         if (q >= nv) continue;
-        float4 o = make_float4(__fmul_rn(v[c].x, inv), __fmul_rn(v[c].y, inv),
-                               __fmul_rn(v[c].z, inv), __fmul_rn(v[c].w, inv));
-        if (w != nullptr) {
-            const float4 wv = reinterpret_cast<const float4*>(w)[q];
-            o = make_float4(__fmul_rn(o.x, wv.x), __fmul_rn(o.y, wv.y), __fmul_rn(o.z, wv.z),
-                            __fmul_rn(o.w, wv.w));
-        }
-        reinterpret_cast<float4*>(y_norm)[q] = o;
+        reinterpret_cast<float4*>(y_norm)[q] = dev::rms_scale(
+            v[c], inv, w != nullptr ? reinterpret_cast<const float4*>(w) + q : nullptr);
     }
 }
 
@@ -351,8 +342,7 @@ __global__ void __launch_bounds__(kThreads)
     // Gates by thread i, the mixing logits by thread jk, then Sinkhorn.
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
-        pre[i] =
-            __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])), a.hc_eps);
+        pre[i] = pre_gate(mix[i], a.scale[0], a.base[i], a.hc_eps);
         a.post[t * n + i] = __fmul_rn(
             2.0f, sigmoidf_ref(__fadd_rn(__fmul_rn(mix[n + i], a.scale[1]), a.base[n + i])));
     }
@@ -383,8 +373,7 @@ __global__ void __launch_bounds__(kThreads)
     finish_mix(part + t * S * (n + 1), S, n, width, a.norm_eps, mix, tot);
     if (threadIdx.x < n) {
         const int i = threadIdx.x;
-        pre[i] =
-            __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix[i], a.scale[0]), a.base[i])), a.hc_eps);
+        pre[i] = pre_gate(mix[i], a.scale[0], a.base[i], a.hc_eps);
     }
     __syncthreads();
     collapse_any(a.x + t * width, pre, n, a.D, a.out + t * a.D, nullptr, nullptr, 0.0f, tot);

@@ -115,9 +115,8 @@ void launch_moe_ids_with_shared(const int32_t* sel, const float* weight, int k, 
                                 int64_t n_out, cudaStream_t stream) {
     DSV4_ASSERT(k >= 1 && k < 1024, "moe ids: k = ", k);
     const int64_t n = std::max<int64_t>({k + 1, n_h, n_out});
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 1023) / 1024, 64));
-    launch_pdl(moe_ids_with_shared_kernel, blocks, 256, 0, stream, 1, sel, weight, k, shared_id,
-               ids, scale, h, n_h, out, n_out);
+    launch_pdl(moe_ids_with_shared_kernel, blocks_for(n), kThreads, 0, stream, 1, sel, weight, k,
+               shared_id, ids, scale, h, n_h, out, n_out);
 }
 
 void launch_expand_rows(const float* x, const int32_t* row, float* out, int64_t T, int k, int64_t D,
