@@ -198,6 +198,18 @@ int run_bench(BenchArgs a) {
     }
     std::printf("prefill %d tokens: %.3f s, %.1f tokens/s (best of %d)\n", a.prompt_len,
                 best_prefill, a.prompt_len / best_prefill, a.repeats);
+    if (a.profile) {
+        // One more prefill, op by op with device events around each op.
+        src.reset();
+        e.profile_ops(true);
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(prompt, nullptr, nullptr);
+        const double s = seconds_since(t0);
+        e.profile_ops(false);
+        if (!st.is_ok()) return fail(st);
+        std::printf("op profile, prefill of %d tokens op by op (%.3f s):\n%s", a.prompt_len, s,
+                    e.op_profile().c_str());
+    }
     if (a.decode_tokens == 0) return 0;
 
     Expected<double> bw = e.measure_read_bandwidth();
@@ -281,8 +293,8 @@ void add_bench_command(CLI::App& app) {
                     "Tokens already in each sequence when decode is measured, a comma-separated "
                     "list (default: --prompt-len)");
     cmd->add_flag("--profile", args->profile,
-                  "Also decode the first context at the first batch op by op with device time "
-                  "per op (CUDA), and print the breakdown");
+                  "Also prefill once and decode the first context at the first batch op by op "
+                  "with device time per op (CUDA), and print the breakdowns");
     cmd->add_option("--repeats", args->repeats, "Prefill runs; the best is reported")
         ->capture_default_str()
         ->check(whole_number(1, 1000));

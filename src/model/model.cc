@@ -477,13 +477,18 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
     b.embed({st.ids, &w_.embed, ws.streams, T, n});
     // The reference's embedding table is bf16 (a no-op for the bf16 tables checkpoints ship).
     if (bf16) b.round_trip({ws.streams, T * n, D, D, 1, ops::RoundTrip::kBf16});
+    std::optional<ops::HcPostArgs> pending;  // a block's last hc_post, fused into the next's
     for (int l = 0; l < c.num_layers; ++l) {
-        block(ws, st, w_.layers[l], c.layers[l], pool.layer(l));
+        block(ws, st, w_.layers[l], c.layers[l], pool.layer(l), pending);
         if (count_experts_)  // ws.sel still holds this layer's picks
             b.count_experts({ws.sel, expert_counts_ + int64_t{l} * c.n_routed_experts,
                              T * c.num_experts_per_tok, c.n_routed_experts});
-        if (capture) b.copy(capture + l * cap_stride, ws.streams, T * width * sizeof(float));
+        if (capture) {
+            flush(pending);
+            b.copy(capture + l * cap_stride, ws.streams, T * width * sizeof(float));
+        }
     }
+    flush(pending);
     if (d.R > 0) {
         b.gather_rows({ws.streams, ws.logit_idx, ws.head_streams, d.R, width});
         b.hc_head({ws.head_streams, w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, ws.head_y,
@@ -502,22 +507,32 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
 
 // One decoder block: attention sub-block, then FFN sub-block, each wrapped in mHC pre/post.
 void Model::block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
-                  const LayerSpec& spec, const LayerCache& lc) {
+                  const LayerSpec& spec, const LayerCache& lc,
+                  std::optional<ops::HcPostArgs>& pending) {
     const ModelConfig& c = cfg_;
     const int n = c.hc_mult, D = c.hidden_size;
     const int64_t T = st.T;
     const float eps = static_cast<float>(c.rms_norm_eps), hc_eps = static_cast<float>(c.hc_eps);
     Backend& b = backend_;
     const bool bf16 = this->bf16();
-    // hc_pre collapses the streams into y and applies the sub-block's RMSNorm: xn.
+    // hc_pre collapses the streams into y and applies the sub-block's RMSNorm: xn, after the
+    // previous sub-block's hc_post (fused in front of it) has made the streams.
     b.hc_pre({ws.streams, w.hc_attn.fn, w.hc_attn.base, w.hc_attn.scale, ws.y, ws.post, ws.comb, T,
-              n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.attn_norm, ws.xn, eps});
+              n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.attn_norm, ws.xn, eps,
+              pending ? &*pending : nullptr});
     attention_block(ws, st, w, spec, lc, ws.xn, ws.sub_out);
-    b.hc_post({ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next, T, n, D, bf16});
+    const ops::HcPostArgs post_attn{ws.sub_out, ws.streams, ws.post, ws.comb, ws.streams_next,
+                                    T,          n,          D,       bf16};
     b.hc_pre({ws.streams_next, w.hc_ffn.fn, w.hc_ffn.base, w.hc_ffn.scale, ws.y, ws.post, ws.comb,
-              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.ffn_norm, ws.xn, eps});
+              T, n, D, c.hc_sinkhorn_iters, eps, hc_eps, bf16, w.ffn_norm, ws.xn, eps, &post_attn});
     ffn_block(ws, st, w, ws.xn, ws.sub_out);
-    b.hc_post({ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D, bf16});
+    pending =
+        ops::HcPostArgs{ws.sub_out, ws.streams_next, ws.post, ws.comb, ws.streams, T, n, D, bf16};
+}
+
+void Model::flush(std::optional<ops::HcPostArgs>& pending) {
+    if (pending) backend_.hc_post(*pending);
+    pending.reset();
 }
 
 // The MTP block: h = the main model's last streams at each MTP token, e = the next token's
@@ -546,7 +561,9 @@ void Model::mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& 
     b.linear({ws.y, &m.e_proj, ws.xn, Tm, D, 0, 0, 0, f32, f32, fp8_act(m.e_proj), bf16});
     b.add_to_streams({ws.xn, ws.streams, Tm, n, D});
     if (bf16) b.round_trip({ws.streams, Tm * n, D, D, 1, ops::RoundTrip::kBf16});
-    block(ws, st, m.block, c.mtp_spec, pool.layer(c.num_layers));
+    std::optional<ops::HcPostArgs> pending;
+    block(ws, st, m.block, c.mtp_spec, pool.layer(c.num_layers), pending);
+    flush(pending);
     b.hc_head({ws.streams, m.hc_head.fn, m.hc_head.base, m.hc_head.scale, ws.head_y, Tm, n, D, eps,
                hc_eps, bf16});
     b.rms_norm({ws.head_y, m.norm, ws.head_xn, Tm, D, eps, bf16});

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -126,9 +127,13 @@ class Model {
     Status run_forward(const Workspace& ws, const CachePool& pool, const Dims& d,
                        bool verify_drafts);
     void mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d);
-    // One decoder block on ws.streams [T, n, D] in place (streams_next is its scratch).
+    // One decoder block on ws.streams [T, n, D] in place (streams_next is its scratch). Its last
+    // hc_post is left in `pending` for the caller to run, fused into the next block's first
+    // hc_pre (a `pending` given on entry runs fused into this block's) or by flush().
     void block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
-               const LayerSpec& spec, const LayerCache& lc);
+               const LayerSpec& spec, const LayerCache& lc,
+               std::optional<ops::HcPostArgs>& pending);
+    void flush(std::optional<ops::HcPostArgs>& pending);
     void attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
                          const LayerSpec& spec, const LayerCache& lc, const float* x, float* out);
     void ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,

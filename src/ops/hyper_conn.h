@@ -6,6 +6,17 @@
 
 namespace dsv4::ops {
 
+struct HcPostArgs {
+    const float* f = nullptr;     // [T, D] sub-block output
+    const float* x = nullptr;     // [T, n, D] streams entering the sub-block
+    const float* post = nullptr;  // [T, n]
+    const float* comb = nullptr;  // [T, n, n]
+    float* out = nullptr;         // [T, n, D]; must not alias x
+    int64_t T = 0;
+    int n = 0, D = 0;
+    bool round_bf16 = false;  // out rounded to bf16 (the bf16 reference mode's streams)
+};
+
 struct HcPreArgs {
     const float* x = nullptr;      // [T, n, D] residual streams
     const float* fn = nullptr;     // [(2+n)n, n*D]
@@ -23,17 +34,10 @@ struct HcPreArgs {
     const float* norm_weight = nullptr;  // [D]
     float* y_norm = nullptr;             // [T, D]; nullptr: no norm
     float y_norm_eps = 1e-6f;
-};
-
-struct HcPostArgs {
-    const float* f = nullptr;     // [T, D] sub-block output
-    const float* x = nullptr;     // [T, n, D] streams entering the sub-block
-    const float* post = nullptr;  // [T, n]
-    const float* comb = nullptr;  // [T, n, n]
-    float* out = nullptr;         // [T, n, D]; must not alias x
-    int64_t T = 0;
-    int n = 0, D = 0;
-    bool round_bf16 = false;  // out rounded to bf16 (the bf16 reference mode's streams)
+    // The previous sub-block's hc_post fused in front (optional): x is first written as
+    // hc_post(*post_in) (post_in->out == x), what hc_post then hc_pre give. Its post and comb may
+    // be this op's: they are read before they are written.
+    const HcPostArgs* post_in = nullptr;
 };
 
 // streams[t, i] += x[t] for every stream i (the MTP block's input: the next token's projected

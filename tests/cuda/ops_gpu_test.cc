@@ -287,6 +287,48 @@ TEST(CudaOpsGpu, HyperConnectionsV4Shapes) {
     }
 }
 
+// hc_post fused in front of hc_pre (HcPreArgs::post_in), as the model calls it: the post and
+// comb it reads are the buffers hc_pre then overwrites. Against the composition on the CPU: the
+// new streams bitwise (hc_post's arithmetic), the rest within hc_pre's tolerances. Shapes: the
+// run-time stream count (3, 7), the global-memory collapse (D 133), one split (D 36), and V4's
+// n 4, D 4096 at 1 and 9 tokens (the compile-time path, many splits).
+TEST(CudaOpsGpu, HyperConnectionsWithFusedPost) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(27);
+    struct Shape {
+        int64_t T;
+        int n, D;
+    };
+    for (const Shape& sh : {Shape{7, 3, 133}, Shape{7, 4, 256}, Shape{7, 7, 36}, Shape{1, 4, 4096},
+                            Shape{9, 4, 4096}}) {
+        const int64_t T = sh.T;
+        const int n = sh.n, D = sh.D, iters = 20, mix = (2 + n) * n;
+        const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.02f),
+                   base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng),
+                   nw = randn(D, rng), post0 = randn(T * n, rng), comb0 = randn(T * n * n, rng);
+        Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f),
+            dnw(*be, nw), post(*be, post0), comb(*be, comb0), next(*be, T * n * D), y(*be, T * D),
+            yn(*be, T * D);
+        const ops::HcPostArgs dpin{df.p, dx.p, post.p, comb.p, next.p, T, n, D};
+        be->hc_pre({next.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f,
+                    1e-6f, false, dnw.p, yn.p, 1e-6f, &dpin});
+        std::vector<float> rpost = post0, rcomb = comb0, rnext(T * n * D), ry(T * D), ryn(T * D);
+        const ops::HcPostArgs rpin{f.data(), x.data(), rpost.data(), rcomb.data(), rnext.data(), T,
+                                   n,        D};
+        cpu_ref::hc_pre({rnext.data(), fn.data(), base.data(), scale.data(), ry.data(),
+                         rpost.data(), rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false, nw.data(),
+                         ryn.data(), 1e-6f, &rpin});
+        const std::string what = "fused post n=" + std::to_string(n) + " D=" + std::to_string(D) +
+                                 " T=" + std::to_string(T);
+        expect_close((what + " streams").c_str(), next.get(), rnext, 0.0, 0.0);
+        expect_close((what + " comb").c_str(), comb.get(), rcomb, 1e-5, 1e-6);
+        expect_close((what + " post").c_str(), post.get(), rpost, 1e-6, 1e-7);
+        expect_close((what + " y").c_str(), y.get(), ry, 1e-5, 1e-6 * max_abs(rnext));
+        expect_close((what + " y_norm").c_str(), yn.get(), ryn, 2e-5, 2e-6 * max_abs(ryn));
+    }
+}
+
 // Attention over a mixed step: sliding only, HCA (every valid entry) and CSA (top-k lists with
 // -1 holes), with a small window so rows wrap the ring.
 // Long key lists: decode rows far into their sequences and a prefill chunk, a 128-key window
@@ -771,7 +813,8 @@ TEST(CudaOpsGpu, RouterMatchesSelections) {
 }
 
 // Every checkpoint format through the weight GEMV: whole weights and row ranges on 64-row
-// blocks, 1..37 tokens (past the GEMV's 16 a launch), strided x and y. Oracle: the products of
+// blocks, 1..37 tokens (past the GEMV's 16 a launch), strided x and y; and 256..300 tokens on the
+// tensor-core path. Oracle: the products of
 // the dequantized weights in double; bound (docs/numerics-cuda.md): (2e-5 + 2^-16) of the sum
 // of |products| (f32 activations split into bf16 hi + lo).
 TEST(CudaOpsGpu, QuantizedLinear) {
@@ -788,28 +831,22 @@ TEST(CudaOpsGpu, QuantizedLinear) {
         struct Case {
             int64_t M, row0, N, ldx, ldy;
         };
-        for (const Case& c : {Case{1, 0, 200, K, 200}, Case{5, 64, 136, K + 4, 150},
-                              Case{16, 128, 64, K, 64}, Case{37, 0, 200, K + 8, 203}}) {
+        // 256 rows and more: the tensor-core path (gemm_op.h), except for FP8 with f32 block
+        // scales, which it cannot reproduce exactly (the GEMV then).
+        for (const Case& c :
+             {Case{1, 0, 200, K, 200}, Case{5, 64, 136, K + 4, 150}, Case{16, 128, 64, K, 64},
+              Case{37, 0, 200, K + 8, 203}, Case{256, 0, 200, K, 200},
+              Case{277, 64, 136, K + 4, 150}, Case{300, 128, 72, K + 8, 75}}) {
             const auto x = randn(c.M * c.ldx, rng);
             Dev<float> dx(*be, x), dy(*be, c.M * c.ldy);
+            const int64_t runs = cuda_gemm_runs(*be);
             be->linear({dx.p, &*w, dy.p, c.M, c.N, c.row0, c.ldx, c.ldy});
-            const auto y = dy.get();
-            std::vector<float> xd(c.M * K);
-            for (int64_t m = 0; m < c.M; ++m)
-                std::copy(x.begin() + m * c.ldx, x.begin() + m * c.ldx + K, xd.begin() + m * K);
-            std::vector<double> ref(c.M * N_total), abs_sum(c.M * N_total);
-            cuda::test::reference_gemv(ow.w, xd.data(), c.M, ref.data(), abs_sum.data());
-            double worst = 0;
+            EXPECT_EQ(cuda_gemm_runs(*be) - runs, c.M >= 256 && f != TestFormat::kFp8F32 ? 1 : 0)
+                << "the tensor-core path from 256 rows";
             int64_t bad = 0;
-            for (int64_t m = 0; m < c.M; ++m)
-                for (int64_t n = 0; n < c.N; ++n) {
-                    const double r = ref[m * N_total + c.row0 + n];
-                    const double err = std::fabs(y[m * c.ldy + n] - r);
-                    const double tol = (2e-5 + 0x1p-16) * abs_sum[m * N_total + c.row0 + n] + 1e-30;
-                    worst = std::max(worst, std::isfinite(y[m * c.ldy + n]) ? err / tol : 1e30);
-                    bad += !(err <= tol);
-                }
-            std::printf("[ops] linear %-8s M=%-2lld rows [%lld, %lld) worst err/tol = %.3g\n",
+            const double worst =
+                worst_over_bound(ow.w, x, c.M, K, c.ldx, dy.get(), c.ldy, c.row0, c.N, &bad);
+            std::printf("[ops] linear %-8s M=%-3lld rows [%lld, %lld) worst err/tol = %.3g\n",
                         cuda::test::test_format_name(f), static_cast<long long>(c.M),
                         static_cast<long long>(c.row0), static_cast<long long>(c.row0 + c.N),
                         worst);

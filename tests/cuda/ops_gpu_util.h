@@ -17,6 +17,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/cuda_backend.h"
 #include "base/check.h"
+#include "cuda_test_util.h"
 #include "ops/backend.h"
 #include "ops/step.h"
 
@@ -208,6 +209,29 @@ inline CompressRun run_compress(Backend& be, const CompressCase& c, uint32_t see
     out.gpu_entries = dent.get();
     if (plain) out.gpu_plain_entries = pent.get();
     return out;
+}
+
+// Worst error over the GEMV bound (2e-5 + 2^-16 of sum |w x|) of y [M][ldy] columns
+// [0, N) against rows [row0, row0 + N) of reference_gemv's products of x [M][K].
+inline double worst_over_bound(const QuantWeight& w, const std::vector<float>& x, int64_t M,
+                               int64_t K, int64_t ldx, const std::vector<float>& y, int64_t ldy,
+                               int64_t row0, int64_t N, int64_t* bad) {
+    std::vector<float> xd(M * K);
+    for (int64_t m = 0; m < M; ++m)
+        std::copy(x.begin() + m * ldx, x.begin() + m * ldx + K, xd.begin() + m * K);
+    std::vector<double> ref(M * w.rows), abs_sum(M * w.rows);
+    cuda::test::reference_gemv(w, xd.data(), M, ref.data(), abs_sum.data());
+    double worst = 0;
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            const double r = ref[m * w.rows + row0 + n];
+            const double got = y[m * ldy + n];
+            const double err = std::fabs(got - r);
+            const double tol = (2e-5 + 0x1p-16) * abs_sum[m * w.rows + row0 + n] + 1e-30;
+            worst = std::max(worst, std::isfinite(got) ? err / tol : 1e30);
+            *bad += !(err <= tol);
+        }
+    return worst;
 }
 
 }  // namespace dsv4::ops_gpu_test

@@ -172,6 +172,37 @@ TEST(OpsHcPost, TwoTokensWideD) {
             }
 }
 
+// HcPreArgs::post_in: hc_post into x, then hc_pre on it, even when the post reads the post and
+// comb buffers hc_pre writes (the model's call).
+TEST(OpsHcPre, FusedPostIsPostThenPre) {
+    const int n = 3, D = 5, T = 2, iters = 4, mix = (2 + n) * n;
+    auto ramp = [](int count, float a, float b) {
+        std::vector<float> v(count);
+        for (int i = 0; i < count; ++i) v[i] = std::sin(a * static_cast<float>(i) + b);
+        return v;
+    };
+    const auto x = ramp(T * n * D, 0.7f, 0.1f), f = ramp(T * D, 1.3f, 0.2f),
+               fn = ramp(mix * n * D, 0.37f, 0.3f), base = ramp(mix, 0.9f, 0.4f),
+               scale = ramp(3, 1.1f, 0.5f), post0 = ramp(T * n, 0.5f, 0.6f),
+               comb0 = ramp(T * n * n, 0.3f, 0.7f);
+    // Separately: hc_post, then hc_pre (writing fresh post / comb).
+    std::vector<float> next(T * n * D), y(T * D), post(T * n), comb(T * n * n);
+    cpu_ref::hc_post({f.data(), x.data(), post0.data(), comb0.data(), next.data(), T, n, D});
+    cpu_ref::hc_pre({next.data(), fn.data(), base.data(), scale.data(), y.data(), post.data(),
+                     comb.data(), T, n, D, iters, 1e-6f, 1e-6f});
+    // Fused, the post reading the buffers hc_pre overwrites.
+    std::vector<float> fnext(T * n * D), fy(T * D), fpost = post0, fcomb = comb0;
+    const ops::HcPostArgs pin{f.data(), x.data(), fpost.data(), fcomb.data(), fnext.data(), T,
+                              n,        D};
+    cpu_ref::hc_pre({fnext.data(), fn.data(), base.data(), scale.data(), fy.data(), fpost.data(),
+                     fcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false, nullptr, nullptr, 1e-6f,
+                     &pin});
+    EXPECT_EQ(fnext, next);
+    EXPECT_EQ(fy, y);
+    EXPECT_EQ(fpost, post);
+    EXPECT_EQ(fcomb, comb);
+}
+
 TEST(OpsHcHead, SigmoidGatesNoSinkhorn) {
     // X = [[2, 0], [0, 2]]: mean square 2, r = 1/sqrt(2). fn rows pick x[0] and x[3]:
     // mix = [sqrt2, sqrt2]; scale 1/sqrt2 -> args 1 + base. base = [0, -2].

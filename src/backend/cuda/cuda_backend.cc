@@ -15,6 +15,7 @@
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/device.h"
 #include "backend/cuda/common/stream.h"
+#include "backend/cuda/gemm_op.h"
 #include "backend/cuda/gemv_op.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/basic/basic.h"
@@ -41,6 +42,7 @@ struct CudaWeight {
     const void* dense = nullptr;  // [rows, cols], or nullptr
     bool has_gemv = false;
     cuda::GemvWeight gemv;
+    bool gemm_exact = false;  // the tensor-core linear reproduces it (gemm_exact, at load)
     ops::WeightRole role = ops::WeightRole::kAttention;  // for the op profile's labels
     // A pack_rows weight: its parts in row order (each part's gemv points into this one's).
     std::vector<const CudaWeight*> parts;
@@ -208,15 +210,21 @@ class CudaBackend final : public Backend {
         // the GEMV's hi + lo rounding apart from anything else.
         const char* env = std::getenv("DSV4_CUDA_F32_WEIGHTS");
         f32_weights_ = env != nullptr && env[0] != '\0' && std::string(env) != "0";
+        // Measurements (docs/perf.md): the fewest rows a linear runs on the tensor-core path
+        // (gemm_op.h) instead of GEMV launches of 16 rows; 0 turns the path off.
+        if (const char* rows = std::getenv("DSV4_CUDA_GEMM_MIN_ROWS"); rows != nullptr)
+            gemm_min_rows_ = std::atoll(rows);
         profile_.stream = stream_.get();
     }
 
     ~CudaBackend() override {
         stream_.synchronize();
+        gemm_ = cuda::GemmLinear();                    // before its workspace goes
         for (auto& [p, bytes] : blocks_) cudaFree(p);  // teardown: errors have nowhere to go
     }
 
     const char* name() const override { return "cuda"; }
+    int64_t gemm_runs() const { return gemm_runs_; }
 
     Expected<void*> try_alloc(size_t bytes) override {
         if (broke_recording("allocate")) return error("allocation inside a recorded step");
@@ -375,6 +383,7 @@ class CudaBackend final : public Backend {
             const QuantWeight* parts[] = {&w};
             DSV4_ASSIGN_OR_RETURN(cw.gemv, upload_gemv(parts, 1, 1));
             cw.has_gemv = true;
+            if (gemm_.ready()) cw.gemm_exact = cuda::gemm_exact(cw.gemv, gemm_flag_, stream_.get());
         }
         weights_.push_back(cw);
         return ops::Weight{w.rows, w.cols, &weights_.back()};
@@ -539,6 +548,7 @@ class CudaBackend final : public Backend {
             auto* part = static_cast<double*>(p);
             hc_ws_ = {part, reinterpret_cast<unsigned*>(part + hc), hc, max_rows, info_.sm_count};
         }
+        if (gemm_min_rows_ > 0 && !gemm_.ready()) DSV4_RETURN_IF_ERROR(start_gemm());
         const int64_t floats = max_rows * max_cols_;
         if (floats <= act_floats_) return Status::ok();
         DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(floats) * sizeof(float)));
@@ -582,6 +592,14 @@ class CudaBackend final : public Backend {
                     a.row0, ", ", a.row0 + a.N * a.groups, ") outside weight of ", w.rows);
         const int64_t ldx = a.ldx ? a.ldx : w.cols * a.groups;
         const int64_t ldy = a.ldy ? a.ldy : a.N * a.groups;
+        if (use_gemm(w, a.M) && a.x_type == ops::ActType::kF32 && a.y_type == ops::ActType::kF32 &&
+            a.y != a.x &&
+            gemm_.run({&w.gemv, static_cast<const float*>(a.x), ldx, static_cast<float*>(a.y), ldy,
+                       a.M, a.N, a.row0, a.groups},
+                      stream_.get())) {
+            ++gemm_runs_;
+            return;
+        }
         if (w.has_gemv) {
             // The GEMV takes up to 16 tokens a launch: longer steps (prefill) run in slices.
             // Groups are the GEMV's groups: group j is the weight's next N rows (an "expert" of
@@ -661,6 +679,19 @@ class CudaBackend final : public Backend {
             if (a.out[i].act_fp8 || a.out[i].round_bf16) return false;
         }
         const auto prof = profile_.scope(linear_label(w.role), recording_);
+        // Long steps: each part on the tensor-core path (when every part can take it).
+        bool gemm = true;
+        for (const CudaWeight* p : w.parts) gemm = gemm && use_gemm(*p, a.M);
+        for (int i = 0; gemm && i < a.n_out; ++i) {
+            const CudaWeight& p = *w.parts[i];
+            gemm = gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1},
+                             stream_.get());
+            DSV4_ASSERT(gemm || i == 0, "linear_group: part ", i, " off the tensor-core path");
+        }
+        if (gemm) {
+            gemm_runs_ += a.n_out;
+            return true;
+        }
         cuda::GemvArgs g = gemv_rows(w.gemv, 0, w.rows);
         g.x_f32 = true;
         g.ldx = w.cols;
@@ -1059,14 +1090,46 @@ class CudaBackend final : public Backend {
         return g;
     }
 
+    // The tensor-core linear: its scratch (64 MiB of decoded weight rows, 2 x 32 MiB of x's bf16
+    // hi / lo, cuBLAS's 32 MiB workspace) and handle, made by prepare_steps.
+    Status start_gemm() {
+        cuda::GemmScratch s;
+        s.w_elems = int64_t{32} << 20;
+        s.x_elems = int64_t{16} << 20;
+        s.cublas_ws_bytes = size_t{32} << 20;
+        DSV4_ASSIGN_OR_RETURN(void* w, try_alloc(static_cast<size_t>(s.w_elems) * 2));
+        DSV4_ASSIGN_OR_RETURN(void* x, try_alloc(static_cast<size_t>(s.x_elems) * 4));
+        DSV4_ASSIGN_OR_RETURN(void* misc, try_alloc(64));
+        DSV4_ASSIGN_OR_RETURN(s.cublas_ws, try_alloc(s.cublas_ws_bytes));
+        s.w = static_cast<uint16_t*>(w);
+        s.x_hi = static_cast<uint16_t*>(x);
+        s.x_lo = s.x_hi + s.x_elems;
+        s.scalars = static_cast<float*>(misc);
+        gemm_flag_ = reinterpret_cast<int*>(s.scalars + 4);
+        DSV4_ASSIGN_OR_RETURN(gemm_, cuda::GemmLinear::create(s, stream_.get()));
+        return Status::ok();
+    }
+    // The tensor-core path takes a linear of at least gemm_min_rows_ rows over a weight it
+    // reproduces exactly.
+    bool use_gemm(const CudaWeight& w, int64_t M) const {
+        return gemm_.ready() && gemm_min_rows_ > 0 && M >= gemm_min_rows_ && w.has_gemv &&
+               w.gemm_exact;
+    }
+
     cuda::DeviceInfo info_;
     cuda::CudaStream stream_;
     std::unordered_map<void*, size_t> blocks_;
     size_t in_use_ = 0;
     std::deque<CudaWeight> weights_;  // stable addresses for the handles
     std::deque<CudaExperts> experts_;
-    void* gemv_ws_ = nullptr;   // plain-mode GEMV workspace (zeroed; launches leave it zero)
-    bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
+    void* gemv_ws_ = nullptr;     // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    bool f32_weights_ = false;    // DSV4_CUDA_F32_WEIGHTS
+    // DSV4_CUDA_GEMM_MIN_ROWS. docs/perf.md ("Prefill on tensor cores"): the GEMV was faster at
+    // 64 and 128 rows (decode batches), the tensor-core path at 512 (prefill chunks).
+    int64_t gemm_min_rows_ = 256;
+    cuda::GemmLinear gemm_;
+    int* gemm_flag_ = nullptr;  // [1] gemm_exact's answer
+    int64_t gemm_runs_ = 0;     // cuda_gemm_runs
     int64_t max_cols_ = 0;      // widest K of the weights uploaded
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     cuda::HcScratch hc_ws_;     // mHC mixing partials and counters (prepare_steps)
@@ -1090,6 +1153,12 @@ Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
     // Scratch for steps of up to kDefaultStepRows rows until a model asks for more.
     DSV4_RETURN_IF_ERROR(be->prepare_steps(kDefaultStepRows));
     return std::unique_ptr<Backend>(std::move(be));
+}
+
+int64_t cuda_gemm_runs(const Backend& b) {
+    const auto* cb = dynamic_cast<const CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    return cb->gemm_runs();
 }
 
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(

@@ -3,8 +3,9 @@
 // BF16 linears and routed experts are repacked once into the weight GEMV's tile layout and stay
 // packed (f32 activations split into bf16 hi + lo: f32-accurate products); dense F32 weights
 // (transformers-saved checkpoints) stay f32 for a plain f32 kernel; the embedding table stays
-// dense. Linears take up to 16 tokens a GEMV launch (prefill runs in slices: no tensor-core
-// GEMM yet); the MoE groups prefill rows by expert. The reference numerics' rounding points run
+// dense. Linears take up to 16 tokens a GEMV launch; longer steps (prefill) run on tensor cores
+// (gemm_op.h: the weight decoded to bf16, cuBLAS) where that reproduces the weight exactly, else
+// in GEMV slices; the MoE groups prefill rows by expert. The reference numerics' rounding points run
 // here too (FP8 activation copies in a buffer sized by prepare_steps, round trips).
 // docs/numerics-cuda.md states each op's tolerance against the CPU reference.
 #pragma once
@@ -32,5 +33,9 @@ cudaStream_t cuda_backend_stream(Backend& b);
 // host model of the kernel (gemv_unpack_row). An error for dense experts.
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(
     Backend& b, const ops::ExpertWeights& w);
+
+// Tests: how many linears (or parts of a packed group) have run on the tensor-core path
+// (gemm_op.h) so far. Aborts when `b` is another backend.
+int64_t cuda_gemm_runs(const Backend& b);
 
 }  // namespace dsv4

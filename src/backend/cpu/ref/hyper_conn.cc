@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/check.h"
 #include "base/thread_pool.h"
 
 namespace dsv4::cpu_ref {
@@ -45,6 +46,10 @@ void sinkhorn(float* C, int n, int iters, float eps) {
 }  // namespace
 
 void hc_pre(const ops::HcPreArgs& a) {
+    if (a.post_in != nullptr) {
+        DSV4_ASSERT(a.post_in->out == a.x, "hc_pre: the fused hc_post must write x");
+        hc_post(*a.post_in);
+    }
     const int n = a.n;
     const int64_t width = static_cast<int64_t>(n) * a.D;
     const int mix_rows = (2 + n) * n;

@@ -16,6 +16,8 @@
 //     the gates, Sinkhorn and the collapse, with the collapsed row kept in registers for the
 //     fused RMSNorm. (A separate finish kernel cost a launch; its 17.5 us a call at batch 1
 //     were mostly chains of dependent loads, now issued together: finish_mix, collapse.)
+// With a fused hc_post (HcPreArgs::post_in) each block first computes its slice of the streams
+// (and writes it), so the streams make one trip through memory instead of two, in one launch.
 // Products of two floats are exact in double, so fma(a, b, s) is bitwise dadd(dmul(a, b), s):
 // the dots use one DFMA per term.
 #include <algorithm>
@@ -46,10 +48,39 @@ __device__ __forceinline__ float pre_gate(float mix, float scale, float base, fl
     return __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix, scale), base)), hc_eps);
 }
 
+// Element i = k D + d of token t's streams after hc_post (pa), written to pa.out and returned:
+// post[k] f[d] + sum_j C[j][k] x[j][d] in j order, hc_post_kernel's arithmetic. N > 0: the
+// stream count at compile time (the loads issued together); 0: at run time.
+template <int N>
+__device__ __forceinline__ float post_element(const ops::HcPostArgs& pa, int64_t t, int64_t i) {
+    const int n = N > 0 ? N : pa.n;
+    const int64_t k = i / pa.D, d = i - k * pa.D;
+    const float* x = pa.x + t * n * pa.D + d;
+    const float* C = pa.comb + t * n * n + k;
+    float s = __fmul_rn(pa.post[t * n + k], pa.f[t * pa.D + d]);
+    if constexpr (N > 0) {
+        float xv[N], cv[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            xv[j] = x[j * pa.D];
+            cv[j] = C[j * N];
+        }
+#pragma unroll
+        for (int j = 0; j < N; ++j) s = __fadd_rn(s, __fmul_rn(cv[j], xv[j]));
+    } else {
+        for (int j = 0; j < n; ++j) s = __fadd_rn(s, __fmul_rn(C[j * n], x[j * pa.D]));
+    }
+    pa.out[t * n * pa.D + i] = s;
+    return s;
+}
+
 // part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there
-// (block s = blockIdx.x of token t = blockIdx.y).
+// (block s = blockIdx.x of token t = blockIdx.y). kPost != 0: x_t's slice is first computed
+// (and written) as hc_post(pa), whose out is x (post_element): 4 with n = 4 at compile time, 1
+// with n at run time.
+template <int kPost>
 __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
-                            double* part) {
+                            double* part, const ops::HcPostArgs& pa) {
     __shared__ double red[kRowChunk + 1][kThreads / 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int s = blockIdx.x;
@@ -58,6 +89,11 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
     const int64_t begin = s * per, end = min(width, begin + per);
     const float* xt = x + t * width;
     double* out = part + (t * S + s) * (rows + 1);
+    if constexpr (kPost != 0) {
+        // The slice of the new streams first; each thread reads back only what it wrote.
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+            post_element<kPost == 4 ? 4 : 0>(pa, t, i);
+    }
     for (int k0 = 0; k0 < rows; k0 += kRowChunk) {
         const int nk = min(kRowChunk, rows - k0);
         double acc[kRowChunk];
@@ -240,13 +276,15 @@ __device__ __forceinline__ void add_scaled(float4& s, float p, const float4& x) 
     s.w = __fadd_rn(s.w, __fmul_rn(p, x.w));
 }
 
-// y[d] = sum_i pre[i] * x[i*D + d], in i order (four dims a thread step when D allows).
+// y[d] = sum_i pre[i] * x[i*D + d], in i order (four dims a thread step when D allows). x is
+// read through L2 (__ldcg) in the collapses: with a fused hc_post other blocks wrote it.
 __device__ void collapse(const float* x, const float* pre, int n, int D, float* y) {
     if ((D & 3) == 0) {
         for (int d = threadIdx.x * 4; d < D; d += blockDim.x * 4) {
             float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
             for (int i = 0; i < n; ++i)
-                add_scaled(s, pre[i], *reinterpret_cast<const float4*>(x + int64_t{i} * D + d));
+                add_scaled(s, pre[i],
+                           __ldcg(reinterpret_cast<const float4*>(x + int64_t{i} * D + d)));
             *reinterpret_cast<float4*>(y + d) = s;
         }
         return;
@@ -254,7 +292,7 @@ __device__ void collapse(const float* x, const float* pre, int n, int D, float* 
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float s = 0;
         for (int i = 0; i < n; ++i)
-            s = __fadd_rn(s, __fmul_rn(pre[i], x[static_cast<int64_t>(i) * D + d]));
+            s = __fadd_rn(s, __fmul_rn(pre[i], __ldcg(x + static_cast<int64_t>(i) * D + d)));
         y[d] = s;
     }
 }
@@ -283,11 +321,11 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
             if constexpr (N > 0) {
                 float4 xv[N];
 #pragma unroll
-                for (int i = 0; i < N; ++i) xv[i] = xq[int64_t{i} * nv];
+                for (int i = 0; i < N; ++i) xv[i] = __ldcg(xq + int64_t{i} * nv);
 #pragma unroll
                 for (int i = 0; i < N; ++i) add_scaled(s, pre[i], xv[i]);
             } else {
-                for (int i = 0; i < n; ++i) add_scaled(s, pre[i], xq[int64_t{i} * nv]);
+                for (int i = 0; i < n; ++i) add_scaled(s, pre[i], __ldcg(xq + int64_t{i} * nv));
             }
             reinterpret_cast<float4*>(y)[q] = s;
         }
@@ -326,8 +364,9 @@ __device__ void collapse_any(const float* x, const float* pre, int n, int D, flo
     }
 }
 
+template <int kPost>
 __global__ void __launch_bounds__(kThreads)
-    hc_pre_kernel(ops::HcPreArgs a, double* part, unsigned* arrivals, int S) {
+    hc_pre_kernel(ops::HcPreArgs a, ops::HcPostArgs pa, double* part, unsigned* arrivals, int S) {
     dev::pdl_enter();
     __shared__ double tot[kMaxMix + 1];
     __shared__ float mix[kMaxMix];
@@ -336,7 +375,9 @@ __global__ void __launch_bounds__(kThreads)
     const int n = a.n, rows = (2 + n) * n;
     const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
-    mix_partial(a.x, a.fn, rows, width, S, part);
+    // (With the fused post, every block reads the old post and comb before its arrival is
+    // counted, so the last block may overwrite them.)
+    mix_partial<kPost>(a.x, a.fn, rows, width, S, part, pa);
     if (!last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (rows + 1), S, rows, width, a.norm_eps, mix, tot);
     // Gates by thread i, the mixing logits by thread jk, then Sinkhorn.
@@ -368,7 +409,7 @@ __global__ void __launch_bounds__(kThreads)
     const int n = a.n;
     const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
-    mix_partial(a.x, a.fn, n, width, S, part);
+    mix_partial<0>(a.x, a.fn, n, width, S, part, ops::HcPostArgs{});
     if (!last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (n + 1), S, n, width, a.norm_eps, mix, tot);
     if (threadIdx.x < n) {
@@ -447,8 +488,13 @@ void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t st
     if (a.T == 0) return;
     const int rows = (2 + a.n) * a.n;
     const int S = splits_for(rows, a.T, int64_t{a.n} * a.D, ws);
-    launch_pdl(hc_pre_kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads,
-               0, stream, 1, a, ws.part, ws.arrivals, S);
+    const ops::HcPostArgs* p = a.post_in;
+    if (p != nullptr)
+        DSV4_ASSERT(p->out == a.x && p->n == a.n && p->D == a.D && p->T == a.T && !p->round_bf16,
+                    "hc_pre: the fused hc_post must write x, with its shape (no bf16 rounding)");
+    auto* kernel = p == nullptr ? hc_pre_kernel<0> : a.n == 4 ? hc_pre_kernel<4> : hc_pre_kernel<1>;
+    launch_pdl(kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads, 0,
+               stream, 1, a, p != nullptr ? *p : ops::HcPostArgs{}, ws.part, ws.arrivals, S);
 }
 
 void launch_hc_head(const ops::HcHeadArgs& a, const HcScratch& ws, cudaStream_t stream) {
