@@ -127,8 +127,9 @@ class Backend {
 
     // Projections of one x packed at bind time (the outputs of a LinearGroupArgs, in order): one
     // weight whose rows are the parts' rows concatenated, which linear_group then reads in one
-    // pass (LinearGroupArgs::packed); the parts stay valid weights. An empty (invalid) result when
-    // this backend does not pack them (the CPU reference; formats or shapes that differ).
+    // pass (LinearGroupArgs::packed; CUDA: one pass per run of parts in one format); the parts
+    // stay valid weights. An empty (invalid) result when this backend does not pack them (the
+    // CPU reference; no two neighbouring parts it could read in one pass).
     virtual Expected<ops::Weight> pack_rows(std::span<const ops::Weight* const> parts) {
         (void)parts;
         return ops::Weight{};

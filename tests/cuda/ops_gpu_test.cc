@@ -919,8 +919,8 @@ TEST(CudaOpsGpu, GroupedLinear) {
 
 // Projections of one x packed at load (Backend::pack_rows) and run as one linear group: every
 // output against cpu_ref::linear of its own weight, with 1, 5 and 19 rows (two 16-row launches);
-// the parts still work as weights of their own afterwards; packing is refused when a part is
-// off the 64-row blocks or in another format.
+// the parts still work as weights of their own afterwards; nothing is packed when no two
+// neighbours share a format and whole 64-row blocks; mixed formats pack in runs.
 TEST(CudaOpsGpu, PackedLinearGroup) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -981,6 +981,42 @@ TEST(CudaOpsGpu, PackedLinearGroup) {
     ASSERT_TRUE(p1.has_value() && p2.has_value());
     EXPECT_FALSE(p1->valid());
     EXPECT_FALSE(p2->valid());
+    // Runs of one format packed apart (the release format's FP8 attention projections, then its
+    // BF16 compressor and indexer ones): NVFP4 x 2, MXFP4 x 2, BF16 alone; 1, 19 and 260 rows
+    // (the last on the tensor-core path).
+    const TestFormat fs[] = {TestFormat::kNvfp4, TestFormat::kNvfp4, TestFormat::kMxfp4,
+                             TestFormat::kMxfp4, TestFormat::kBf16};
+    const int64_t rs[] = {128, 64, 64, 192, 64};
+    std::vector<cuda::test::OwnedWeight> ow;
+    std::vector<ops::Weight> dw, rw;
+    for (int i = 0; i < 5; ++i) {
+        ow.push_back(cuda::test::random_weight(fs[i], rs[i], K, rng));
+        auto w = be->upload_weight(ow.back().w, at);
+        ASSERT_TRUE(w.has_value()) << w.status().message();
+        dw.push_back(*w);
+    }
+    for (const auto& o : ow) rw.push_back(cpu_ref::wrap(o.w));
+    const ops::Weight* mixed_runs[] = {&dw[0], &dw[1], &dw[2], &dw[3], &dw[4]};
+    auto packed = be->pack_rows(mixed_runs);
+    ASSERT_TRUE(packed.has_value() && packed->valid());
+    for (int64_t M : {1, 19, 260}) {
+        const auto x = randn(M * K, rng);
+        Dev<float> dx(*be, x);
+        std::vector<std::unique_ptr<Dev<float>>> dy;
+        ops::LinearGroupArgs g{dx.p, {}, 5, M, &*packed};
+        for (int i = 0; i < 5; ++i) {
+            dy.push_back(std::make_unique<Dev<float>>(*be, M * rs[i]));
+            g.out[i] = {&dw[i], dy.back()->p};
+        }
+        be->linear_group(g);
+        for (int i = 0; i < 5; ++i) {
+            std::vector<float> ref(M * rs[i]);
+            cpu_ref::linear({x.data(), &rw[i], ref.data(), M, rs[i]});
+            const std::string what =
+                "packed runs M=" + std::to_string(M) + " part " + std::to_string(i);
+            expect_close(what.c_str(), dy[i]->get(), ref, 0.0, 2e-4 * max_abs(ref));
+        }
+    }
 }
 
 // The magnitude an MoE output's error scales with: the GEMV's products are good to ~2^-16 of

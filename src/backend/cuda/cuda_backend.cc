@@ -44,8 +44,14 @@ struct CudaWeight {
     cuda::GemvWeight gemv;
     bool gemm_exact = false;  // the tensor-core linear reproduces it (gemm_exact, at load)
     ops::WeightRole role = ops::WeightRole::kAttention;  // for the op profile's labels
-    // A pack_rows weight: its parts in row order (each part's gemv points into this one's).
+    // A pack_rows weight: its parts in row order, in runs read by one GEMV launch each (a run of
+    // one part: that part's own weight; longer runs: the parts' gemv point into the run's).
+    struct Run {
+        int first = 0, count = 0;
+        cuda::GemvWeight gemv;
+    };
     std::vector<const CudaWeight*> parts;
+    std::vector<Run> runs;
 };
 
 // A layer's routed experts: dense stacks ([E][2I][D] w1|w3 and [E][D][I] w2, f32 or bf16), or
@@ -388,25 +394,52 @@ class CudaBackend final : public Backend {
         weights_.push_back(cw);
         return ops::Weight{w.rows, w.cols, &weights_.back()};
     }
-    // The parts' GEMV tiles, scales and output scales copied back to back into one weight
-    // (the layout is quad-major, so whole 64-row parts concatenate as byte ranges); each part is
-    // then pointed at its range and its own copy freed, so packing costs no memory.
+    // Parts of one x packed in runs: consecutive parts of one format (and whole 64-row blocks)
+    // have their GEMV tiles, scales and output scales copied back to back into one weight (the
+    // layout is quad-major, so whole 64-row parts concatenate as byte ranges), read by one launch;
+    // each part is then pointed at its range and its own copy freed, so packing costs no memory.
+    // Invalid (nothing packed) when no run has two parts or a part is not on the GEMV.
     Expected<ops::Weight> pack_rows(std::span<const ops::Weight* const> parts) override {
         constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
         if (parts.size() < 2 || parts.size() > static_cast<size_t>(cuda::kGemvMaxSegments))
             return ops::Weight{};
         const CudaWeight& first = cuda_weight(parts[0]);
+        auto joins = [&](const CudaWeight& a, const CudaWeight& b) {  // b may follow a in a run
+            return a.gemv.shape.format == b.gemv.shape.format && a.rows % kQuadRows == 0 &&
+                   b.rows % kQuadRows == 0;
+        };
+        std::vector<CudaWeight::Run> runs;
         int64_t rows = 0;
-        for (const ops::Weight* p : parts) {
-            const CudaWeight& w = cuda_weight(p);
-            if (!w.has_gemv || w.gemv.shape.format != first.gemv.shape.format ||
-                w.gemv.shape.n_experts != 1 || w.cols != first.cols || w.rows % kQuadRows != 0 ||
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const CudaWeight& w = cuda_weight(parts[i]);
+            if (!w.has_gemv || w.gemv.shape.n_experts != 1 || w.cols != first.cols ||
                 !w.parts.empty())
                 return ops::Weight{};
+            if (i > 0 && joins(cuda_weight(parts[i - 1]), w))
+                ++runs.back().count;
+            else
+                runs.push_back({static_cast<int>(i), 1, w.gemv});
             rows += w.rows;
         }
-        cuda::GemvShape shape = first.gemv.shape;
-        shape.n = rows;
+        if (runs.size() == parts.size()) return ops::Weight{};
+        CudaWeight packed;
+        packed.rows = rows;
+        packed.cols = first.cols;
+        packed.role = first.role;
+        for (const ops::Weight* p : parts) packed.parts.push_back(&cuda_weight(p));
+        for (CudaWeight::Run& r : runs) {
+            if (r.count < 2) continue;
+            DSV4_ASSIGN_OR_RETURN(r.gemv, pack_run(parts.subspan(r.first, r.count)));
+        }
+        packed.runs = std::move(runs);
+        weights_.push_back(std::move(packed));
+        return ops::Weight{rows, first.cols, &weights_.back()};
+    }
+    // One run of pack_rows.
+    Expected<cuda::GemvWeight> pack_run(std::span<const ops::Weight* const> parts) {
+        cuda::GemvShape shape = cuda_weight(parts[0]).gemv.shape;
+        shape.n = 0;
+        for (const ops::Weight* p : parts) shape.n += cuda_weight(p).rows;
         const size_t scale_bytes = static_cast<size_t>(shape.scales_expert_bytes());
         DSV4_ASSIGN_OR_RETURN(void* tiles,
                               try_alloc(static_cast<size_t>(shape.tiles_expert_bytes())));
@@ -417,12 +450,6 @@ class CudaBackend final : public Backend {
         DSV4_ASSIGN_OR_RETURN(void* out_scale,
                               try_alloc(static_cast<size_t>(shape.row_blocks()) * sizeof(float)));
         DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(shape.row_blocks()));
-        CudaWeight packed;
-        packed.rows = rows;
-        packed.cols = first.cols;
-        packed.has_gemv = true;
-        packed.role = first.role;
-        packed.gemv = {shape, tiles, scales, static_cast<const float*>(out_scale)};
         size_t t_off = 0, s_off = 0, o_off = 0;
         std::vector<cuda::GemvWeight> old;
         for (const ops::Weight* p : parts) {
@@ -446,7 +473,6 @@ class CudaBackend final : public Backend {
             w.gemv.tiles = t;
             w.gemv.scales = sc;
             w.gemv.out_scale = reinterpret_cast<const float*>(o);
-            packed.parts.push_back(&w);
             t_off += tb;
             s_off += sb;
             o_off += ob;
@@ -457,8 +483,7 @@ class CudaBackend final : public Backend {
             free(const_cast<void*>(g.scales));
             free(const_cast<float*>(g.out_scale));
         }
-        weights_.push_back(std::move(packed));
-        return ops::Weight{rows, first.cols, &weights_.back()};
+        return cuda::GemvWeight{shape, tiles, scales, static_cast<const float*>(out_scale)};
     }
     Expected<ops::ExpertWeights> upload_experts(const QuantWeight* w1, const QuantWeight* w3,
                                                 const QuantWeight* w2, int E,
@@ -665,8 +690,8 @@ class CudaBackend final : public Backend {
             linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
                     ops::ActType::kF32, a.out[i].act_fp8});
     }
-    // A packed group (pack_rows) in one GEMV launch per 16 rows, each part's rows written to its
-    // own output (the GEMV's row segments), in plain mode: no clearing of the outputs first. False
+    // A packed group (pack_rows) in one GEMV launch per run and 16 rows, each part's rows written
+    // to its own output (the GEMV's row segments), in plain mode: no clearing of the outputs. False
     // (nothing run) when an output needs what the packed launch does not do (FP8 activations, a
     // bf16 rounding).
     bool linear_packed(const ops::LinearGroupArgs& a) {
@@ -692,23 +717,26 @@ class CudaBackend final : public Backend {
             gemm_runs_ += a.n_out;
             return true;
         }
-        cuda::GemvArgs g = gemv_rows(w.gemv, 0, w.rows);
-        g.x_f32 = true;
-        g.ldx = w.cols;
-        g.pdl = true;
-        cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
-        g.n_segments = a.n_out;
-        int64_t row = 0;
-        for (int i = 0; i < a.n_out; ++i) {
-            const int64_t n = a.out[i].w->rows;
-            g.segments[i] = {static_cast<int32_t>(row), a.out[i].y, n};
-            row += n;
-        }
-        for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
-            g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
-            g.x = a.x + m0 * w.cols;
-            for (int i = 0; i < a.n_out; ++i) g.segments[i].y = a.out[i].y + m0 * g.segments[i].ldy;
-            cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+        for (const CudaWeight::Run& r : w.runs) {
+            cuda::GemvArgs g = gemv_rows(r.gemv, 0, r.gemv.shape.n);
+            g.x_f32 = true;
+            g.ldx = w.cols;
+            g.pdl = true;
+            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            g.n_segments = r.count;
+            int64_t row = 0;
+            for (int i = 0; i < r.count; ++i) {
+                const int64_t n = a.out[r.first + i].w->rows;
+                g.segments[i] = {static_cast<int32_t>(row), a.out[r.first + i].y, n};
+                row += n;
+            }
+            for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
+                g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
+                g.x = a.x + m0 * w.cols;
+                for (int i = 0; i < r.count; ++i)
+                    g.segments[i].y = a.out[r.first + i].y + m0 * g.segments[i].ldy;
+                cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+            }
         }
         return true;
     }
@@ -1122,8 +1150,8 @@ class CudaBackend final : public Backend {
     size_t in_use_ = 0;
     std::deque<CudaWeight> weights_;  // stable addresses for the handles
     std::deque<CudaExperts> experts_;
-    void* gemv_ws_ = nullptr;     // plain-mode GEMV workspace (zeroed; launches leave it zero)
-    bool f32_weights_ = false;    // DSV4_CUDA_F32_WEIGHTS
+    void* gemv_ws_ = nullptr;   // plain-mode GEMV workspace (zeroed; launches leave it zero)
+    bool f32_weights_ = false;  // DSV4_CUDA_F32_WEIGHTS
     // DSV4_CUDA_GEMM_MIN_ROWS. docs/perf.md ("Prefill on tensor cores"): the GEMV was faster at
     // 64 and 128 rows (decode batches), the tensor-core path at 512 (prefill chunks).
     int64_t gemm_min_rows_ = 256;
