@@ -36,11 +36,12 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// n-gram drafts fed per step (the MTP drafts one token). One: a rejected draft at position p + j
-// (j >= 2) would overwrite the window-ring row of position p + j - W, which the corrected token
-// at p + 1 still attends to (the ring holds exactly W rows). Several drafts need a ring of
-// W + k - 1 rows (or rolled-back rows); the acceptance code below already handles k drafts.
-constexpr int kMaxNgramDraft = 1;
+// n-gram drafts fed per step on the CPU (the MTP drafts one token). A rejected draft at position
+// p + j writes the window-ring row of position p + j - R, which the corrected token at p + 1
+// still attends to unless the ring holds R >= W + k - 1 rows: the cache is laid out with
+// kNgramDrafts - 1 extra rows, and a step feeds at most that many + 1 drafts a row. The CUDA
+// kernels read rings of exactly W rows: one draft a step there.
+constexpr int kNgramDrafts = 4;
 
 // A request from submit to its end.
 struct Running {
@@ -351,7 +352,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                       ? std::min<int64_t>(4096, cfg->max_position_embeddings)
                       : 4096;
     CacheLayout layout{options.max_seqs, context, *kv_type, *index_type, cfg->num_mtp_layers > 0};
-    const CacheFootprint fp = cache_footprint(*cfg, layout.kv, layout.index, layout.mtp);
+    if (impl->backend->name() == std::string("cpu")) layout.ring_extra = kNgramDrafts - 1;
+    const CacheFootprint fp =
+        cache_footprint(*cfg, layout.kv, layout.index, layout.mtp, layout.ring_extra);
     if (options.cache_gib > 0) {
         const double per_seq = fp.per_sequence(context);
         const double fit = options.cache_gib * (1 << 30) / per_seq;
@@ -559,26 +562,32 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     std::vector<Running*> owners;
     std::vector<int32_t> starts;  // each row's first token in the step
     int32_t at = 0;
+    // The step's room for drafts: what the decode rows' own tokens leave of it.
+    int spare = budget;
+    for (const auto& [id, q] : running) spare -= q.pending >= 0;
+    const int max_drafts = pool->layout().ring_extra + 1;  // what the rings allow
     for (auto& [id, q] : running) {
         if (q.pending < 0) continue;
         q.sampled = -1;
         q.fed_tokens = {q.pending};
-        // Drafts: up to kMaxNgramDraft n-gram tokens, or the MTP's one. Each goes at the next
-        // position while it fits the context and max_tokens and does not complete a block of a
-        // compressed layer (so a rejected draft leaves nothing the right token does not rewrite).
+        // Drafts: up to max_drafts n-gram tokens, or the MTP's one. Each goes at the next
+        // position while it fits the step, the context and max_tokens and does not complete a
+        // block of a compressed layer (so a rejected draft leaves nothing the right token does
+        // not rewrite).
         std::vector<int32_t> want;
         if (q.r.speculative == Speculation::kNgram)
-            want = ngram_drafts(q.history, kMaxNgramDraft);
+            want = ngram_drafts(q.history, std::min(kNgramDrafts, max_drafts));
         else if (q.r.speculative == Speculation::kMtp && q.draft >= 0)
             want = {q.draft};
         q.draft = -1;
         for (int32_t d : want) {
             const int64_t p = q.pos + static_cast<int64_t>(q.fed_tokens.size());
-            if (p + 1 > max_context ||
+            if (spare <= 0 || p + 1 > max_context ||
                 q.generated + static_cast<int64_t>(q.fed_tokens.size()) >= q.r.max_tokens ||
                 completes_block(p))
                 break;
             q.fed_tokens.push_back(d);
+            --spare;
         }
         const int32_t len = static_cast<int32_t>(q.fed_tokens.size());
         StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), len));

@@ -12,14 +12,15 @@ std::vector<LayerSpec> cached_layers(const ModelConfig& c, bool mtp) {
     return layers;
 }
 
-CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType index, bool mtp) {
+CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType index, bool mtp,
+                               int ring_extra) {
     const auto kv_row =
         static_cast<double>(cache_row_bytes(kv_row_format(kv, c.rope_dim), c.head_dim));
     const auto key_row =
         static_cast<double>(cache_row_bytes(index_key_format(index), c.index_head_dim));
     CacheFootprint f;
     for (const LayerSpec& l : cached_layers(c, mtp)) {
-        f.fixed_bytes += kv_row * c.sliding_window;
+        f.fixed_bytes += kv_row * (c.sliding_window + ring_extra);
         if (l.kind == LayerKind::kSliding) continue;
         // Compressor states stay float32 (they are reduced in f32 whatever the entry type).
         f.bytes_per_token += kv_row / l.compress_rate;
@@ -58,12 +59,13 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         return error("indexer cache type ", cache_type_name(layout.index), ": ", why);
     if (layout.max_seqs <= 0) return error("max_seqs must be > 0, got ", layout.max_seqs);
     if (layout.max_context <= 0) return error("max_context must be > 0, got ", layout.max_context);
+    if (layout.ring_extra < 0) return error("ring_extra must be >= 0, got ", layout.ring_extra);
     if (c.max_position_embeddings > 0 && layout.max_context > c.max_position_embeddings)
         return error("max_context ", layout.max_context, " exceeds the model's ",
                      c.max_position_embeddings, " positions");
-    const double need =
-        cache_footprint(c, layout.kv, layout.index, layout.mtp).per_sequence(layout.max_context) *
-        layout.max_seqs;
+    const double need = cache_footprint(c, layout.kv, layout.index, layout.mtp, layout.ring_extra)
+                            .per_sequence(layout.max_context) *
+                        layout.max_seqs;
     const double avail = static_cast<double>(backend.memory_available());
     if (need > avail)
         return error("the KV cache for ", layout.max_seqs, " sequence(s) of ", layout.max_context,
@@ -100,8 +102,9 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         LayerCache& lc = p->layers_[l];
         lc.kv_format = kv_format;
         lc.key_format = key_format;
+        lc.ring_rows = c.sliding_window + layout.ring_extra;
         DSV4_ASSIGN_OR_RETURN(void* ring,
-                              take(S * int64_t{c.sliding_window},
+                              take(S * int64_t{lc.ring_rows},
                                    static_cast<size_t>(cache_row_bytes(kv_format, c.head_dim))));
         lc.ring = static_cast<float*>(ring);
         if (spec.kind != LayerKind::kSliding)
@@ -115,7 +118,7 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
     p->rng_ = static_cast<uint64_t*>(rng);
     p->in_use_.assign(S, false);
     p->head_dim_ = c.head_dim;
-    p->window_ = c.sliding_window;
+    p->ring_rows_ = c.sliding_window + layout.ring_extra;
     return p;
 }
 
@@ -154,7 +157,7 @@ void CachePool::copy_slot(int src, int dst) {
         backend_.copy(b + dst * bytes, b + src * bytes, bytes);
     };
     for (auto& l : layers_) {
-        slice(l.ring, ring_row * window_);
+        slice(l.ring, ring_row * ring_rows_);
         for (CompressorCache* s : {&l.main, &l.indexer}) {
             if (s->gate == nullptr) continue;
             slice(s->kv, s->state_size * sizeof(float));

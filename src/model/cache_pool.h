@@ -24,6 +24,9 @@ struct CacheLayout {
     CacheType kv = CacheType::kF32;     // window rings and compressed K=V: f32, bf16 or fp8
     CacheType index = CacheType::kF32;  // indexer keys: f32, bf16, fp8 or fp4
     bool mtp = false;                   // also the MTP block's caches (layer index num_layers)
+    // Ring rows beyond the window: the speculative drafts a step may feed per row, less one
+    // (ops::AttentionArgs::ring_rows).
+    int ring_extra = 0;
 };
 
 struct CompressorCache {
@@ -38,7 +41,8 @@ struct CompressorCache {
 // Rows of a type other than f32 are addressed through the float* fields by their first byte
 // (see ops::AttentionArgs).
 struct LayerCache {
-    float* ring = nullptr;    // [S, W, hd], slot row = pos % W, in kv_format
+    float* ring = nullptr;    // [S, ring_rows, hd], slot row = pos % ring_rows, in kv_format
+    int ring_rows = 0;        // the window + CacheLayout::ring_extra
     CompressorCache main;     // CSA / HCA: entries in kv_format
     CompressorCache indexer;  // CSA: entries are the indexer keys [S, n_entries, hi] in key_format
     CacheRowFormat kv_format;
@@ -52,7 +56,8 @@ struct CacheFootprint {
     double per_sequence(int64_t context) const { return fixed_bytes + bytes_per_token * context; }
 };
 CacheFootprint cache_footprint(const ModelConfig& cfg, CacheType kv = CacheType::kF32,
-                               CacheType index = CacheType::kF32, bool mtp = false);
+                               CacheType index = CacheType::kF32, bool mtp = false,
+                               int ring_extra = 0);
 
 class CachePool;
 
@@ -108,7 +113,7 @@ class CachePool {
     std::vector<bool> in_use_;
     uint64_t* rng_ = nullptr;
     size_t bytes_ = 0;
-    int head_dim_ = 0, window_ = 0;  // ring rows: window_ of head_dim_ values per slot
+    int head_dim_ = 0, ring_rows_ = 0;  // a slot's ring: ring_rows_ rows of head_dim_ values
 };
 
 }  // namespace dsv4

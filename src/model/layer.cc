@@ -90,8 +90,8 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     b.attention({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
                  c.sliding_window, c.index_topk, m, lc.main.n_entries,
                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), lc.kv_format, bf16,
-                 &o_rope});
-    b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format});
+                 &o_rope, lc.ring_rows});
+    b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format, lc.ring_rows});
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     const int g = c.o_groups, Ro = c.o_lora_rank;

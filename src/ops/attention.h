@@ -24,7 +24,7 @@ namespace dsv4::ops {
 struct AttentionArgs {
     const float* q = nullptr;        // [T, H, hd]
     const float* kv = nullptr;       // [T, hd] this step's window K=V
-    const float* ring = nullptr;     // [S, W, hd] per slot, slot row = pos % W
+    const float* ring = nullptr;     // [S, R, hd] per slot, slot row = pos % R (R: ring_rows)
     const float* entries = nullptr;  // [S, n_entries, hd] compressed K=V; nullptr = sliding only
     const int32_t* topk = nullptr;   // [T, K] selected entries, -1 = none; nullptr = all valid
     const float* sink = nullptr;     // [H]
@@ -42,16 +42,21 @@ struct AttentionArgs {
     // A rope on the output rows (optional; the model's inverse rope at the query position):
     // exactly attention, then rope on out (head_dim hd, the same round_bf16). Host memory.
     const FusedRope* out_rope = nullptr;
+    // Rows of a slot's ring, >= W (0: W). A step that feeds k speculative drafts needs
+    // W + k - 1: the rows its rejected drafts write must not be ones the corrected token, one
+    // position on, still reads.
+    int ring_rows = 0;
 };
 
 // Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),
 // encoded in `kv_format`.
 struct RingWriteArgs {
     const float* kv = nullptr;  // [T, hd]
-    float* ring = nullptr;      // [S, W, hd], slot row = pos % W (typed rows: see AttentionArgs)
+    float* ring = nullptr;      // [S, R, hd], slot row = pos % R (typed rows: see AttentionArgs)
     StepDesc step;
     int W = 0, hd = 0;
     CacheRowFormat kv_format{};
+    int ring_rows = 0;  // R >= W (0: W), as AttentionArgs::ring_rows
 };
 
 }  // namespace dsv4::ops

@@ -122,8 +122,10 @@ INSTANTIATE_TEST_SUITE_P(Numerics, Speculative,
 
 TEST(SpeculativeNgram, TrainedModelAcceptsDraftsAndKeepsItsTokens) {
     // The trained model repeats itself ("and the LORD, and the LORD"): drafts from the text are
-    // often right, so steps yield two tokens; the output stays plain greedy's. Several requests
-    // at once, at window wrap-arounds (64) and CSA (4) / HCA (16) block boundaries.
+    // often right, so steps yield several tokens (up to 4 drafts a step on the CPU); the output
+    // stays plain greedy's. Several requests at once, at window wrap-arounds (64: a rejected
+    // draft's ring row must not be one the corrected token reads) and CSA (4) / HCA (16) block
+    // boundaries.
     EngineOptions o;
     o.model_dir = DSV4_KJV_DIR;
     o.max_context = 256;

@@ -758,11 +758,14 @@ class CudaBackend final : public Backend {
     void attention(const ops::AttentionArgs& a) override {
         const auto prof = profile_.scope("attention", recording_);
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
+        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W, "CUDA attention: rings of W rows only");
         cuda::launch_attention(a, stream_.get());
     }
     void ring_write(const ops::RingWriteArgs& a) override {
         const auto prof = profile_.scope("ring_write", recording_);
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA ring_write: f32 cache rows only");
+        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
+                    "CUDA ring_write: rings of W rows only");
         cuda::launch_ring_write(a, stream_.get());
     }
     void compress(const ops::CompressArgs& a) override {

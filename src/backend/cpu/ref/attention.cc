@@ -30,7 +30,8 @@ void gather_keys(const ops::AttentionArgs& a, int t, const std::vector<float>& c
         decode_cache_row(a.kv_format, a.hd, row, keys.data() + keys.size() - a.hd);
     };
     const int64_t first = std::max<int64_t>(0, p - a.W + 1);
-    for (int64_t q = first; q < pos0; ++q) push_stored(row_at(a.ring, slot * a.W + q % a.W, rb));
+    const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
+    for (int64_t q = first; q < pos0; ++q) push_stored(row_at(a.ring, slot * R + q % R, rb));
     const float* own = chunk.data() + static_cast<int64_t>(st.row_start[b]) * a.hd;
     for (int64_t q = std::max(first, pos0); q <= p; ++q)
         keys.insert(keys.end(), own + (q - pos0) * a.hd, own + (q - pos0 + 1) * a.hd);
@@ -132,11 +133,12 @@ void attention(const ops::AttentionArgs& a) {
 void ring_write(const ops::RingWriteArgs& a) {
     const ops::StepDesc& st = a.step;
     const int64_t rb = cache_row_bytes(a.kv_format, a.hd);
+    const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
     for (int b = 0; b < st.B; ++b) {
-        auto* ring = reinterpret_cast<uint8_t*>(a.ring) + int64_t{st.row_slot[b]} * a.W * rb;
+        auto* ring = reinterpret_cast<uint8_t*>(a.ring) + int64_t{st.row_slot[b]} * R * rb;
         for (int i = std::max(0, st.row_len[b] - a.W); i < st.row_len[b]; ++i) {
             const float* src = a.kv + static_cast<int64_t>(st.row_start[b] + i) * a.hd;
-            encode_cache_row(a.kv_format, a.hd, src, ring + ((st.row_pos0[b] + i) % a.W) * rb);
+            encode_cache_row(a.kv_format, a.hd, src, ring + ((st.row_pos0[b] + i) % R) * rb);
         }
     }
 }
