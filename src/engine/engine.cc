@@ -36,11 +36,12 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// n-gram drafts fed per step on the CPU (the MTP drafts one token). A rejected draft at position
+// n-gram drafts fed per step at most (the MTP drafts one token). A rejected draft at position
 // p + j writes the window-ring row of position p + j - R, which the corrected token at p + 1
 // still attends to unless the ring holds R >= W + k - 1 rows: the cache is laid out with
-// kNgramDrafts - 1 extra rows, and a step feeds at most that many + 1 drafts a row. The CUDA
-// kernels read rings of exactly W rows: one draft a step there.
+// kNgramDrafts - 1 extra rows where the backend takes them (Backend::max_ring_extra: the CPU
+// does, the CUDA kernels read rings of exactly W rows), and a step feeds at most
+// ring_extra + 1 drafts a row.
 constexpr int kNgramDrafts = 4;
 
 // A request from submit to its end.
@@ -352,7 +353,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                       ? std::min<int64_t>(4096, cfg->max_position_embeddings)
                       : 4096;
     CacheLayout layout{options.max_seqs, context, *kv_type, *index_type, cfg->num_mtp_layers > 0};
-    if (impl->backend->name() == std::string("cpu")) layout.ring_extra = kNgramDrafts - 1;
+    layout.ring_extra = std::min(kNgramDrafts - 1, impl->backend->max_ring_extra());
     const CacheFootprint fp =
         cache_footprint(*cfg, layout.kv, layout.index, layout.mtp, layout.ring_extra);
     if (options.cache_gib > 0) {

@@ -91,6 +91,9 @@ class Backend {
         (void)Hi, (void)hi;
         return INT64_MAX;
     }
+    // The most rows a window ring may hold beyond the window (AttentionArgs::ring_rows - W), which
+    // steps with several speculative drafts need; the engine lays the cache out within it.
+    virtual int max_ring_extra() const { return INT32_MAX; }
     // Per-op device time (benchmarks' breakdown): while on, each op's device time is summed by
     // op (linears by weight role); op_profile() returns the table so far as markdown and clears
     // it ("" where the backend does not profile). Steps run op by op while profiling.

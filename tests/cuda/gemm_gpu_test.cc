@@ -142,19 +142,13 @@ TEST(GemmGpu, GroupedAndPackedLinears) {
         ASSERT_TRUE(packed.has_value() && packed->valid()) << name;
         const auto x = randn(M * K, rng);
         Dev<float> dx(*be, x);
-        std::vector<std::unique_ptr<Dev<float>>> dy;
-        ops::LinearGroupArgs lg{dx.p, {}, 3, M, &*packed};
-        for (int i = 0; i < 3; ++i) {
-            dy.push_back(std::make_unique<Dev<float>>(*be, M * rows[i]));
-            lg.out[i] = {&dw[i], dy.back()->p};
-        }
         const int64_t runs = cuda_gemm_runs(*be);
-        be->linear_group(lg);
+        const auto y = run_linear_group(*be, *packed, dw, dx.p, M);
         EXPECT_EQ(cuda_gemm_runs(*be) - runs, exact_format(f) ? 3 : 0) << name;
         for (int i = 0; i < 3; ++i) {
             int64_t bad = 0;
             const double worst =
-                worst_over_bound(ow[i].w, x, M, K, K, dy[i]->get(), rows[i], 0, rows[i], &bad);
+                worst_over_bound(ow[i].w, x, M, K, K, y[i], rows[i], 0, rows[i], &bad);
             std::printf("[gemm] packed %-8s part %d worst err/tol = %.3g\n", name, i, worst);
             EXPECT_EQ(bad, 0) << name << " packed part " << i;
         }

@@ -948,19 +948,13 @@ TEST(CudaOpsGpu, PackedLinearGroup) {
         for (int64_t M : {1, 5, 19}) {
             const auto x = randn(M * K, rng);
             Dev<float> dx(*be, x);
-            std::vector<std::unique_ptr<Dev<float>>> dy;
-            ops::LinearGroupArgs g{dx.p, {}, 3, M, &*packed};
-            for (int i = 0; i < 3; ++i) {
-                dy.push_back(std::make_unique<Dev<float>>(*be, M * rows[i]));
-                g.out[i] = {&dw[i], dy.back()->p};
-            }
-            be->linear_group(g);
+            const auto y = run_linear_group(*be, *packed, dw, dx.p, M);
             for (int i = 0; i < 3; ++i) {
                 std::vector<float> ref(M * rows[i]);
                 cpu_ref::linear({x.data(), &rw[i], ref.data(), M, rows[i]});
                 const std::string what = std::string("packed ") + cuda::test::test_format_name(f) +
                                          " M=" + std::to_string(M) + " part " + std::to_string(i);
-                expect_close(what.c_str(), dy[i]->get(), ref, 0.0, 2e-4 * max_abs(ref));
+                expect_close(what.c_str(), y[i], ref, 0.0, 2e-4 * max_abs(ref));
                 // The part alone, now reading its range of the packed weight.
                 Dev<float> y1(*be, M * rows[i]);
                 be->linear({dx.p, &dw[i], y1.p, M, rows[i]});
@@ -1002,19 +996,13 @@ TEST(CudaOpsGpu, PackedLinearGroup) {
     for (int64_t M : {1, 19, 260}) {
         const auto x = randn(M * K, rng);
         Dev<float> dx(*be, x);
-        std::vector<std::unique_ptr<Dev<float>>> dy;
-        ops::LinearGroupArgs g{dx.p, {}, 5, M, &*packed};
-        for (int i = 0; i < 5; ++i) {
-            dy.push_back(std::make_unique<Dev<float>>(*be, M * rs[i]));
-            g.out[i] = {&dw[i], dy.back()->p};
-        }
-        be->linear_group(g);
+        const auto y = run_linear_group(*be, *packed, dw, dx.p, M);
         for (int i = 0; i < 5; ++i) {
             std::vector<float> ref(M * rs[i]);
             cpu_ref::linear({x.data(), &rw[i], ref.data(), M, rs[i]});
             const std::string what =
                 "packed runs M=" + std::to_string(M) + " part " + std::to_string(i);
-            expect_close(what.c_str(), dy[i]->get(), ref, 0.0, 2e-4 * max_abs(ref));
+            expect_close(what.c_str(), y[i], ref, 0.0, 2e-4 * max_abs(ref));
         }
     }
 }

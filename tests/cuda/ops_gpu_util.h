@@ -234,4 +234,21 @@ inline double worst_over_bound(const QuantWeight& w, const std::vector<float>& x
     return worst;
 }
 
+// linear_group over `parts` (the packed weight `packed`'s, in order) on x [M, K] on the device:
+// each part's output [M, rows], copied back.
+inline std::vector<std::vector<float>> run_linear_group(Backend& be, const ops::Weight& packed,
+                                                        const std::vector<ops::Weight>& parts,
+                                                        const float* dx, int64_t M) {
+    std::vector<std::unique_ptr<Dev<float>>> dy;
+    ops::LinearGroupArgs g{dx, {}, static_cast<int>(parts.size()), M, &packed};
+    for (size_t i = 0; i < parts.size(); ++i) {
+        dy.push_back(std::make_unique<Dev<float>>(be, M * parts[i].rows));
+        g.out[i] = {&parts[i], dy.back()->p};
+    }
+    be.linear_group(g);
+    std::vector<std::vector<float>> y;
+    for (const auto& d : dy) y.push_back(d->get());
+    return y;
+}
+
 }  // namespace dsv4::ops_gpu_test

@@ -113,8 +113,7 @@ TEST_P(Speculative, GreedyTokensAreExactlyPlainGreedy) {
         EXPECT_EQ(together[i].tokens, together[i + 1].tokens) << "request pair " << i / 2;
 }
 
-INSTANTIATE_TEST_SUITE_P(Numerics, Speculative,
-                         ::testing::Values("float", "reference-fp32"),
+INSTANTIATE_TEST_SUITE_P(Numerics, Speculative, ::testing::Values("float", "reference-fp32"),
                          [](const auto& p) {
                              return p.param == "float" ? std::string("Float")
                                                        : std::string("ReferenceFp32");

@@ -329,6 +329,8 @@ class CudaBackend final : public Backend {
     int64_t max_indexer_entries(int Hi, int hi) const override {
         return cuda::indexer_max_entries(Hi, hi);
     }
+    // The attention and ring-write kernels read rings of exactly W rows.
+    int max_ring_extra() const override { return 0; }
     // Ops inside others (the MoE's shared expert, the router's gate, a linear's FP8 copy) also
     // count in their parent's time.
     // The profiled steps are also the profiler's capture range (cudaProfilerStart/Stop), so
@@ -617,11 +619,11 @@ class CudaBackend final : public Backend {
                     a.row0, ", ", a.row0 + a.N * a.groups, ") outside weight of ", w.rows);
         const int64_t ldx = a.ldx ? a.ldx : w.cols * a.groups;
         const int64_t ldy = a.ldy ? a.ldy : a.N * a.groups;
-        if (use_gemm(w, a.M) && a.x_type == ops::ActType::kF32 && a.y_type == ops::ActType::kF32 &&
-            a.y != a.x &&
+        if (use_gemm(w, a.M, a.N, a.groups) && a.x_type == ops::ActType::kF32 &&
+            a.y_type == ops::ActType::kF32 && a.y != a.x) {
             gemm_.run({&w.gemv, static_cast<const float*>(a.x), ldx, static_cast<float*>(a.y), ldy,
                        a.M, a.N, a.row0, a.groups},
-                      stream_.get())) {
+                      stream_.get());
             ++gemm_runs_;
             return;
         }
@@ -706,14 +708,13 @@ class CudaBackend final : public Backend {
         const auto prof = profile_.scope(linear_label(w.role), recording_);
         // Long steps: each part on the tensor-core path (when every part can take it).
         bool gemm = true;
-        for (const CudaWeight* p : w.parts) gemm = gemm && use_gemm(*p, a.M);
-        for (int i = 0; gemm && i < a.n_out; ++i) {
-            const CudaWeight& p = *w.parts[i];
-            gemm = gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1},
-                             stream_.get());
-            DSV4_ASSERT(gemm || i == 0, "linear_group: part ", i, " off the tensor-core path");
-        }
+        for (const CudaWeight* p : w.parts) gemm = gemm && use_gemm(*p, a.M, p->rows, 1);
         if (gemm) {
+            for (int i = 0; i < a.n_out; ++i) {
+                const CudaWeight& p = *w.parts[i];
+                gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1},
+                          stream_.get());
+            }
             gemm_runs_ += a.n_out;
             return true;
         }
@@ -758,7 +759,8 @@ class CudaBackend final : public Backend {
     void attention(const ops::AttentionArgs& a) override {
         const auto prof = profile_.scope("attention", recording_);
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
-        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W, "CUDA attention: rings of W rows only");
+        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
+                    "CUDA attention: rings of W rows only (max_ring_extra)");
         cuda::launch_attention(a, stream_.get());
     }
     void ring_write(const ops::RingWriteArgs& a) override {
@@ -1140,11 +1142,11 @@ class CudaBackend final : public Backend {
         DSV4_ASSIGN_OR_RETURN(gemm_, cuda::GemmLinear::create(s, stream_.get()));
         return Status::ok();
     }
-    // The tensor-core path takes a linear of at least gemm_min_rows_ rows over a weight it
-    // reproduces exactly.
-    bool use_gemm(const CudaWeight& w, int64_t M) const {
+    // The tensor-core path takes a linear of at least gemm_min_rows_ rows (M) over a weight it
+    // reproduces exactly, when its scratch takes the product (N rows a group).
+    bool use_gemm(const CudaWeight& w, int64_t M, int64_t N, int groups) const {
         return gemm_.ready() && gemm_min_rows_ > 0 && M >= gemm_min_rows_ && w.has_gemv &&
-               w.gemm_exact;
+               w.gemm_exact && gemm_.fits(w.gemv.shape, N, groups);
     }
 
     cuda::DeviceInfo info_;

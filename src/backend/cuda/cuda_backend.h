@@ -5,8 +5,8 @@
 // (transformers-saved checkpoints) stay f32 for a plain f32 kernel; the embedding table stays
 // dense. Linears take up to 16 tokens a GEMV launch; longer steps (prefill) run on tensor cores
 // (gemm_op.h: the weight decoded to bf16, cuBLAS) where that reproduces the weight exactly, else
-// in GEMV slices; the MoE groups prefill rows by expert. The reference numerics' rounding points run
-// here too (FP8 activation copies in a buffer sized by prepare_steps, round trips).
+// in GEMV slices; the MoE groups prefill rows by expert. The reference numerics' rounding points
+// run here too (FP8 activation copies in a buffer sized by prepare_steps, round trips).
 // docs/numerics-cuda.md states each op's tolerance against the CPU reference.
 #pragma once
 

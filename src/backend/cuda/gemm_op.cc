@@ -66,22 +66,37 @@ GemmLinear::~GemmLinear() {
     if (handle_ != nullptr) cublasDestroy(handle_);  // teardown: errors have nowhere to go
 }
 
-bool GemmLinear::run(const GemmCall& c, cudaStream_t stream) const {
-    DSV4_ASSERT(ready() && c.w != nullptr && c.groups >= 1, "gemm: not started");
+namespace {
+
+// How much of a product the scratch takes at once: rows of the weight decoded (one group: row
+// ranges on 16-row blocks), or whole groups; rows of x split. Zero where not even one fits.
+struct GemmChunks {
+    int64_t w_rows = 0, groups = 0, m = 0;
+};
+GemmChunks chunks_for(const GemmScratch& s, int64_t K, int64_t N, int G) {
+    GemmChunks c;
+    if (G > 1)
+        c.groups = s.w_elems / (N * K);
+    else
+        c.w_rows = s.w_elems / K / kGemvRowBlock * kGemvRowBlock;
+    c.m = s.x_elems / (K * G);
+    return c;
+}
+
+}  // namespace
+
+bool GemmLinear::fits(const GemvShape& w, int64_t N, int groups) const {
+    const GemmChunks c = chunks_for(s_, w.k, N, groups);
+    return (groups > 1 ? c.groups : c.w_rows) > 0 && c.m > 0;
+}
+
+void GemmLinear::run(const GemmCall& c, cudaStream_t stream) const {
+    DSV4_ASSERT(ready() && c.w != nullptr && c.groups >= 1 && fits(c.w->shape, c.N, c.groups),
+                "gemm: not started, or a product the scratch does not take");
     const int64_t K = c.w->shape.k, N = c.N, G = c.groups, Kx = K * G;
-    // Rows of the weight decoded at once: whole groups, or (one group) row ranges on 16-row
-    // blocks; rows of x split at once.
     const int64_t group_elems = N * K;
-    int64_t w_rows = 0, groups_at_once = 0;
-    if (G > 1) {
-        groups_at_once = s_.w_elems / group_elems;
-        if (groups_at_once == 0) return false;
-    } else {
-        w_rows = s_.w_elems / K / kGemvRowBlock * kGemvRowBlock;
-        if (w_rows == 0) return false;
-    }
-    const int64_t m_at_once = s_.x_elems / Kx;
-    if (m_at_once == 0) return false;
+    const GemmChunks at_once = chunks_for(s_, K, N, c.groups);
+    const int64_t w_rows = at_once.w_rows, groups_at_once = at_once.groups, m_at_once = at_once.m;
     DSV4_ASSERT(c.row0 % kGemvRowBlock == 0 && (G == 1 || N % kGemvRowBlock == 0), "gemm: rows ",
                 c.row0, " + ", G, " x ", N, " off the 16-row blocks");
     const float* zero = s_.scalars;
@@ -123,7 +138,6 @@ bool GemmLinear::run(const GemmCall& c, cudaStream_t stream) const {
             }
         }
     }
-    return true;
 }
 
 bool gemm_exact(const GemvWeight& w, int* flag, cudaStream_t stream) {

@@ -53,8 +53,11 @@ class GemmLinear {
     ~GemmLinear();
 
     bool ready() const { return handle_ != nullptr; }
-    // False (nothing run) when a group's rows or one row of x do not fit the scratch.
-    bool run(const GemmCall& c, cudaStream_t stream) const;
+    // Whether the scratch takes a product of N rows a group (groups of them) of a weight of
+    // `w`'s columns: a group's rows (or 16 rows of one group) and one row of x.
+    bool fits(const GemvShape& w, int64_t N, int groups) const;
+    // The product; it must fit.
+    void run(const GemmCall& c, cudaStream_t stream) const;
 
   private:
     cublasHandle_t handle_ = nullptr;

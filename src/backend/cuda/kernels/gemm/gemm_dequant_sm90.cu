@@ -114,20 +114,11 @@ void launch_gemm_dequant(const GemmDequantArgs& a, cudaStream_t stream) {
     const int64_t tiles = (a.rows + kGemvRowBlock - 1) / kGemvRowBlock * a.k_tiles;
     if (tiles == 0) return;
     const dim3 grid(static_cast<unsigned>((tiles + kWarps - 1) / kWarps));
-    switch (a.format) {
-        case GemvFormat::kNvfp4:
-            dequant_kernel<GemvFormat::kNvfp4><<<grid, kWarps * 32, 0, stream>>>(a);
-            break;
-        case GemvFormat::kMxfp4:
-            dequant_kernel<GemvFormat::kMxfp4><<<grid, kWarps * 32, 0, stream>>>(a);
-            break;
-        case GemvFormat::kFp8:
-            dequant_kernel<GemvFormat::kFp8><<<grid, kWarps * 32, 0, stream>>>(a);
-            break;
-        case GemvFormat::kBf16:
-            dequant_kernel<GemvFormat::kBf16><<<grid, kWarps * 32, 0, stream>>>(a);
-            break;
-    }
+    auto* kernel = a.format == GemvFormat::kNvfp4   ? dequant_kernel<GemvFormat::kNvfp4>
+                   : a.format == GemvFormat::kMxfp4 ? dequant_kernel<GemvFormat::kMxfp4>
+                   : a.format == GemvFormat::kFp8   ? dequant_kernel<GemvFormat::kFp8>
+                                                    : dequant_kernel<GemvFormat::kBf16>;
+    kernel<<<grid, kWarps * 32, 0, stream>>>(a);
     DSV4_CHECK_LAUNCH(stream);
 }
 

@@ -49,8 +49,9 @@ __device__ __forceinline__ float pre_gate(float mix, float scale, float base, fl
 }
 
 // Element i = k D + d of token t's streams after hc_post (pa), written to pa.out and returned:
-// post[k] f[d] + sum_j C[j][k] x[j][d] in j order, hc_post_kernel's arithmetic. N > 0: the
-// stream count at compile time (the loads issued together); 0: at run time.
+// post[k] f[d] + sum_j C[j][k] x[j][d] in j order, rounded as the reference's loop (hc_post_kernel
+// and the fused hc_pre both use it). N > 0: the stream count at compile time (the loads issued
+// together); 0: at run time.
 template <int N>
 __device__ __forceinline__ float post_element(const ops::HcPostArgs& pa, int64_t t, int64_t i) {
     const int n = N > 0 ? N : pa.n;
@@ -75,9 +76,9 @@ __device__ __forceinline__ float post_element(const ops::HcPostArgs& pa, int64_t
 }
 
 // part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there
-// (block s = blockIdx.x of token t = blockIdx.y). kPost != 0: x_t's slice is first computed
-// (and written) as hc_post(pa), whose out is x (post_element): 4 with n = 4 at compile time, 1
-// with n at run time.
+// (block s = blockIdx.x of token t = blockIdx.y). kPost != kNoPost: x_t's slice is first
+// computed (and written) as hc_post(pa), whose out is x, by post_element<kPost>.
+constexpr int kNoPost = -1;
 template <int kPost>
 __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
                             double* part, const ops::HcPostArgs& pa) {
@@ -89,10 +90,10 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
     const int64_t begin = s * per, end = min(width, begin + per);
     const float* xt = x + t * width;
     double* out = part + (t * S + s) * (rows + 1);
-    if constexpr (kPost != 0) {
+    if constexpr (kPost != kNoPost) {
         // The slice of the new streams first; each thread reads back only what it wrote.
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-            post_element<kPost == 4 ? 4 : 0>(pa, t, i);
+            post_element<kPost>(pa, t, i);
     }
     for (int k0 = 0; k0 < rows; k0 += kRowChunk) {
         const int nk = min(kRowChunk, rows - k0);
@@ -409,7 +410,7 @@ __global__ void __launch_bounds__(kThreads)
     const int n = a.n;
     const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
-    mix_partial<0>(a.x, a.fn, n, width, S, part, ops::HcPostArgs{});
+    mix_partial<kNoPost>(a.x, a.fn, n, width, S, part, ops::HcPostArgs{});
     if (!last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (n + 1), S, n, width, a.norm_eps, mix, tot);
     if (threadIdx.x < n) {
@@ -420,9 +421,8 @@ __global__ void __launch_bounds__(kThreads)
     collapse_any(a.x + t * width, pre, n, a.D, a.out + t * a.D, nullptr, nullptr, 0.0f, tot);
 }
 
-// One thread per (token, d): out[k][d] = post[k] f[d] + sum_j C[j][k] x[j][d], in j order.
-// N > 0: the stream count at compile time (V4's 4): the thread's loads are all issued before the
-// arithmetic (a runtime loop waited on each in turn); 0: n at run time.
+// One thread per (token, d): out[k][d] for every k, by post_element (the fused hc_pre's
+// arithmetic, so the two give the same streams bit for bit). N: as post_element's.
 template <int N>
 __global__ void hc_post_kernel(ops::HcPostArgs a) {
     dev::pdl_enter();
@@ -430,33 +430,7 @@ __global__ void hc_post_kernel(ops::HcPostArgs a) {
     if (idx >= a.T * a.D) return;
     const int n = N > 0 ? N : a.n;
     const int64_t t = idx / a.D, d = idx % a.D;
-    const float* x = a.x + t * n * a.D;
-    const float* C = a.comb + t * n * n;
-    const float* post = a.post + t * n;
-    const float fd = a.f[t * a.D + d];
-    if constexpr (N > 0) {
-        float xv[N], pv[N], cv[N * N];
-#pragma unroll
-        for (int j = 0; j < N; ++j) {
-            xv[j] = x[j * a.D + d];
-            pv[j] = post[j];
-        }
-#pragma unroll
-        for (int e = 0; e < N * N; ++e) cv[e] = C[e];
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            float s = __fmul_rn(pv[k], fd);
-#pragma unroll
-            for (int j = 0; j < N; ++j) s = __fadd_rn(s, __fmul_rn(cv[j * N + k], xv[j]));
-            a.out[(t * N + k) * a.D + d] = s;
-        }
-    } else {
-        for (int k = 0; k < n; ++k) {
-            float s = __fmul_rn(post[k], fd);
-            for (int j = 0; j < n; ++j) s = __fadd_rn(s, __fmul_rn(C[j * n + k], x[j * a.D + d]));
-            a.out[(t * n + k) * a.D + d] = s;
-        }
-    }
+    for (int k = 0; k < n; ++k) post_element<N>(a, t, k * a.D + d);
 }
 
 // Splits of the width: ~2 blocks per SM over the step's tokens, each slice >= kMinSliceWidth.
@@ -492,7 +466,9 @@ void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t st
     if (p != nullptr)
         DSV4_ASSERT(p->out == a.x && p->n == a.n && p->D == a.D && p->T == a.T && !p->round_bf16,
                     "hc_pre: the fused hc_post must write x, with its shape (no bf16 rounding)");
-    auto* kernel = p == nullptr ? hc_pre_kernel<0> : a.n == 4 ? hc_pre_kernel<4> : hc_pre_kernel<1>;
+    auto* kernel = p == nullptr ? hc_pre_kernel<kNoPost>
+                   : a.n == 4   ? hc_pre_kernel<4>
+                                : hc_pre_kernel<0>;
     launch_pdl(kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads, 0,
                stream, 1, a, p != nullptr ? *p : ops::HcPostArgs{}, ws.part, ws.arrivals, S);
 }
