@@ -37,11 +37,11 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     b.rms_norm({ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16});
     b.linear({ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16});
     // (The rope fused into the norms: rms_norm then rope.)
+    // The one shared K=V head's norm rides along (independent rows: one launch on CUDA).
     const ops::FusedRope q_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale};
-    b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps, bf16, &q_rope});
-    // The one shared K=V head.
     const ops::FusedRope kv_rope{rope.inv_freq, st.tok_pos, 1, rd, rope.scale};
-    b.rms_norm({ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope});
+    const ops::RmsNormArgs kv_norm{ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope};
+    b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps, bf16, &q_rope, &kv_norm});
     // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
     // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
     // through it too, so here and on the main entries the round trip is redundant. (The fp8

@@ -23,6 +23,10 @@ struct RmsNormArgs {
     // RoPE on the normed rows (optional): exactly rms_norm, then rope on its output (rope's
     // head_dim = dim, the same round_bf16). Host memory; nullptr: no rope.
     const FusedRope* rope = nullptr;
+    // A second, independent norm in the same call (host memory; nullptr: none): exactly
+    // rms_norm(*this without also), then rms_norm(*also). Its rows must not overlap this one's
+    // (the CUDA backend runs both in one launch: the q and K=V norms of a decode step).
+    const RmsNormArgs* also = nullptr;
 };
 
 }  // namespace dsv4::ops

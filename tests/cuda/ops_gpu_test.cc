@@ -134,6 +134,39 @@ TEST(CudaOpsGpu, RmsNormWithRope) {
         }
 }
 
+// Two norms in one call (RmsNormArgs::also: one launch when both take the vectorised kernel with
+// the rope in it) against the CPU's two calls: the decode step's q norm (T x 64 heads,
+// unweighted) with the K=V norm (T rows, weighted), mixed positions; rope dims on a float4
+// boundary (one launch) and not (512 - 62: each norm on its own, rope after).
+TEST(CudaOpsGpu, RmsNormPairInOneLaunch) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(37);
+    const std::vector<int64_t> pos = {0, 5, 128, 4097, 999983};
+    const int64_t T = static_cast<int64_t>(pos.size());
+    const int dim = 512, heads = 64;
+    Dev<int64_t> dpos(*be, pos);
+    for (int rd : {64, 62}) {
+        std::vector<float> inv(rd / 2);
+        for (int i = 0; i < rd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rd);
+        const auto q = randn(T * heads * dim, rng, 3.0f), kv = randn(T * dim, rng),
+                   w = randn(dim, rng);
+        Dev<float> dq(*be, q), dkv(*be, kv), dw(*be, w), dinv(*be, inv);
+        const ops::FusedRope hq{inv.data(), pos.data(), heads, rd, 1.25f},
+            hk{inv.data(), pos.data(), 1, rd, 1.25f}, gq{dinv.p, dpos.p, heads, rd, 1.25f},
+            gk{dinv.p, dpos.p, 1, rd, 1.25f};
+        std::vector<float> ref_q(q.size()), ref_kv(kv.size());
+        cpu_ref::rms_norm({q.data(), nullptr, ref_q.data(), T * heads, dim, 1e-6f, false, &hq});
+        cpu_ref::rms_norm({kv.data(), w.data(), ref_kv.data(), T, dim, 1e-6f, false, &hk});
+        const ops::RmsNormArgs second{dkv.p, dw.p, dkv.p, T, dim, 1e-6f, false, &gk};
+        be->rms_norm({dq.p, nullptr, dq.p, T * heads, dim, 1e-6f, false, &gq, &second});
+        // As RmsNormWithRope: the norm's 4 ulps, then rope's few ulps of the pair's magnitude.
+        const std::string what = "rms_norm pair rd " + std::to_string(rd);
+        expect_close((what + " q").c_str(), dq.get(), ref_q, 2e-6, 1e-6 * max_abs(ref_q));
+        expect_close((what + " kv").c_str(), dkv.get(), ref_kv, 2e-6, 1e-6 * max_abs(ref_kv));
+    }
+}
+
 TEST(CudaOpsGpu, RopeForwardAndInverse) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();

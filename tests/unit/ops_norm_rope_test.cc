@@ -68,6 +68,26 @@ TEST(OpsFused, RmsNormWithRopeIsNormThenRope) {
         }
 }
 
+TEST(OpsFused, RmsNormAlsoIsTwoNorms) {
+    // RmsNormArgs::also against the two calls: the decode step's q norm (3 heads, unweighted,
+    // rope) with the K=V norm (one head, weighted, rope) riding along.
+    const int hd = 8, rd = 4;
+    const std::vector<int64_t> pos = {0, 3, 17, 4096};
+    const int64_t T = static_cast<int64_t>(pos.size());
+    const std::vector<float> inv = {0.5f, 0.01f}, w = unit::lcg_values(hd, 21);
+    const std::vector<float> q = unit::lcg_values(T * 3 * hd, 22),
+                             kv = unit::lcg_values(T * hd, 23);
+    const ops::FusedRope qr{inv.data(), pos.data(), 3, rd, 1.25f},
+        kr{inv.data(), pos.data(), 1, rd};
+    std::vector<float> q1(q.size()), kv1(kv.size()), q2(q.size()), kv2(kv.size());
+    const ops::RmsNormArgs second{kv.data(), w.data(), kv1.data(), T, hd, 1e-6f, false, &kr};
+    cpu_ref::rms_norm({q.data(), nullptr, q1.data(), T * 3, hd, 1e-6f, false, &qr, &second});
+    cpu_ref::rms_norm({q.data(), nullptr, q2.data(), T * 3, hd, 1e-6f, false, &qr});
+    cpu_ref::rms_norm({kv.data(), w.data(), kv2.data(), T, hd, 1e-6f, false, &kr});
+    EXPECT_EQ(q1, q2);
+    EXPECT_EQ(kv1, kv2);
+}
+
 TEST(OpsRope, UnitVectorsByKnownAngles) {
     // head_dim 6, rd 4: dims [0, 2) are nope, pairs (2,3) and (4,5) rotate.
     // Position 3, inv_freq {pi/6, pi/12}: angles pi/2 and pi/4.

@@ -36,6 +36,7 @@ void rms_norm(const ops::RmsNormArgs& a) {
     if (const ops::FusedRope* r = a.rope; r != nullptr && r->inv_freq != nullptr)
         rope({a.out, r->inv_freq, r->pos, a.rows / r->heads, r->heads, a.dim, r->rope_dim,
               r->inverse, r->scale, a.round_bf16});
+    if (a.also != nullptr) rms_norm(*a.also);
 }
 
 void rope(const ops::RopeArgs& a) {

@@ -427,17 +427,24 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int h = o / n4, d = (o % n4) * 4;
         if (h0 + h >= a.H) break;  // o only grows
         const float sink = a.sink[h0 + h];
+        // Every rank's loads are issued before any is used (ranks past C read rank 0 again and
+        // are not used): a load under `r < C`, or under the weight's test, waited for each
+        // distributed-shared-memory round trip in turn.
         float wr[kMaxCluster], lr[kMaxCluster];
-        float m_all = sink;
+        float4 pr[kMaxCluster];
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {
-            if (r >= C) break;
+            const int rr = r < C ? r : 0;
             const float2 ml =
-                *reinterpret_cast<const float2*>(cluster.map_shared_rank(sm.ml, r) + 2 * h);
+                *reinterpret_cast<const float2*>(cluster.map_shared_rank(sm.ml, rr) + 2 * h);
             wr[r] = ml.x;
             lr[r] = ml.y;
-            m_all = fmaxf(m_all, ml.x);
+            pr[r] = f4(cluster.map_shared_rank(sm.part, rr) + h * hdp + d);
         }
+        float m_all = sink;
+#pragma unroll
+        for (int r = 0; r < kMaxCluster; ++r)
+            if (r < C) m_all = fmaxf(m_all, wr[r]);
         float l_all = expf(sink - m_all);
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {
@@ -450,8 +457,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {
             if (r >= C) break;
-            if (wr[r] == 0.0f) continue;  // an empty slice (or one fully outweighed)
-            fma4(out, wr[r] * inv, f4(cluster.map_shared_rank(sm.part, r) + h * hdp + d));
+            // An empty slice (or one fully outweighed) weighs 0; its partial (never written for
+            // an empty slice: garbage, maybe NaN) is not added.
+            if (wr[r] != 0.0f) fma4(out, wr[r] * inv, pr[r]);
         }
         const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
         out = dev::rope_float4(out, rope, row, d, hd);  // (launch_attention: vec when present)

@@ -50,13 +50,11 @@ __global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, i
 constexpr int kNormVec = 4;
 constexpr int kNormThreadsMax = 1024;
 
-__global__ void __launch_bounds__(kNormThreadsMax)
-    rms_norm_vec_kernel(ops::RmsNormArgs a, ops::FusedRope r) {
-    dev::pdl_enter();
+__device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, const ops::FusedRope& r,
+                                                 int64_t row) {
     __shared__ double red[32];
-    const float4* x =
-        reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(blockIdx.x) * a.dim);
-    float4* y = reinterpret_cast<float4*>(a.out + static_cast<int64_t>(blockIdx.x) * a.dim);
+    const float4* x = reinterpret_cast<const float4*>(a.x + row * a.dim);
+    float4* y = reinterpret_cast<float4*>(a.out + row * a.dim);
     const float4* w = reinterpret_cast<const float4*>(a.weight);
     const int n4 = a.dim / 4;
     float4 v[kNormVec];
@@ -73,8 +71,20 @@ __global__ void __launch_bounds__(kNormThreadsMax)
         const int i = threadIdx.x + j * blockDim.x;
         if (i >= n4) break;
         const float4 o = dev::rms_scale(v[j], inv, w != nullptr ? w + i : nullptr);
-        y[i] = dev::rope_float4(o, r, blockIdx.x, 4 * i, a.dim);
+        y[i] = dev::rope_float4(o, r, row, 4 * i, a.dim);
     }
+}
+
+// Blocks [0, a.rows) norm a's rows, the next b.rows (RmsNormArgs::also; 0 when none) b's.
+__global__ void __launch_bounds__(kNormThreadsMax)
+    rms_norm_vec_kernel(ops::RmsNormArgs a, ops::FusedRope r, ops::RmsNormArgs b,
+                        ops::FusedRope rb) {
+    dev::pdl_enter();
+    const int64_t row = blockIdx.x;
+    if (row < a.rows)
+        rms_norm_vec_row(a, r, row);
+    else
+        rms_norm_vec_row(b, rb, row - a.rows);
 }
 
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
@@ -209,25 +219,57 @@ void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_
                stream, 1, ids, table, bf16, D, out, n);
 }
 
+namespace {
+
+// Whether the vectorised kernel takes a's rows (16-byte rows of at most kNormVec float4 a thread).
+bool norm_vec(const ops::RmsNormArgs& a) {
+    return a.dim % 4 == 0 && a.dim / 4 <= kNormVec * kNormThreadsMax &&
+           reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+}
+
+// Enough threads for kNormVec float4 each, in whole warps.
+int norm_threads(int dim) {
+    const int per = (dim / 4 + kNormVec - 1) / kNormVec;
+    return std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
+}
+
+}  // namespace
+
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
-    if (a.rows == 0) return;
     ops::RmsNormArgs norm = a;
-    norm.rope = nullptr;  // (host memory: the kernel takes the rope by value)
-    const bool vec = a.dim % 4 == 0 && a.dim / 4 <= kNormVec * kNormThreadsMax &&
-                     reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+    norm.rope = nullptr;  // (host memory: the kernels take the ropes by value)
+    norm.also = nullptr;
+    const bool vec = norm_vec(a);
     const RopeFusion rope = fuse_rope(a.rope, a.rows, a.dim, vec, "rms_norm");
-    if (vec) {
-        // Enough threads for kNormVec float4 each, in whole warps.
-        const int per = (a.dim / 4 + kNormVec - 1) / kNormVec;
-        const int threads = std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
-        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows), threads, 0, stream, 1, norm,
-                   rope.in_kernel);
-    } else {
-        launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, norm);
+    // The second norm joins the launch when both take the vectorised kernel with their ropes
+    // in it; otherwise it runs after, on its own.
+    ops::RmsNormArgs second;
+    RopeFusion rope2;
+    const ops::RmsNormArgs* after = a.also;
+    if (after != nullptr && vec && rope.after.inv_freq == nullptr && after->also == nullptr &&
+        norm_vec(*after)) {
+        rope2 = fuse_rope(after->rope, after->rows, after->dim, true, "rms_norm (second)");
+        if (rope2.after.inv_freq == nullptr) {
+            second = *after;
+            second.rope = nullptr;
+            after = nullptr;
+        }
     }
-    rope.launch_after(a.out, a.rows, a.dim, stream);
+    if (a.rows + second.rows > 0) {
+        if (vec) {
+            const int threads =
+                std::max(norm_threads(a.dim), second.rows > 0 ? norm_threads(second.dim) : 32);
+            launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + second.rows), threads, 0,
+                       stream, 1, norm, rope.in_kernel, second, rope2.in_kernel);
+        } else {
+            launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1,
+                       norm);
+        }
+        rope.launch_after(a.out, a.rows, a.dim, stream);
+    }
+    if (after != nullptr) launch_rms_norm(*after, stream);
 }
 
 RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what) {

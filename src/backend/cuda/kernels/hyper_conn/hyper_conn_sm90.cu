@@ -76,8 +76,12 @@ __device__ __forceinline__ float post_element(const ops::HcPostArgs& pa, int64_t
 }
 
 // part[(t * S + s) * (rows + 1) + r] = fn_r . x_t over slice s; [.. + rows] = x_t . x_t there
-// (block s = blockIdx.x of token t = blockIdx.y). kPost != kNoPost: x_t's slice is first
-// computed (and written) as hc_post(pa), whose out is x, by post_element<kPost>.
+// (block s = blockIdx.x of token t = blockIdx.y). kPost != kNoPost: x_t's elements are computed
+// (and written) as hc_post(pa), whose out is x, by post_element<kPost> in the first pass and
+// used from registers (later passes, n > 4 streams only, read back what this thread wrote).
+// Every weight of a pass is loaded before the first multiply-add: with a predicated load per
+// row the compiler interleaved loads and uses, ~10 dependent DRAM round trips an element (the
+// decode's hc_pre took ~20 us by Nsight Compute, mostly those waits).
 constexpr int kNoPost = -1;
 template <int kPost>
 __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
@@ -90,11 +94,6 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
     const int64_t begin = s * per, end = min(width, begin + per);
     const float* xt = x + t * width;
     double* out = part + (t * S + s) * (rows + 1);
-    if constexpr (kPost != kNoPost) {
-        // The slice of the new streams first; each thread reads back only what it wrote.
-        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-            post_element<kPost>(pa, t, i);
-    }
     for (int k0 = 0; k0 < rows; k0 += kRowChunk) {
         const int nk = min(kRowChunk, rows - k0);
         double acc[kRowChunk];
@@ -102,12 +101,21 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
         for (int r = 0; r < kRowChunk; ++r) acc[r] = 0;
         double ss = 0;
         for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-            const double v = xt[i];
+            // Rows past nk load row nk - 1 again (unconditional loads, issued together).
+            float w[kRowChunk];
+#pragma unroll
+            for (int r = 0; r < kRowChunk; ++r)
+                w[r] = __ldg(fn + static_cast<int64_t>(k0 + min(r, nk - 1)) * width + i);
+            float xf;
+            if constexpr (kPost != kNoPost)
+                xf = k0 == 0 ? post_element<kPost>(pa, t, i) : xt[i];
+            else
+                xf = xt[i];
+            const double v = xf;
             if (k0 == 0) ss = __fma_rn(v, v, ss);
 #pragma unroll
             for (int r = 0; r < kRowChunk; ++r)
-                if (r < nk)
-                    acc[r] = __fma_rn(static_cast<double>(fn[(k0 + r) * width + i]), v, acc[r]);
+                if (r < nk) acc[r] = __fma_rn(static_cast<double>(w[r]), v, acc[r]);
         }
         // The warp's 25 sums by a reduce-scatter (31 exchanges, not 25 x 5): lane r ends with
         // row r's (lane kRowChunk: the squares').
@@ -301,9 +309,9 @@ __device__ void collapse(const float* x, const float* pre, int n, int D, float* 
 // The collapse and the fused RMSNorm with the row in registers: thread th holds float4s th,
 // th + blockDim, ... (D % 4 == 0 and D <= 4 kMaxVec blockDim: fits_regs). y as collapse(); the
 // norm (when y_norm) is block_rms_norm_row's arithmetic on the same values, without reading y
-// back. N > 0: the stream count at compile time (V4's 4), so a float4's N loads are issued
-// together (a runtime loop of load, multiply, add waited on each load in turn); 0: n at run
-// time. `red` is 32 doubles of shared memory.
+// back. N > 0: the stream count at compile time (V4's 4), so the loads of a group of positions
+// are issued together (a runtime loop of load, multiply, add waited on each load in turn); 0: n
+// at run time. `red` is 32 doubles of shared memory.
 __device__ bool fits_regs(int D) {
     return (D & 3) == 0 && D / 4 <= kMaxVec * static_cast<int>(blockDim.x);
 }
@@ -313,24 +321,50 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
     const int n = N > 0 ? N : n_rt;
     const int nv = D / 4;
     float4 v[kMaxVec];
+    // Four float4 positions at a time with all their stream loads issued before the arithmetic
+    // (V4-Flash's D = 4096 on 256 threads is one such group: 16 loads in flight a thread).
+    constexpr int kGroup = 4;
+    static_assert(kMaxVec % kGroup == 0, "whole groups");
 #pragma unroll
-    for (int c = 0; c < kMaxVec; ++c) {
-        const int q = threadIdx.x + c * blockDim.x;
-        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (q < nv) {
-            const float4* xq = reinterpret_cast<const float4*>(x) + q;
-            if constexpr (N > 0) {
-                float4 xv[N];
+    for (int c0 = 0; c0 < kMaxVec; c0 += kGroup) {
+        if constexpr (N > 0) {
+            if (static_cast<int>(threadIdx.x + c0 * blockDim.x) >= nv) {  // none in this group
 #pragma unroll
-                for (int i = 0; i < N; ++i) xv[i] = __ldcg(xq + int64_t{i} * nv);
-#pragma unroll
-                for (int i = 0; i < N; ++i) add_scaled(s, pre[i], xv[i]);
-            } else {
-                for (int i = 0; i < n; ++i) add_scaled(s, pre[i], __ldcg(xq + int64_t{i} * nv));
+                for (int c = c0; c < c0 + kGroup; ++c) v[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+                continue;
             }
-            reinterpret_cast<float4*>(y)[q] = s;
+            float4 xv[kGroup][N];
+#pragma unroll
+            for (int c = 0; c < kGroup; ++c) {
+                const int q = threadIdx.x + (c0 + c) * blockDim.x;
+                const float4* xq = reinterpret_cast<const float4*>(x) + (q < nv ? q : 0);
+#pragma unroll
+                for (int i = 0; i < N; ++i) xv[c][i] = __ldcg(xq + int64_t{i} * nv);
+            }
+#pragma unroll
+            for (int c = 0; c < kGroup; ++c) {
+                const int q = threadIdx.x + (c0 + c) * blockDim.x;
+                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (q < nv) {
+#pragma unroll
+                    for (int i = 0; i < N; ++i) add_scaled(s, pre[i], xv[c][i]);
+                    reinterpret_cast<float4*>(y)[q] = s;
+                }
+                v[c0 + c] = s;
+            }
+        } else {
+#pragma unroll
+            for (int c = c0; c < c0 + kGroup; ++c) {
+                const int q = threadIdx.x + c * blockDim.x;
+                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (q < nv) {
+                    const float4* xq = reinterpret_cast<const float4*>(x) + q;
+                    for (int i = 0; i < n; ++i) add_scaled(s, pre[i], __ldcg(xq + int64_t{i} * nv));
+                    reinterpret_cast<float4*>(y)[q] = s;
+                }
+                v[c] = s;
+            }
         }
-        v[c] = s;
     }
     if (y_norm == nullptr) return;
     double ss = 0;
