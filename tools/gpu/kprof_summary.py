@@ -3,9 +3,11 @@
 
 Usage: kprof_summary.py KPROF_LOG [STEPS]   (STEPS: decode steps in the capture range, default 3)
 
-Prints the kernel time per step by part of the layer (the kernels in the order the engine
-launches them: GEMVs between the router and hc_post are the MoE's, everything from gather_rows to
-the next embed is the head) and per kernel name (calls per step, us per call).
+Only the last STEPS steps count (each starts with its embed kernel; bench --profile captures a
+prefill op by op before them). Prints the kernel time per step by part of the layer (the kernels
+in the order the engine launches them: GEMVs between the router and the next hc_pre / hc_post
+are the MoE's, everything from gather_rows to the next embed is the head) and per kernel name
+(calls per step, us per call).
 """
 import collections
 import csv
@@ -24,6 +26,11 @@ def main():
             v = float(r[vi].replace(",", ""))
             v = v / 1000 if r[ui] in ("nsecond", "ns") else v * 1000 if r[ui] == "msecond" else v
             seq.append((r[ki].split("(")[0], v))
+    # Each decode step starts with its embed; anything before the last `steps` of them (bench
+    # --profile also profiles a prefill op by op, in the same capture range) is left out.
+    starts = [i for i, (n, _) in enumerate(seq) if "embed" in n]
+    if len(starts) >= steps:
+        seq = seq[starts[-steps]:]
     part = collections.Counter()
     name_t, name_n = collections.Counter(), collections.Counter()
     in_moe = in_head = False
@@ -41,7 +48,7 @@ def main():
             continue
         if "route" in n:
             in_moe = True
-        if "hc_post" in n:
+        if "hc_post" in n or "hc_pre" in n:  # (the FFN's post is fused into the next pre)
             in_moe = False
         if "hc_" in n:
             part["mHC"] += v
