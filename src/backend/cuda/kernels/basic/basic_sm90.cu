@@ -235,41 +235,50 @@ int norm_threads(int dim) {
     return std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
 }
 
+// a (its `also` ignored) as the kernel takes it: the rope passed by value, no host pointers.
+ops::RmsNormArgs device_args(const ops::RmsNormArgs& a) {
+    ops::RmsNormArgs d = a;
+    d.rope = nullptr;
+    d.also = nullptr;
+    return d;
+}
+
+// One norm, its `also` ignored.
+void launch_one_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
+    if (a.rows == 0) return;
+    const bool vec = norm_vec(a);
+    const RopeFusion rope = fuse_rope(a.rope, a.rows, a.dim, vec, "rms_norm");
+    if (vec)
+        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows), norm_threads(a.dim), 0,
+                   stream, 1, device_args(a), rope.in_kernel, ops::RmsNormArgs{}, ops::FusedRope{});
+    else
+        launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1,
+                   device_args(a));
+    rope.launch_after(a.out, a.rows, a.dim, stream);
+}
+
+// Whether a can share a launch: the vectorised kernel with its rope (if any) in it.
+bool pairable(const ops::RmsNormArgs& a) {
+    return norm_vec(a) &&
+           fuse_rope(a.rope, a.rows, a.dim, true, "rms_norm").after.inv_freq == nullptr;
+}
+
 }  // namespace
 
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
-    ops::RmsNormArgs norm = a;
-    norm.rope = nullptr;  // (host memory: the kernels take the ropes by value)
-    norm.also = nullptr;
-    const bool vec = norm_vec(a);
-    const RopeFusion rope = fuse_rope(a.rope, a.rows, a.dim, vec, "rms_norm");
-    // The second norm joins the launch when both take the vectorised kernel with their ropes
-    // in it; otherwise it runs after, on its own.
-    ops::RmsNormArgs second;
-    RopeFusion rope2;
-    const ops::RmsNormArgs* after = a.also;
-    if (after != nullptr && vec && rope.after.inv_freq == nullptr && after->also == nullptr &&
-        norm_vec(*after)) {
-        rope2 = fuse_rope(after->rope, after->rows, after->dim, true, "rms_norm (second)");
-        if (rope2.after.inv_freq == nullptr) {
-            second = *after;
-            second.rope = nullptr;
-            after = nullptr;
-        }
+    const ops::RmsNormArgs* b = a.also;
+    if (b == nullptr || b->also != nullptr || !pairable(a) || !pairable(*b) ||
+        a.rows + b->rows == 0) {
+        launch_one_norm(a, stream);
+        if (b != nullptr) launch_rms_norm(*b, stream);
+        return;
     }
-    if (a.rows + second.rows > 0) {
-        if (vec) {
-            const int threads =
-                std::max(norm_threads(a.dim), second.rows > 0 ? norm_threads(second.dim) : 32);
-            launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + second.rows), threads, 0,
-                       stream, 1, norm, rope.in_kernel, second, rope2.in_kernel);
-        } else {
-            launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1,
-                       norm);
-        }
-        rope.launch_after(a.out, a.rows, a.dim, stream);
-    }
-    if (after != nullptr) launch_rms_norm(*after, stream);
+    // Both in one launch: blocks [0, a.rows) a's rows, the rest b's.
+    const RopeFusion ra = fuse_rope(a.rope, a.rows, a.dim, true, "rms_norm");
+    const RopeFusion rb = fuse_rope(b->rope, b->rows, b->dim, true, "rms_norm");
+    launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + b->rows),
+               std::max(norm_threads(a.dim), norm_threads(b->dim)), 0, stream, 1, device_args(a),
+               ra.in_kernel, device_args(*b), rb.in_kernel);
 }
 
 RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what) {
