@@ -400,6 +400,7 @@ class Bench {
         int ctas, depth;
         bool pdl;
         bool acc = false;
+        bool zero = false;  // accumulate into y the launch clears itself (GemvArgs::y_zero)
     };
 
     // Times `shape` in `format` at the given m values; one weight pool per (shape, format).
@@ -438,6 +439,7 @@ class Bench {
             if (tune) {
                 knobs.push_back({0, 0, false});
                 knobs.push_back({0, 0, true, true});
+                knobs.push_back({0, 0, true, true, true});
                 if (m == 1) {
                     for (Knobs k : {Knobs{0, 4, true}, Knobs{2, 0, true}, Knobs{3, 0, true},
                                     Knobs{2, 4, true}, Knobs{0, 4, true, true},
@@ -452,6 +454,7 @@ class Bench {
                 // written before its predecessor passed its wait (GemvArgs::ids_ready).
                 a.ids_ready = sh.ids_ready;
                 a.y_accumulate = kn.acc;
+                a.y_zero = kn.zero;
                 GemvLaunchConfig cfg;
                 cfg.sm_count = sms_;
                 cfg.depth = kn.depth;
@@ -469,7 +472,9 @@ class Bench {
                 const std::string variant =
                     std::string(kn.pdl ? "pdl" : "no-pdl") + "," +
                     (kn.ctas == 0 && kn.depth == 0
-                         ? std::string(kn.acc ? "acc" : "main")
+                         ? std::string(kn.zero  ? "acc0"
+                                       : kn.acc ? "acc"
+                                                : "main")
                          : "c" + std::to_string(kn.ctas) + "d" + std::to_string(kn.depth) +
                                (kn.acc ? "acc" : ""));
                 out->push_back({sh.name, format_name(format), m, variant, us, wbytes, act});
@@ -631,13 +636,14 @@ class Bench {
 
 int bench_main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-    // --shape NAME [acc] [d4] [nopdl]: only that shape, NVFP4, M = 1, in that configuration
+    // --shape NAME [acc | acc0] [d4] [nopdl]: only that shape, NVFP4, M = 1, in that configuration
     // (default: plain mode, 2 stages, PDL), no probes: for a profiler. Its timing runs on a
     // cold GPU (measured 5–9% slower than in the full run) and is not a benchmark number.
     const char* only = argc > 2 && std::strcmp(argv[1], "--shape") == 0 ? argv[2] : nullptr;
     Bench::Knobs only_knobs{0, 0, true};
     for (int i = 3; only != nullptr && i < argc; ++i) {
-        only_knobs.acc |= std::strcmp(argv[i], "acc") == 0;
+        only_knobs.acc |= std::strcmp(argv[i], "acc") == 0 || std::strcmp(argv[i], "acc0") == 0;
+        only_knobs.zero |= std::strcmp(argv[i], "acc0") == 0;
         if (std::strcmp(argv[i], "d4") == 0) only_knobs.depth = 4;
         if (std::strcmp(argv[i], "nopdl") == 0) only_knobs.pdl = false;
     }

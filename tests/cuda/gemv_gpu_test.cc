@@ -43,6 +43,7 @@ struct Case {
     bool ids_ready = false;      // expert ids read before the PDL wait
     bool accumulate = false;     // y += (y starts from random values)
     bool sum_groups = false;     // every group adds into one y, scaled by a random group scale
+    bool zero = false;           // with accumulate: y starts as NaN and the launch clears it
 };
 
 std::string describe(const Case& c) {
@@ -56,7 +57,7 @@ std::string describe(const Case& c) {
                     (c.ctas_per_sm ? " ctas=" + std::to_string(c.ctas_per_sm) : "") +
                     (c.depth ? " depth=" + std::to_string(c.depth) : "") +
                     (c.ids_ready ? " ids-ready" : "") + (c.accumulate ? " accumulate" : "") +
-                    (c.sum_groups ? " sum-groups" : "");
+                    (c.sum_groups ? " sum-groups" : "") + (c.zero ? " zero" : "");
     return s;
 }
 
@@ -125,7 +126,7 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
         for (float& v : group_scale) v = u(rng);
     }
     std::vector<float> y_init(static_cast<size_t>(y_count), 0.0f);
-    if (c.accumulate) y_init = test::random_activations(y_count, rng);
+    if (c.accumulate && !c.zero) y_init = test::random_activations(y_count, rng);
     ArenaPlan plan;
     plan.add(static_cast<size_t>(packed->shape.device_bytes()));
     plan.add(static_cast<size_t>(x_count) * 4);
@@ -176,6 +177,7 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     opt.accumulate = c.accumulate;
     opt.sum_groups = c.sum_groups;
     opt.group_scale = d_group_scale;
+    opt.zero = c.zero;
 
     // CPU reference per group (summed with the group scales for sum_groups), plus y_init.
     const size_t ysize = static_cast<size_t>(y_count);
@@ -206,7 +208,7 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
 
     std::vector<uint8_t> first;
     for (int rep = 0; rep < repeats; ++rep) {
-        if (c.accumulate) {
+        if (c.accumulate && !c.zero) {
             DSV4_CHECK_CUDA(cudaMemcpyAsync(d_y, y_init.data(), ysize * 4, cudaMemcpyHostToDevice,
                                             stream.get()));
         } else {
@@ -457,11 +459,63 @@ TEST(GemvGpu, AccumulateIntoY) {
     run_case(w2, seed++);
 }
 
+// Accumulate mode into a y the launch clears itself (y_zero): y starts as NaN, so an output
+// added to before it was cleared, or never cleared, fails. Odd shapes, every format, split and
+// unsplit quads, groups with their own outputs and summed into one; two launches each, so the
+// second also checks that the first left the workspace's counters at zero.
+TEST(GemvGpu, AccumulateIntoClearedY) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 9500;
+    for (TestFormat f : kAllFormats) {
+        for (int m : {1, 5, 11}) {
+            for (int split : {0, 1}) {
+                Case c;
+                c.format = f;
+                c.n = 176;
+                c.k = small_k(f) * 7;
+                c.m = m;
+                c.x_f32 = m == 5;
+                c.min_tiles_per_warp = split;
+                c.pdl = split == 1;
+                c.accumulate = true;
+                c.zero = true;
+                run_case(c, seed++, 2);
+            }
+        }
+    }
+    for (bool sum : {false, true}) {
+        Case d;
+        d.format = TestFormat::kNvfp4;
+        d.n = 192;
+        d.k = 512;
+        d.m = 3;
+        d.n_experts = 9;
+        d.ids = {8, 2, 5, 0, 7, 3, 1};
+        d.shared_x = false;
+        d.pdl = true;
+        d.ids_ready = true;
+        d.accumulate = true;
+        d.sum_groups = sum;
+        d.zero = true;
+        run_case(d, seed++, 2);
+    }
+    // A V4-Flash wq_b shape at one token: many warps, each clearing a share of 32768 outputs.
+    Case q;
+    q.format = TestFormat::kNvfp4;
+    q.n = 32768;
+    q.k = 1024;
+    q.x_f32 = true;
+    q.pdl = true;
+    q.accumulate = true;
+    q.zero = true;
+    run_case(q, seed++, 3);
+}
+
 // A chain of dependent launches with PDL (each GEMV's input is the previous one's output, f32),
 // captured in a graph: the weights of launch i + 1 are requested while launch i runs, and the
 // result must still be that of the sequential chain. Plain and accumulating (into zeros).
-void run_dependent_chain(bool accumulate) {
-    SCOPED_TRACE(accumulate ? "accumulate" : "plain");
+void run_dependent_chain(bool accumulate, bool zero = false) {
+    SCOPED_TRACE(zero ? "accumulate into cleared y" : accumulate ? "accumulate" : "plain");
     std::mt19937 rng(8000);
     constexpr int kDim = 512, kLinks = 12;
     // NVFP4 test weights shrink a vector (|w| ~ 0.01), so 12 links stay in range.
@@ -488,10 +542,11 @@ void run_dependent_chain(bool accumulate) {
     std::vector<float> x = test::random_activations(kDim, rng);
     DSV4_CHECK_CUDA(cudaMemcpy(v[0], x.data(), kDim * 4, cudaMemcpyHostToDevice));
     for (int i = 1; i <= kLinks; ++i)
-        DSV4_CHECK_CUDA(cudaMemset(v[i], accumulate ? 0 : 0xff, kDim * 4));
+        DSV4_CHECK_CUDA(cudaMemset(v[i], accumulate && !zero ? 0 : 0xff, kDim * 4));
     GemvOptions opt;
     opt.pdl = true;
     opt.accumulate = accumulate;
+    opt.zero = zero;
     opt.launch.min_tiles_per_warp = 1;
     CudaGraph::begin_capture(stream.get());
     for (int i = 0; i < kLinks; ++i) {
@@ -525,6 +580,7 @@ TEST(GemvGpu, DependentChainWithPdl) {
     DSV4_REQUIRE_GPU();
     run_dependent_chain(false);
     run_dependent_chain(true);
+    run_dependent_chain(true, /*zero=*/true);
 }
 
 // The MoE step as a decode step runs it, for several tokens in one captured graph: each token's

@@ -646,19 +646,16 @@ class CudaBackend final : public Backend {
             g.y_bf16 = a.y_type == ops::ActType::kBF16;
             g.ldx = ldx;
             g.ldy = ldy;
-            // An f32 y: accumulate mode into y cleared first (one 2-D memset of the written
-            // columns; docs/perf.md: 1.1-1.5x faster than the plain mode's finish at M <= 16),
-            // and programmatic dependent launch (the weights stream in while the previous
-            // kernel drains; x is read after the GEMV's wait).
+            // An f32 y: accumulate mode into y cleared by the launch itself (y_zero; docs/perf.md:
+            // accumulating is 1.1-1.5x faster than the plain mode's finish at M <= 16), and
+            // programmatic dependent launch (the weights stream in while the previous kernel
+            // drains; x is read and y cleared after the GEMV's wait).
             g.pdl = true;
+            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             if (!g.y_bf16) {
                 DSV4_ASSERT(a.y != a.x, "CUDA linear: y aliases x");
                 g.y_accumulate = true;
-                DSV4_CHECK_CUDA(cudaMemset2DAsync(a.y, static_cast<size_t>(ldy) * 4, 0,
-                                                  static_cast<size_t>(a.N * a.groups) * 4,
-                                                  static_cast<size_t>(a.M), stream_.get()));
-            } else {
-                cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+                g.y_zero = true;
             }
             const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
             for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
@@ -693,7 +690,8 @@ class CudaBackend final : public Backend {
                     ops::ActType::kF32, a.out[i].act_fp8});
     }
     // A packed group (pack_rows) in one GEMV launch per run and 16 rows, each part's rows written
-    // to its own output (the GEMV's row segments), in plain mode: no clearing of the outputs. False
+    // to its own output (the GEMV's row segments), accumulated into outputs the launch clears
+    // (y_zero). False
     // (nothing run) when an output needs what the packed launch does not do (FP8 activations, a
     // bf16 rounding).
     bool linear_packed(const ops::LinearGroupArgs& a) {
@@ -724,6 +722,8 @@ class CudaBackend final : public Backend {
             g.ldx = w.cols;
             g.pdl = true;
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            g.y_accumulate = true;
+            g.y_zero = true;
             g.n_segments = r.count;
             int64_t row = 0;
             for (int i = 0; i < r.count; ++i) {
@@ -855,12 +855,13 @@ class CudaBackend final : public Backend {
                 cuda::launch_moe_group({a.sel, group_expert, pair_row, P, a.E, n_groups}, s);
                 DSV4_CHECK_CUDA(cudaMemsetAsync(xr, 0, R * D * sizeof(float), s));
             }
-            DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, R * 2 * I * sizeof(float), s));
             if (direct) {
-                expert_gemv(ex.g13, x, D, m, h13, 2 * I, n_groups, ids, /*x_stride=*/0);
+                expert_gemv(ex.g13, x, D, m, h13, 2 * I, n_groups, ids, /*x_stride=*/0, -1, nullptr,
+                            /*zero=*/true);
             } else {
                 cuda::launch_expand_rows(x, row, xr, a.T, a.k, D, s);
-                expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids);
+                expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids, -1, -1, nullptr,
+                            /*zero=*/true);
             }
         } else {
             dense_experts(x, a.k, ex.w13, h13, P, 2 * I, D, a.sel);
@@ -898,8 +899,7 @@ class CudaBackend final : public Backend {
         }
         float* y2 = xr;
         if (ex.has_gemv) {
-            DSV4_CHECK_CUDA(cudaMemsetAsync(y2, 0, R * D * sizeof(float), s));
-            expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids);
+            expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids, -1, -1, nullptr, /*zero=*/true);
         } else {
             dense_experts(act, 1, ex.w2, y2, P, D, I, a.sel);
         }
@@ -989,13 +989,13 @@ class CudaBackend final : public Backend {
         return true;
     }
 
-    // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: y zeroed first;
-    // no split-K workspace, so any G fits).
+    // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: no split-K
+    // workspace, so any G fits), or y[g] = with `zero` (the launch clears y first: y_zero).
     // Shared input (x_stride 0: every group reads the same rows) and a common output scaled by
     // group_scale[g] (y_stride 0) are the GEMV's own options; -1 keeps the dense layout.
     void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
                      int64_t ldy, int64_t G, const int32_t* ids, int64_t x_stride = -1,
-                     int64_t y_stride = -1, const float* group_scale = nullptr) {
+                     int64_t y_stride = -1, const float* group_scale = nullptr, bool zero = false) {
         cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
         g.n_groups = static_cast<int32_t>(G);
         g.expert_ids = ids;
@@ -1009,6 +1009,10 @@ class CudaBackend final : public Backend {
         g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
         g.group_scale = group_scale;
+        if (zero) {
+            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            g.y_zero = true;
+        }
         // PDL for one row per group (decode; ids are read after the GEMV's wait). Not for the
         // prefill's groups of 16 rows: the grouped MoE test failed for FP8 (E8M0) experts in the
         // one run with it, on other random weights too (docs/perf.md; cause not established).

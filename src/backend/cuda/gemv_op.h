@@ -53,6 +53,7 @@ struct GemvOptions {
     bool accumulate = false;
     bool sum_groups = false;
     const float* group_scale = nullptr;
+    bool zero = false;        // with accumulate: the launch clears y first (GemvArgs::y_zero)
     GemvLaunchConfig launch;  // sm_count is taken from the workspace when 0
 };
 

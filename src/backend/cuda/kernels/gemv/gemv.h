@@ -69,10 +69,18 @@ struct GemvArgs {
     // scaled by group_scale[g] when given (the MoE combine with the router weights).
     bool y_accumulate = false;
     const float* group_scale = nullptr;  // [n_groups] device, accumulate only; may be nullptr
+    // Accumulate into zeros without a memset ahead of the launch (a graph node of its own, which
+    // also breaks the programmatic edge that lets the weights stream in early): after its wait
+    // for the previous kernel every warp clears its share of the y this launch adds into
+    // (n_groups x m x n, or m x n when y_group_stride is 0 or with row segments), and no warp
+    // adds before all have cleared (a counter pair in the workspace). The grid never holds more
+    // CTAs than fit on the GPU at once (grid_ctas), so every warp gets to clear.
+    bool y_zero = false;
 
     // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
-    float* partials = nullptr;     // [n_groups * row_blocks / 4][16 tokens][64 rows], zero
-    uint32_t* counters = nullptr;  // [n_groups * row_blocks / 4], zero
+    float* partials = nullptr;         // [n_groups * row_blocks / 4][16 tokens][64 rows], zero
+    uint32_t* counters = nullptr;      // [n_groups * row_blocks / 4], zero
+    uint32_t* zero_barrier = nullptr;  // [2] (y_zero: cleared, left), zero
 
     // Row segments (n_segments > 0, one group, an f32 y): the weight's rows are the
     // concatenation of several matrices of the same x (the projections packed at load), each

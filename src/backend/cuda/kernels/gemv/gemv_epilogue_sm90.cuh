@@ -29,6 +29,46 @@ __device__ __forceinline__ float* y_f32_at(const GemvArgs& a, int group, int tok
            static_cast<int64_t>(token) * a.ldy + row;
 }
 
+// y_zero, before a warp's first add: clears elements [w Z / W, (w + 1) Z / W) of the Z outputs
+// this launch adds into (warp w of W), then counts the warp in on zero_barrier[0].
+__device__ __forceinline__ void zero_y_share(const GemvArgs& a, int64_t warp, int64_t warps,
+                                             int lane) {
+    const bool one_y = a.y_group_stride == 0 || a.n_segments > 0;
+    const int64_t per_group = static_cast<int64_t>(a.m) * a.n;
+    const int64_t total = (one_y ? 1 : a.n_groups) * per_group;
+    const int64_t end = (warp + 1) * total / warps;
+    for (int64_t i = warp * total / warps + lane; i < end; i += 32) {
+        const int group = static_cast<int>(i / per_group);
+        const int64_t in_group = i - group * per_group;
+        const int token = static_cast<int>(in_group / a.n);
+        *y_f32_at(a, group, token, static_cast<int>(in_group - static_cast<int64_t>(token) * a.n)) =
+            0.0f;
+    }
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) atomicAdd(a.zero_barrier, 1u);
+}
+
+// y_zero: waits until every warp of the launch has cleared its share (lane 0 acquires the
+// count; the warp barrier orders the other lanes' adds after it).
+__device__ __forceinline__ void wait_y_zeroed(const GemvArgs& a, int64_t warps, int lane) {
+    if (lane == 0) {
+        while (ptx::ld_acquire_u32(a.zero_barrier) < static_cast<uint32_t>(warps)) {
+        }
+    }
+    __syncwarp();
+}
+
+// y_zero, after a warp's last add: the last warp to leave resets both counters for the next
+// launch (every warp has passed its wait by then).
+__device__ __forceinline__ void leave_y_zero(const GemvArgs& a, int64_t warps, int lane) {
+    __syncwarp();
+    if (lane == 0 && atomicAdd(a.zero_barrier + 1, 1u) == static_cast<uint32_t>(warps - 1)) {
+        atomicExch(a.zero_barrier, 0u);
+        atomicExch(a.zero_barrier + 1, 0u);
+    }
+}
+
 template <bool kYBf16, int kNT>
 __device__ __forceinline__ void store_y(const GemvArgs& a, int group, int rb, int lane,
                                         const float (&v)[kNT][4], float scale) {

@@ -138,6 +138,10 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     // Dependents may start their weight prefetch as soon as SMs free up. Not before the wait:
     // a dependent with ids_ready relies on this grid's predecessor being complete.
     ptx::griddep_launch_dependents();
+    // y_zero: clear this warp's share of y now (after the wait: y may be the previous kernels'
+    // scratch); the warp checks that all shares are cleared before its first add.
+    bool y_cleared = !a.y_zero;
+    if (a.y_zero) zero_y_share(a, warp, split.warps, lane);
 
     // ---- Compute side: one segment per row-block quad touched by this warp's range.
     const int g = lane >> 2;
@@ -257,6 +261,10 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
 
         // ---- Quad done (for this warp).
         if (a.y_accumulate) {
+            if (!y_cleared) {
+                wait_y_zeroed(a, split.warps, lane);
+                y_cleared = true;
+            }
             accumulate_y<kNT>(a, c_group, c_quad, lane, acc, out_scale);
         } else if (c_t == 0 && seg == T) {
 #pragma unroll
@@ -290,6 +298,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     }
     // Only empty groups can be pending here; drain them before the stages go away.
     ptx::cp_async_wait<0>();
+    if (a.y_zero) leave_y_zero(a, split.warps, lane);
 }
 
 }  // namespace dsv4::cuda::gemv_sm90

@@ -85,6 +85,8 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
     DSV4_ASSERT(a.y_accumulate || (a.partials != nullptr && a.counters != nullptr),
                 "gemv: workspace not bound");
     DSV4_ASSERT(!a.y_accumulate || !a.y_bf16, "gemv: accumulation needs an f32 y");
+    DSV4_ASSERT(!a.y_zero || (a.y_accumulate && a.zero_barrier != nullptr),
+                "gemv: y_zero needs accumulate mode and the workspace");
     DSV4_ASSERT(a.group_scale == nullptr || a.y_accumulate, "gemv: group_scale needs y_accumulate");
 }
 
@@ -92,7 +94,7 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
 
 size_t gemv_workspace_bytes(int64_t max_row_blocks_total) {
     return accum_bytes(max_row_blocks_total) +
-           static_cast<size_t>(max_row_blocks_total) * sizeof(uint32_t);
+           static_cast<size_t>(max_row_blocks_total + 2) * sizeof(uint32_t);
 }
 
 void gemv_workspace_bind(void* base, int64_t max_row_blocks_total, GemvArgs* args) {
@@ -100,6 +102,7 @@ void gemv_workspace_bind(void* base, int64_t max_row_blocks_total, GemvArgs* arg
     args->partials = static_cast<float*>(base);
     args->counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) +
                                                  accum_bytes(max_row_blocks_total));
+    args->zero_barrier = args->counters + max_row_blocks_total;
 }
 
 int64_t gemv_grid_warps(const GemvArgs& args, const GemvLaunchConfig& config) {
