@@ -602,21 +602,12 @@ void expect_same_topk(const std::vector<int32_t>& got, const std::vector<int32_t
     EXPECT_EQ(got, ref) << what;
 }
 
-// V4-Flash's indexer shapes (64 heads x 128: the V4 kernel), top 512: 2048 entries at 8K
-// context, slices and key tiles cut short, tokens of a row at mixed valid counts, exact ties
-// (repeated keys; zero keys score exactly 0), the cut inside a run of tied zeros, and tokens
-// keeping fewer than K (some blocks of the cluster with no entry, none valid at all).
-TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
-    DSV4_REQUIRE_GPU();
+// V4-Flash's indexer shapes (64 heads x 128: the V4 kernel), top 512, on 6 slots of 2049
+// entries: exact ties (repeated keys; zero keys score exactly 0), the cut inside a run of tied
+// zeros (slot 3: one entry in 5 nonzero, its tokens' weights positive), for the tokens of `st`.
+void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what) {
     auto be = make_gpu();
-    std::mt19937 rng(11);
-    ops::HostStep st;
-    st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
-    st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
-    st.add_row(2, 2101, 4);  // 525, 525, 526, 526
-    st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
-    st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
-    st.add_row(5, 2, 2);     // 0 (all -1), then 1
+    std::mt19937 rng(seed);
     const int S = 6, Hi = 64, hi = 128, K = 512, m = 4;
     const int64_t n_entries = 2049;
     const int T = st.T();
@@ -626,8 +617,8 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
         std::copy_n(keys.begin() + ((e * 13) % (3 * n_entries)) * hi, hi, keys.begin() + e * hi);
     for (int64_t e = 5; e < 3 * n_entries; e += 11)
         std::fill_n(keys.begin() + e * hi, hi, 0.0f);  // every dot 0: score exactly 0
-    // Slot 3: one entry in 5 nonzero (400 of the 2000 valid), the tokens' weights positive:
-    // every nonzero entry is taken, then the lowest-index zeros.
+    // Slot 3: one entry in 5 nonzero, the tokens' weights positive: every nonzero entry is
+    // taken, then the lowest-index zeros.
     for (int64_t e = 0; e < n_entries; ++e)
         if (e % 5 != 0) std::fill_n(keys.begin() + (3 * n_entries + e) * hi, hi, 0.0f);
     for (int t = 0; t < T; ++t)
@@ -635,7 +626,7 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
             for (int h = 0; h < Hi; ++h) w[t * Hi + h] = std::fabs(w[t * Hi + h]);
     std::vector<int32_t> got, ref;
     indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
-    expect_same_topk(got, ref, "indexer_topk V4 shapes K=512");
+    expect_same_topk(got, ref, what);
     // The cut in the sparse slot falls among the zeros (the test's premise): some are taken.
     for (int t = 0; t < T; ++t) {
         if (st.tok_row[t] != 3) continue;
@@ -646,9 +637,40 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
     }
 }
 
+// A step of 11 tokens (the cluster kernel: more than 8): slices and key tiles cut short, tokens
+// of a row at mixed valid counts, tokens keeping fewer than K (some blocks of the cluster with
+// no entry, none valid at all).
+TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
+    DSV4_REQUIRE_GPU();
+    ops::HostStep st;
+    st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
+    st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
+    st.add_row(2, 2101, 4);  // 525, 525, 526, 526
+    st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
+    st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
+    st.add_row(5, 2, 2);     // 0 (all -1), then 1
+    indexer_v4_case(st, 11, "indexer_topk V4 shapes K=512, 11 tokens (cluster)");
+}
+
+// A decode step of 6 rows (the split kernel: S blocks a token through the scratch, the last to
+// finish selecting): 2048 entries (~32 a block), 1250, 526, 2001 in the sparse slot, 25 (most
+// blocks empty), 0 (all -1).
+TEST(CudaOpsGpu, IndexerTopkV4ShapesDecodeRows) {
+    DSV4_REQUIRE_GPU();
+    ops::HostStep st;
+    st.add_row(1, 8191, 1);
+    st.add_row(0, 5000, 1);
+    st.add_row(2, 2104, 1);
+    st.add_row(3, 8006, 1);
+    st.add_row(4, 99, 1);
+    st.add_row(5, 2, 1);
+    indexer_v4_case(st, 13, "indexer_topk V4 shapes K=512, 6 decode rows (split)");
+}
+
 // The longest slot the CUDA indexer holds at V4 shapes (its shared-memory limit), top 1024
 // (V4-Pro's K): one token of random keys (with repeats), one of mostly zero keys (the cut among
-// ~28K tied zeros, spread over many rounds of the index-order scan).
+// ~28K tied zeros, spread over many rounds of the index-order scan). Two tokens: the split
+// kernel (~440 entries a block).
 TEST(CudaOpsGpu, IndexerTopkV4ShapesLongestSlot) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();

@@ -563,7 +563,7 @@ class CudaBackend final : public Backend {
     }
 
     // Scratch sized for steps of up to max_rows rows: the FP8 activation copies and the mHC
-    // partial sums (grown, never shrunk).
+    // partial sums (grown, never shrunk); the decode indexer's (fixed size, ~1 MB).
     Status prepare_steps(int64_t max_rows) override {
         const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
         if (hc > hc_ws_.doubles || max_rows > hc_ws_.max_tokens) {
@@ -574,6 +574,10 @@ class CudaBackend final : public Backend {
             free(hc_ws_.part);
             auto* part = static_cast<double*>(p);
             hc_ws_ = {part, reinterpret_cast<unsigned*>(part + hc), hc, max_rows, info_.sm_count};
+        }
+        if (indexer_ws_.scores == nullptr) {
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(cuda::indexer_scratch_bytes()));
+            indexer_ws_ = cuda::indexer_scratch(p, info_.sm_count);
         }
         if (gemm_min_rows_ > 0 && !gemm_.ready()) DSV4_RETURN_IF_ERROR(start_gemm());
         const int64_t floats = max_rows * max_cols_;
@@ -778,7 +782,7 @@ class CudaBackend final : public Backend {
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         const auto prof = profile_.scope("indexer_topk", recording_);
         DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
-        cuda::launch_indexer_topk(a, stream_.get());
+        cuda::launch_indexer_topk(a, indexer_ws_, stream_.get());
     }
     // Fused (a dense gate: the product inside the routing kernel, one launch), else two
     // kernels (the gate through linear, then the routing kernel).
@@ -1170,6 +1174,7 @@ class CudaBackend final : public Backend {
     int64_t max_cols_ = 0;      // widest K of the weights uploaded
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     cuda::HcScratch hc_ws_;     // mHC mixing partials and counters (prepare_steps)
+    cuda::IndexerScratch indexer_ws_;  // the decode indexer's scores, counters (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
     TransferCounts counts_;

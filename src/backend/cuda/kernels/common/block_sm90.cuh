@@ -247,4 +247,23 @@ __device__ void block_topk_collect(KeyFn key, int64_t n, uint32_t thr, int64_t a
     }
 }
 
+// Whether this block is the last of the S blocks of its row of the grid (blockIdx.y: a token)
+// to have written its partial results (block-wide call). The partial writes are fenced before the
+// arrival is counted, and the last block fences again before it reads the others'
+// (threadfence-reduction); it leaves the counter at zero.
+__device__ inline bool last_to_arrive(unsigned* arrivals, int S) {
+    if (S == 1) return true;
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned* c = arrivals + blockIdx.y;
+        last = atomicAdd(c, 1u) == static_cast<unsigned>(S - 1);
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 }  // namespace dsv4::cuda::dev

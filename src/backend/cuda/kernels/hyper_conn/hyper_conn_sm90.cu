@@ -134,24 +134,6 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
     }
 }
 
-// Whether this block is the last of its token's S to have written its partials (block-wide
-// call). The partial writes are fenced before the arrival is counted, and the last block fences
-// again before it reads the others' (threadfence-reduction); it leaves the counter at zero.
-__device__ bool last_to_arrive(unsigned* arrivals, int S) {
-    if (S == 1) return true;
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned* c = arrivals + blockIdx.y;
-        last = atomicAdd(c, 1u) == static_cast<unsigned>(S - 1);
-        if (last) *c = 0;
-    }
-    __syncthreads();
-    if (last) __threadfence();
-    return last;
-}
-
 // mix[r] = (sum over splits of the row's partials) / rms for r < rows (block-wide call). The
 // partials (written by other blocks: read through L2, __ldcg, never a stale L1 line) are staged
 // into shared memory by the whole block kStage at a time, every thread's loads in flight
@@ -413,7 +395,7 @@ __global__ void __launch_bounds__(kThreads)
     // (With the fused post, every block reads the old post and comb before its arrival is
     // counted, so the last block may overwrite them.)
     mix_partial<kPost>(a.x, a.fn, rows, width, S, part, pa);
-    if (!last_to_arrive(arrivals, S)) return;
+    if (!dev::last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (rows + 1), S, rows, width, a.norm_eps, mix, tot);
     // Gates by thread i, the mixing logits by thread jk, then Sinkhorn.
     if (threadIdx.x < n) {
@@ -445,7 +427,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t = blockIdx.y;
     const int64_t width = static_cast<int64_t>(n) * a.D;
     mix_partial<kNoPost>(a.x, a.fn, n, width, S, part, ops::HcPostArgs{});
-    if (!last_to_arrive(arrivals, S)) return;
+    if (!dev::last_to_arrive(arrivals, S)) return;
     finish_mix(part + t * S * (n + 1), S, n, width, a.norm_eps, mix, tot);
     if (threadIdx.x < n) {
         const int i = threadIdx.x;

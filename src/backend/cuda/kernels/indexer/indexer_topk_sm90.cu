@@ -1,4 +1,4 @@
-// Indexer top-k (indexer_topk.h): a cluster of kCluster (16) blocks per token. Scores are computed
+// Indexer top-k (indexer_topk.h): several blocks per token (below). Scores are computed
 // exactly as the reference does (backend/cpu/ref/indexer.cc): each q_h . key dot in double with
 // the same four interleaved partial sums s_j (j = k mod 4, each in increasing k) and the same
 // final pairing (s0 + s1) + (s2 + s3), then s += w_h * max(d, 0) in head order, every step an
@@ -30,13 +30,23 @@
 // block 0's scores through distributed shared memory (no gather). The next key tile's global loads
 // are issued before a tile's FMAs and converted and stored after them. Shared memory: keys 32 KB,
 // partial sums 64 KB (also the q staging area and the selection's scratch), weighted terms 16.5 KB,
-// then the slot's scores: at most 29184 entries (~116K tokens at m = 4).
+// then the slot's scores: at most 29168 entries (~116K tokens at m = 4).
+//
+// The blocks of a token: a cluster of kCluster (16), the scores gathered in block 0's shared
+// memory, or, for decode steps (at most kSplitMaxTokens tokens, with the backend's scratch),
+// S blocks without a cluster (kSplit): a tile of 32 entries or more each, one wave of the GPU
+// (at 8K context and batch 1, 65 blocks of ~32 entries instead of 16 of 128: the FP64 work on 4x
+// the SMs). Each writes its scores into the token's row of the scratch; the last block to finish
+// (dev::last_to_arrive) copies the row into its shared memory and selects. Larger steps keep the
+// cluster (T x 16 blocks fill the GPU already).
 //
 // Other shapes (test models): indexer_topk_kernel, 512 threads, one dot per lane in double from
 // float shared memory (queries [Hi][hi + 1], key tiles of 32 entries), block 0 pulling the other
 // blocks' scores; exact the same way, and slow: it took 122 us a call at V4-Flash's shapes and
 // 8K context (one block per token without the cluster: 8.9 ms).
 #include <cooperative_groups.h>
+
+#include <algorithm>
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -53,6 +63,10 @@ namespace cg = cooperative_groups;
 // launch): the scores are FP64 (bitwise the reference's), so the more SMs the better.
 constexpr int kCluster = 16;
 constexpr size_t kMaxSmem = 227 * 1024;  // H100/H200 opt-in per block
+// Steps of at most this many tokens take the split V4 kernel (beyond it T x kCluster blocks
+// fill the GPU already).
+constexpr int64_t kSplitMaxTokens = 8;
+constexpr size_t kV4StaticBytes = 64;  // static shared memory of the V4 kernels, at most
 
 // Block 0, after every score of the token is in `score`: the top min(K, valid) indices in
 // index order, then -1. `hist` is 256 unsigned, `red` 32 ints of shared memory.
@@ -96,17 +110,27 @@ static_assert((256 + 32) * sizeof(int) <= kPartDoubles * sizeof(double));
 constexpr int kTileF4 = kTile * kDim / 4 / kV4Threads;  // float4 of a key tile per thread
 static_assert(kTile * kDim / 4 % kV4Threads == 0);
 
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1)
-    indexer_topk_v4_kernel(ops::IndexerTopkArgs a) {
+// kSplit = false: a cluster of kCluster blocks per token (grid T x kCluster), the scores
+// gathered in block 0's shared memory. kSplit = true: S blocks per token (grid S x T, no
+// cluster), the scores through `scores` ([T][n_entries] floats of global scratch), the last
+// block of the token to finish (dev::last_to_arrive on `arrivals`, [T] zeros) copies them into
+// its shared memory and selects.
+template <bool kSplit>
+__global__ void __launch_bounds__(kV4Threads, 1)
+    indexer_topk_v4_kernel(ops::IndexerTopkArgs a, float* scores, unsigned* arrivals, int S) {
     dev::pdl_enter();
     extern __shared__ __align__(16) double smem[];
-    cg::cluster_group cluster = cg::this_cluster();
-    // Distributed shared memory may be written only once every block of the cluster runs: this
-    // arrival is waited for just before the first remote write.
-    cluster.barrier_arrive();
-    const int rank = static_cast<int>(cluster.block_rank());
+    const int blocks = kSplit ? S : kCluster;
+    int rank = static_cast<int>(blockIdx.x);
+    int64_t t = blockIdx.y;
+    if constexpr (!kSplit) {
+        // Distributed shared memory may be written only once every block of the cluster runs:
+        // this arrival is waited for just before the first remote write.
+        cg::this_cluster().barrier_arrive();
+        rank = static_cast<int>(cg::this_cluster().block_rank());
+        t = blockIdx.x / kCluster;
+    }
     const ops::StepDesc& st = a.step;
-    const int64_t t = blockIdx.x / kCluster;
     const int64_t valid = (st.tok_pos[t] + 1) / a.m;
     const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * kDim;
     double* key_s = smem;
@@ -114,11 +138,16 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1
     double* p_s = part + kPartDoubles;
     double* w_s = p_s + kPDoubles;
     float* score = reinterpret_cast<float*>(w_s + kHeads);
-    float* score0 = cluster.map_shared_rank(score, 0);  // block 0's
+    // Where this block's scores go: block 0's shared memory, or the token's row of the scratch.
+    float* score0 = nullptr;
+    if constexpr (kSplit)
+        score0 = scores + t * a.n_entries;
+    else
+        score0 = cg::this_cluster().map_shared_rank(score, 0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j = warp & 3, g = warp >> 2;
     // This block's slice of the entries.
-    const int64_t per = (valid + kCluster - 1) / kCluster, e_begin = rank * per;
+    const int64_t per = (valid + blocks - 1) / blocks, e_begin = rank * per;
     const int n_b =
         static_cast<int>(valid < e_begin ? 0 : (valid < e_begin + per ? valid - e_begin : per));
     const int n_tiles = (n_b + kTile - 1) / kTile;
@@ -191,7 +220,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1
         store_tile();     // (its loads were in flight meanwhile)
         __syncthreads();  // q read out of the partial-sum buffer; the first key tile in
     }
-    cluster.barrier_wait();
+    if constexpr (!kSplit) cg::this_cluster().barrier_wait();
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n = n_b - tile * kTile < kTile ? n_b - tile * kTile : kTile;
@@ -233,8 +262,15 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kV4Threads, 1
         __syncthreads();  // weighted terms and the next keys are in
     }
     if (n_tiles > 0 && warp < 4) finish(n_tiles - 1, n_b - (n_tiles - 1) * kTile);
-    cluster.sync();  // every score is in block 0; the others may exit
-    if (rank != 0) return;
+    if constexpr (kSplit) {
+        if (!dev::last_to_arrive(arrivals, S)) return;
+        // The token's scores, written by the S blocks (read through L2: never a stale L1 line).
+        for (int64_t i = tid; i < valid; i += kV4Threads) score[i] = __ldcg(score0 + i);
+        __syncthreads();
+    } else {
+        cg::this_cluster().sync();  // every score is in block 0; the others may exit
+        if (rank != 0) return;
+    }
     select_topk(score, valid, a.K, a.topk + t * a.K, reinterpret_cast<unsigned*>(part),
                 reinterpret_cast<int*>(part) + 256);
 }
@@ -339,24 +375,42 @@ size_t smem_bytes(int Hi, int hi, int64_t n_entries) {
 }  // namespace
 
 int64_t indexer_max_entries(int Hi, int hi) {
-    // The generic kernel's static shared memory comes out of the same budget.
-    const size_t budget = v4_shapes(Hi, hi) ? kMaxSmem : kMaxSmem - kStaticBytes;
+    // The kernels' static shared memory comes out of the same budget (the V4 split kernel's:
+    // dev::last_to_arrive's flag).
+    const size_t budget = kMaxSmem - (v4_shapes(Hi, hi) ? kV4StaticBytes : kStaticBytes);
     return (static_cast<int64_t>(budget) - static_cast<int64_t>(smem_bytes(Hi, hi, 0))) /
            static_cast<int64_t>(sizeof(float));
 }
 
-void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
+int64_t indexer_scratch_bytes() {
+    return kSplitMaxTokens * indexer_max_entries(kHeads, kDim) * int64_t{sizeof(float)} +
+           kSplitMaxTokens * int64_t{sizeof(unsigned)};
+}
+
+IndexerScratch indexer_scratch(void* p, int sm_count) {
+    IndexerScratch ws;
+    ws.scores = static_cast<float*>(p);
+    ws.arrivals = reinterpret_cast<unsigned*>(ws.scores +
+                                              kSplitMaxTokens * indexer_max_entries(kHeads, kDim));
+    ws.sm_count = sm_count;
+    return ws;
+}
+
+void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws,
+                         cudaStream_t stream) {
     DSV4_ASSERT(a.n_entries <= indexer_max_entries(a.Hi, a.hi), "indexer_topk: ", a.n_entries,
                 " entries per slot; the CUDA kernel holds at most ",
                 indexer_max_entries(a.Hi, a.hi), " scores in shared memory");
     DSV4_ASSERT(a.m >= 1 && a.K >= 0, "indexer_topk: m ", a.m, " K ", a.K);
     if (a.step.T == 0) return;
     static const cudaError_t attr = [] {
-        cudaError_t e = cudaFuncSetAttribute(indexer_topk_v4_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kMaxSmem));
+        cudaError_t e = cudaSuccess;
+        for (auto* k : {indexer_topk_v4_kernel<false>, indexer_topk_v4_kernel<true>})
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kMaxSmem));
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(indexer_topk_v4_kernel,
+            e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false>,
                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(indexer_topk_kernel,
@@ -368,13 +422,27 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, cudaStream_t stream) {
         return e;
     }();
     DSV4_CHECK_CUDA(attr);
-    // (Compile-time cluster dims: the grid is a whole number of clusters.)
-    const unsigned grid = static_cast<unsigned>(a.step.T * kCluster);
+    const int64_t T = a.step.T;
     const size_t smem = smem_bytes(a.Hi, a.hi, a.n_entries);
-    if (v4_shapes(a.Hi, a.hi))
-        launch_pdl(indexer_topk_v4_kernel, grid, kV4Threads, smem, stream, 1, a);
-    else
-        launch_pdl(indexer_topk_kernel, grid, kThreads, smem, stream, 1, a);
+    if (!v4_shapes(a.Hi, a.hi)) {
+        // (Compile-time cluster dims: the grid is a whole number of clusters.)
+        launch_pdl(indexer_topk_kernel, static_cast<unsigned>(T * kCluster), kThreads, smem, stream,
+                   1, a);
+        return;
+    }
+    if (T <= kSplitMaxTokens && ws.scores != nullptr) {
+        // Decode: a tile of entries per block or more, one wave of blocks (one block an SM).
+        const int64_t by_entries = std::max<int64_t>(1, (a.n_entries + kTile - 1) / kTile);
+        const int64_t by_grid = std::max<int64_t>(1, ws.sm_count / T);
+        const int S = static_cast<int>(std::min(by_entries, by_grid));
+        launch_pdl(indexer_topk_v4_kernel<true>,
+                   dim3(static_cast<unsigned>(S), static_cast<unsigned>(T)), kV4Threads, smem,
+                   stream, 1, a, ws.scores, ws.arrivals, S);
+        return;
+    }
+    launch_pdl(indexer_topk_v4_kernel<false>, static_cast<unsigned>(T * kCluster), kV4Threads, smem,
+               stream, static_cast<unsigned>(kCluster), a, static_cast<float*>(nullptr),
+               static_cast<unsigned*>(nullptr), kCluster);
 }
 
 }  // namespace dsv4::cuda
