@@ -405,10 +405,16 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
     if (a.step.T == 0) return;
     static const cudaError_t attr = [] {
         cudaError_t e = cudaSuccess;
-        for (auto* k : {indexer_topk_v4_kernel<false>, indexer_topk_v4_kernel<true>})
+        for (auto* k : {indexer_topk_v4_kernel<false>, indexer_topk_v4_kernel<true>}) {
+            // The opt-in limit counts static and dynamic shared memory together.
+            cudaFuncAttributes fa{};
+            if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, k);
+            DSV4_ASSERT(e != cudaSuccess || fa.sharedSizeBytes <= kV4StaticBytes,
+                        "indexer_topk: ", fa.sharedSizeBytes, " bytes of static shared memory");
             if (e == cudaSuccess)
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kMaxSmem));
+                                         static_cast<int>(kMaxSmem - kV4StaticBytes));
+        }
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false>,
                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
