@@ -483,19 +483,21 @@ TEST(GemvGpu, AccumulateIntoClearedY) {
             }
         }
     }
-    for (bool sum : {false, true}) {
+    // Selected experts (ids read after the wait, or before it), the MoE's w1|w3 (one shared x)
+    // and w2 (an x per group; its own outputs or summed).
+    for (int variant = 0; variant < 6; ++variant) {
         Case d;
-        d.format = TestFormat::kNvfp4;
-        d.n = 192;
-        d.k = 512;
-        d.m = 3;
+        d.format = variant < 3 ? TestFormat::kNvfp4 : TestFormat::kMxfp4;
+        d.n = variant % 3 == 0 ? 128 : 192;
+        d.k = variant % 3 == 0 ? 128 : 512;
+        d.m = variant % 3 == 2 ? 3 : 1;
         d.n_experts = 9;
         d.ids = {8, 2, 5, 0, 7, 3, 1};
-        d.shared_x = false;
+        d.shared_x = variant % 3 == 0;
         d.pdl = true;
-        d.ids_ready = true;
+        d.ids_ready = variant % 2 == 1;
         d.accumulate = true;
-        d.sum_groups = sum;
+        d.sum_groups = variant == 2 || variant == 5;
         d.zero = true;
         run_case(d, seed++, 2);
     }

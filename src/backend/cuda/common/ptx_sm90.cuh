@@ -72,6 +72,16 @@ __device__ __forceinline__ void red_add_f32(float* p, float v) {
     asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
 }
 
+// A 32-bit load through L2 (bypassing L1) that the compiler keeps after every earlier asm
+// volatile, such as griddep_wait: for values the previous kernel writes (expert ids, router
+// weights). __ldg is a non-coherent load the compiler treats as invariant and may hoist above
+// the wait, reading the previous step's values while the predecessor still runs.
+__device__ __forceinline__ uint32_t ld_cg_u32(const void* p) {
+    uint32_t v;
+    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // A load with acquire semantics at GPU scope: what the releasing writer wrote before its
 // release (a fence and the atomic this load observes) is visible after it.
 __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* p) {

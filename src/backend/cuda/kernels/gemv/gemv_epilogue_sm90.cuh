@@ -102,7 +102,10 @@ __device__ __forceinline__ void accumulate_y(const GemvArgs& a, int group, int q
                                              const float (&out_scale)[kGemvQuad]) {
     const int g = lane >> 2;
     const int c = lane & 3;
-    const float gs = a.group_scale != nullptr ? __ldg(a.group_scale + group) : 1.0f;
+    // (The router weights, written by an earlier kernel of the step: not by __ldg, which the
+    // compiler may hoist above the PDL wait.)
+    const float gs =
+        a.group_scale != nullptr ? __uint_as_float(ptx::ld_cg_u32(a.group_scale + group)) : 1.0f;
 #pragma unroll
     for (int r = 0; r < kGemvQuad; ++r) {
         const float scale = out_scale[r] * gs;

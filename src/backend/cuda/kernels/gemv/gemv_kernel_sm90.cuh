@@ -79,7 +79,9 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
     const int u1 = split.first(warp + 1);
 
     auto expert_of = [&](int group) -> int {
-        return a.expert_ids != nullptr ? __ldg(a.expert_ids + group) : group;
+        // (Written by the router, the previous kernel: read after the wait, never by __ldg.)
+        return a.expert_ids != nullptr ? static_cast<int>(ptx::ld_cg_u32(a.expert_ids + group))
+                                       : group;
     };
     // Stage of the warp's i-th unit (i counted from u0).
     const uint32_t ring = ptx::smem_addr(&stages[warp_in_cta][0][0]);

@@ -202,7 +202,9 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         for (int x = tid; x < kHeads * kTerms; x += kV4Threads) {
             const int wx = x >> 5, lx = x & 31;
             const int h = 2 * (wx >> 1) + (lx >> 4), c = 16 * (wx & 1) + (lx & 15);
-            const float4 v = __ldg(reinterpret_cast<const float4*>(qg + h * kDim) + c);
+            // (A plain load: q comes from the previous kernel, and an __ldg, which the compiler
+            // treats as invariant, could be hoisted above the PDL wait.)
+            const float4 v = reinterpret_cast<const float4*>(qg + h * kDim)[c];
             qs[(0 * kTerms + c) * kQStride + h] = v.x;
             qs[(1 * kTerms + c) * kQStride + h] = v.y;
             qs[(2 * kTerms + c) * kQStride + h] = v.z;
@@ -265,7 +267,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     if constexpr (kSplit) {
         if (!dev::last_to_arrive(arrivals, S)) return;
         // The token's scores, written by the S blocks (read through L2: never a stale L1 line).
-        for (int64_t i = tid; i < valid; i += kV4Threads) score[i] = __ldcg(score0 + i);
+        for (int64_t i = tid; i < valid; i += kV4Threads)
+            score[i] = __uint_as_float(ptx::ld_cg_u32(score0 + i));
         __syncthreads();
     } else {
         cg::this_cluster().sync();  // every score is in block 0; the others may exit
