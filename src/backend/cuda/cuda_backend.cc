@@ -220,6 +220,11 @@ class CudaBackend final : public Backend {
         // (gemm_op.h) instead of GEMV launches of 16 rows; 0 turns the path off.
         if (const char* rows = std::getenv("DSV4_CUDA_GEMM_MIN_ROWS"); rows != nullptr)
             gemm_min_rows_ = std::atoll(rows);
+        // Measurements (docs/perf.md, session 11): the GEMVs clear their own outputs inside
+        // the launch (GemvArgs::y_zero) instead of after a memset node each. Off by default:
+        // 1.6% slower at batch-1 decode in the run that measured both.
+        const char* zero = std::getenv("DSV4_CUDA_GEMV_ZERO");
+        gemv_memset_ = zero == nullptr || zero[0] == '\0' || std::string(zero) == "0";
         profile_.stream = stream_.get();
     }
 
@@ -556,6 +561,8 @@ class CudaBackend final : public Backend {
         const int slots = E + (stack ? 1 : 0);
         DSV4_ASSIGN_OR_RETURN(ce.g13, synth_gemv(gf, 2 * I, D, slots, seed));
         DSV4_ASSIGN_OR_RETURN(ce.g2, synth_gemv(gf, D, I, slots, ~seed));
+        // (The workspace's counters serve the experts' launches that clear their outputs.)
+        DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(ce.g13.shape.row_blocks()));
         ce.has_gemv = true;
         if (stack) stack_shared(ce, E, shared);
         max_cols_ = std::max({max_cols_, I, D});
@@ -650,16 +657,21 @@ class CudaBackend final : public Backend {
             g.y_bf16 = a.y_type == ops::ActType::kBF16;
             g.ldx = ldx;
             g.ldy = ldy;
-            // An f32 y: accumulate mode into y cleared by the launch itself (y_zero; docs/perf.md:
-            // accumulating is 1.1-1.5x faster than the plain mode's finish at M <= 16), and
+            // An f32 y: accumulate mode into y cleared first (docs/perf.md: accumulating is
+            // 1.1-1.5x faster than the plain mode's finish at M <= 16), by a 2-D memset of the
+            // written columns (or inside the launch, y_zero, under DSV4_CUDA_GEMV_ZERO), and
             // programmatic dependent launch (the weights stream in while the previous kernel
-            // drains; x is read and y cleared after the GEMV's wait).
+            // drains; x is read after the GEMV's wait).
             g.pdl = true;
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             if (!g.y_bf16) {
                 DSV4_ASSERT(a.y != a.x, "CUDA linear: y aliases x");
                 g.y_accumulate = true;
-                g.y_zero = true;
+                g.y_zero = !gemv_memset_;
+                if (gemv_memset_)
+                    DSV4_CHECK_CUDA(cudaMemset2DAsync(a.y, static_cast<size_t>(ldy) * 4, 0,
+                                                      static_cast<size_t>(a.N * a.groups) * 4,
+                                                      static_cast<size_t>(a.M), stream_.get()));
             }
             const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
             for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
@@ -694,8 +706,8 @@ class CudaBackend final : public Backend {
                     ops::ActType::kF32, a.out[i].act_fp8});
     }
     // A packed group (pack_rows) in one GEMV launch per run and 16 rows, each part's rows written
-    // to its own output (the GEMV's row segments), accumulated into outputs the launch clears
-    // (y_zero). False
+    // to its own output (the GEMV's row segments), in plain mode: no clearing of the outputs
+    // (under DSV4_CUDA_GEMV_ZERO: accumulated into outputs the launch clears, y_zero). False
     // (nothing run) when an output needs what the packed launch does not do (FP8 activations, a
     // bf16 rounding).
     bool linear_packed(const ops::LinearGroupArgs& a) {
@@ -726,8 +738,8 @@ class CudaBackend final : public Backend {
             g.ldx = w.cols;
             g.pdl = true;
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
-            g.y_accumulate = true;
-            g.y_zero = true;
+            g.y_accumulate = !gemv_memset_;
+            g.y_zero = g.y_accumulate;
             g.n_segments = r.count;
             int64_t row = 0;
             for (int i = 0; i < r.count; ++i) {
@@ -994,7 +1006,7 @@ class CudaBackend final : public Backend {
     }
 
     // y[g] += x[g] . W[ids[g]]^T for G groups of m rows each (accumulate mode: no split-K
-    // workspace, so any G fits), or y[g] = with `zero` (the launch clears y first: y_zero).
+    // workspace, so any G fits), or y[g] = with `zero` (a memset first, or y_zero).
     // Shared input (x_stride 0: every group reads the same rows) and a common output scaled by
     // group_scale[g] (y_stride 0) are the GEMV's own options; -1 keeps the dense layout.
     void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
@@ -1013,7 +1025,11 @@ class CudaBackend final : public Backend {
         g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
         g.group_scale = group_scale;
-        if (zero) {
+        if (zero && gemv_memset_) {
+            const int64_t sets = y_stride == 0 ? 1 : G;
+            DSV4_CHECK_CUDA(
+                cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, stream_.get()));
+        } else if (zero) {
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             g.y_zero = true;
         }
@@ -1177,6 +1193,7 @@ class CudaBackend final : public Backend {
     cuda::IndexerScratch indexer_ws_;  // the decode indexer's scores, counters (prepare_steps)
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
+    bool gemv_memset_ = true;  // false: DSV4_CUDA_GEMV_ZERO
     TransferCounts counts_;
     OpProfile profile_;
     bool recording_ = false;

@@ -74,7 +74,9 @@ struct GemvArgs {
     // for the previous kernel every warp clears its share of the y this launch adds into
     // (n_groups x m x n, or m x n when y_group_stride is 0 or with row segments), and no warp
     // adds before all have cleared (a counter pair in the workspace). The grid never holds more
-    // CTAs than fit on the GPU at once (grid_ctas), so every warp gets to clear.
+    // CTAs than fit on the GPU at once (grid_ctas), so every warp gets to clear. Measured 1.6%
+    // slower than the memset nodes at batch-1 decode (docs/perf.md, session 11): the engine
+    // uses it only under DSV4_CUDA_GEMV_ZERO.
     bool y_zero = false;
 
     // Workspace from gemv_workspace_bytes(); counters zeroed once, the kernel leaves them zero.
