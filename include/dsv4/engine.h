@@ -16,6 +16,8 @@
 
 namespace dsv4 {
 
+class RankGroup;
+
 struct EngineOptions {
     std::string model_dir;
     // Instead of model_dir: a synthetic model of random weights with the real shapes, drawn
@@ -49,6 +51,10 @@ struct EngineOptions {
     // Called while the weights load (copied to the device on cuda), after each layer:
     // (layers done, layers in all). May be empty.
     std::function<void(int, int)> on_load_progress;
+    // Ranks (include/dsv4/parallel.h): this engine is rank `rank` of the group and holds its
+    // share of the routed experts. CPU backend only so far. Empty: one rank.
+    std::shared_ptr<RankGroup> rank_group;
+    int rank = 0;
 };
 
 struct ModelInfo {

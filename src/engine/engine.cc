@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "backend/cpu/cpu_backend.h"
+#include "engine/rank_group.h"
 #if DSV4_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -332,7 +333,23 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
                      device, ", or --device cpu)");
     };
     if (typed && options.device == "cuda") return refuse_typed("cuda");
+    if (options.rank_group != nullptr) {
+        if (options.rank < 0 || options.rank >= options.rank_group->size())
+            return error("rank ", options.rank, " of a group of ", options.rank_group->size());
+        if (options.device != "cpu")
+            return error(
+                "ranks (expert parallelism) run on the CPU backend only so far: "
+                "use --device cpu (ranks on GPUs over NCCL are not written yet)");
+        // The bf16 configuration rounds the MoE's sum to bf16: per rank it would round partial
+        // sums, which DeepSeek's code never does.
+        if (options.numerics == "reference")
+            return error(
+                "ranks: numerics 'reference' (the bf16 configuration) is not split over "
+                "ranks (its MoE sum is rounded whole); use float or reference-fp32");
+    }
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
+    if (options.rank_group != nullptr)
+        impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
     if (typed && impl->backend->name() != std::string("cpu"))
         return refuse_typed(impl->backend->name());
     const bool synthetic = !options.synthetic.empty();

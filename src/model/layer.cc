@@ -105,7 +105,9 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
     const int64_t T = st.T;
     const ModelConfig& c = cfg_;
     const int E = c.n_routed_experts, k = c.num_experts_per_tok, I = c.moe_intermediate_size;
-    const bool shared = c.n_shared_experts > 0;
+    // With ranks (ops/collective.h) each rank adds its own experts' outputs, rank 0 the shared
+    // expert's, and the sum over the ranks makes the output whole.
+    const bool shared = c.n_shared_experts > 0 && backend_.rank() == 0;
     Backend& b = backend_;
     b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel, ws.route_w, T,
               E, k, static_cast<float>(c.routed_scaling_factor)});
@@ -113,6 +115,7 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
            shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, ws.routed,
            out, T, c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
            reference() && w.experts.fp8_activations, bf16()});
+    b.all_reduce_sum(out, T * c.hidden_size);
 }
 
 }  // namespace dsv4

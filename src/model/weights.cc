@@ -145,6 +145,11 @@ class Binder {
     void mark_used(const std::string& name) {
         if (store_.find(name)) used_.insert(name);
     }
+    // Every tensor under `prefix` (another rank's experts: there, not read here).
+    void mark_used_under(const std::string& prefix) {
+        for (const std::string& n : store_.names())
+            if (n.rfind(prefix, 0) == 0) used_.insert(n);
+    }
     // (A synthetic model has a head of its own and no MTP block.)
     bool has(const std::string& name) const {
         return synth_ ? name == "head.weight" : store_.find(name) != nullptr;
@@ -268,29 +273,40 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
     const Backend::SharedExpert shared =
         c.n_shared_experts > 0 ? Backend::SharedExpert{&w.shared_w1, &w.shared_w3, &w.shared_w2}
                                : Backend::SharedExpert{};
+    // With ranks, this rank's share of the experts only (ops/collective.h).
+    const ops::ExpertShard shard = ops::expert_shard(E, b.backend().rank(), b.backend().ranks());
+    if (shard.count < 1)
+        return error(b.backend().ranks(), " ranks for ", E, " routed experts: at most ", E);
     if (SynthSource* syn = b.synth()) {
         expert_format = syn->expert_format();
-        DSV4_BIND(w.experts,
-                  b.backend().synth_experts(E, I, D, expert_format, syn->seed_of(f + "experts"),
-                                            at(R::kExperts), shared));
+        DSV4_BIND(w.experts, b.backend().synth_experts(shard.count, I, D, expert_format,
+                                                       syn->seed_of(f + "experts") + shard.first,
+                                                       at(R::kExperts), shared));
         if (w.experts.valid())
-            b.count(static_cast<size_t>(synth_bytes_per_value(expert_format) * E * 3 * I * D),
-                    R::kExperts, expert_format);
+            b.count(
+                static_cast<size_t>(synth_bytes_per_value(expert_format) * shard.count * 3 * I * D),
+                R::kExperts, expert_format);
     }
     if (!w.experts.valid()) {
-        std::vector<QuantWeight> w1(E), w2(E), w3(E);
+        std::vector<QuantWeight> w1(shard.count), w2(shard.count), w3(shard.count);
         for (int e = 0; e < E; ++e) {
             const std::string x = f + "experts." + std::to_string(e) + ".";
-            DSV4_BIND(w1[e], b.view(x + "w1", I, D, R::kExperts));
-            DSV4_BIND(w2[e], b.view(x + "w2", D, I, R::kExperts));
-            DSV4_BIND(w3[e], b.view(x + "w3", I, D, R::kExperts));
+            const int i = e - shard.first;
+            if (i < 0 || i >= shard.count) {
+                b.mark_used_under(x);
+                continue;
+            }
+            DSV4_BIND(w1[i], b.view(x + "w1", I, D, R::kExperts));
+            DSV4_BIND(w2[i], b.view(x + "w2", D, I, R::kExperts));
+            DSV4_BIND(w3[i], b.view(x + "w3", I, D, R::kExperts));
         }
         expert_format = w1[0].format;
-        DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(), E,
-                                                        at(R::kExperts), shared));
+        DSV4_BIND(w.experts, b.backend().upload_experts(w1.data(), w3.data(), w2.data(),
+                                                        shard.count, at(R::kExperts), shared));
     }
+    w.experts.first = shard.first;
     w.experts.fp8_activations = Binder::low_precision(expert_format);
-    w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / E;
+    w.bytes_expert = (b.bytes() - bytes0 - w.bytes_dense) / shard.count;
     return Status::ok();
 }
 

@@ -19,6 +19,7 @@
 #include "base/status.h"
 #include "formats/quant_weight.h"
 #include "ops/attention.h"
+#include "ops/collective.h"
 #include "ops/compressor.h"
 #include "ops/embed.h"
 #include "ops/hyper_conn.h"
@@ -172,6 +173,21 @@ class Backend {
     virtual void round_trip(const ops::RoundTripArgs& a) = 0;
     // x *= s (n elements).
     virtual void scale(float* x, float s, int64_t n) = 0;
+
+    // Ranks (ops/collective.h, docs/parallel.md): the collective of this backend's rank, set
+    // once before the weights load; none for a model on one rank.
+    void set_collective(ops::Collective* c) { collective_ = c; }
+    int rank() const { return collective_ != nullptr ? collective_->rank() : 0; }
+    int ranks() const { return collective_ != nullptr ? collective_->size() : 1; }
+    // x[0, n) := its sum over the ranks, in step order with the other ops; nothing on one rank.
+    // This version is for backends whose memory is host memory (the CPU); a device backend
+    // that takes ranks overrides it.
+    virtual void all_reduce_sum(float* x, int64_t n) {
+        if (collective_ != nullptr) collective_->all_reduce_sum(x, n);
+    }
+
+  private:
+    ops::Collective* collective_ = nullptr;
 };
 
 inline void* Backend::alloc(size_t bytes) {

@@ -19,10 +19,13 @@ struct Weight {
 
 // One layer's routed experts as one object: gate w1 [E, I, D], up w3 [E, I, D], down w2
 // [E, D, I]. The MoE op takes it with expert ids in backend memory.
+// With ranks (ops/collective.h) a rank holds E of the layer's experts, global ids [first,
+// first + E); the expert ids the router writes stay global.
 struct ExpertWeights {
     int E = 0, I = 0, D = 0;
     const void* impl = nullptr;    // backend-defined
     bool fp8_activations = false;  // as Weight
+    int first = 0;
     bool valid() const { return impl != nullptr; }
 };
 

@@ -821,6 +821,8 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
         if (a.T == 0) return;
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
+        DSV4_ASSERT(a.experts->first == 0 && a.experts->E == a.E,
+                    "CUDA moe: a rank's share of the experts (Engine::create refuses ranks)");
         const int64_t P = a.T * a.k, D = a.D, I = a.I;
         const bool grouped = ex.has_gemv && ops::moe_grouped_by_expert(a.T, a.k, a.E);
         const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;
@@ -926,6 +928,11 @@ class CudaBackend final : public Backend {
         }
         cuda::launch_moe_combine(
             {y2, a.act_fp8 ? nullptr : a.weight, shared, a.out, a.T, a.k, D, row}, s);
+    }
+    // Ranks over NCCL are not written yet (docs/parallel.md): Engine::create refuses a rank
+    // group on this backend.
+    void all_reduce_sum(float*, int64_t) override {
+        DSV4_ASSERT(ranks() == 1, "CUDA all_reduce_sum: no collective on this backend");
     }
     DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
     DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)

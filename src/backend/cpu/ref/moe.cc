@@ -67,13 +67,16 @@ void moe(const ops::MoeArgs& a) {
         fp8_activations(a.x, a.T, a.D, a.D, xq.data());
         x = xq.data();
     }
-    parallel_for(a.E, 1, [&](int64_t e_begin, int64_t e_end) {
+    // The experts held here (all of them, or a rank's share: ops/collective.h); a slot whose
+    // expert another rank holds contributes zeros, which leave the sums below unchanged.
+    const int first = a.experts->first;
+    parallel_for(a.experts->E, 1, [&](int64_t e_begin, int64_t e_end) {
         std::vector<float> row(std::max(a.D, a.I)), g, u;
         std::vector<int64_t> users;
         for (int64_t e = e_begin; e < e_end; ++e) {
             users.clear();
             for (int64_t s = 0; s < slots; ++s)
-                if (a.sel[s] == e) users.push_back(s);
+                if (a.sel[s] == first + e) users.push_back(s);
             if (users.empty()) continue;
             const int64_t n = static_cast<int64_t>(users.size());
             g.assign(n * a.I, 0.0f);

@@ -1,0 +1,76 @@
+#include "engine/rank_group.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace dsv4 {
+namespace {
+
+class LocalCollective final : public ops::Collective {
+  public:
+    LocalCollective(RankGroup::Impl& group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return group_.size(); }
+    void all_reduce_sum(float* x, int64_t n) override { group_.all_reduce_sum(rank_, x, n); }
+
+  private:
+    RankGroup::Impl& group_;
+    int rank_;
+};
+
+}  // namespace
+
+RankGroup::Impl::Impl(int ranks)
+    : n_(ranks),
+      data_(static_cast<size_t>(ranks)),
+      lengths_(static_cast<size_t>(ranks)),
+      scratch_(static_cast<size_t>(ranks)) {
+    for (int r = 0; r < ranks; ++r) views_.push_back(std::make_unique<LocalCollective>(*this, r));
+}
+
+void RankGroup::Impl::barrier() {
+    std::unique_lock<std::mutex> lock(m_);
+    const uint64_t gen = generation_;
+    if (++arrived_ == n_) {
+        arrived_ = 0;
+        ++generation_;
+        cv_.notify_all();
+        return;
+    }
+    cv_.wait(lock, [&] { return generation_ != gen; });
+}
+
+void RankGroup::Impl::all_reduce_sum(int rank, float* x, int64_t n) {
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        data_[static_cast<size_t>(rank)] = x;
+        lengths_[static_cast<size_t>(rank)] = n;
+    }
+    barrier();  // every rank's buffer is offered
+    for (int r = 0; r < n_; ++r)
+        DSV4_ASSERT(lengths_[static_cast<size_t>(r)] == n, "all_reduce_sum: rank ", r, " sums ",
+                    lengths_[static_cast<size_t>(r)], " floats, rank ", rank, " ", n);
+    std::vector<float>& sum = scratch_[static_cast<size_t>(rank)];  // (grows once, then reused)
+    sum.assign(static_cast<size_t>(n), 0.0f);
+    for (int r = 0; r < n_; ++r) {
+        const float* d = data_[static_cast<size_t>(r)];
+        for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += d[i];
+    }
+    barrier();  // every rank has read every buffer: now each may overwrite its own
+    std::copy(sum.begin(), sum.end(), x);
+}
+
+RankGroup::RankGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RankGroup::~RankGroup() = default;
+
+std::shared_ptr<RankGroup> RankGroup::in_process(int ranks) {
+    DSV4_ASSERT(ranks >= 1, "RankGroup::in_process(", ranks, ")");
+    return std::shared_ptr<RankGroup>(new RankGroup(std::make_unique<Impl>(ranks)));
+}
+
+int RankGroup::size() const {
+    return impl_->size();
+}
+
+}  // namespace dsv4
