@@ -305,7 +305,10 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options) {
+Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
+    EngineOptions options = given;
+    // Ranks run on the CPU backend only so far: "auto" picks it for them.
+    if (options.rank_group != nullptr && options.device == "auto") options.device = "cpu";
     auto impl = std::make_unique<Impl>();
     impl->options = options;
     if (options.model_dir.empty() == options.synthetic.empty())

@@ -275,7 +275,8 @@ Status bind_layer(Binder& b, const ModelConfig& c, const std::string& p, const L
                                : Backend::SharedExpert{};
     // With ranks, this rank's share of the experts only (ops/collective.h).
     const ops::ExpertShard shard = ops::expert_shard(E, b.backend().rank(), b.backend().ranks());
-    if (shard.count < 1)
+    // (Every rank refuses alike, so none goes on to wait for the others in a collective.)
+    if (b.backend().ranks() > E)
         return error(b.backend().ranks(), " ranks for ", E, " routed experts: at most ", E);
     if (SynthSource* syn = b.synth()) {
         expert_format = syn->expert_format();
