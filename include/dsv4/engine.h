@@ -78,6 +78,11 @@ struct ModelInfo {
     bool has_mtp = false;                     // the checkpoint's MTP block is loaded
     std::vector<std::string> weight_formats;  // "group: format" lines
     std::string source;                       // the model folder, or "synthetic v4-flash (nvfp4)"
+    // With ranks (EngineOptions::rank_group): this rank, the group's size and the routed
+    // experts of every layer this rank binds ([experts_first, + experts_local) of
+    // experts_total); one rank: 0, 1 and all of them.
+    int rank = 0, ranks = 1;
+    int experts_first = 0, experts_local = 0, experts_total = 0;
 };
 
 // What one decode step reads from memory (bytes as stored): the weights (every layer's dense

@@ -4,19 +4,64 @@
 
 #include "cli/commands.h"
 #include "dsv4/engine.h"
+#include "dsv4/parallel.h"
 
 namespace dsv4::cli {
 
 namespace {
 
-int run_info(const EngineOptions& o) {
+struct InfoArgs {
+    EngineOptions engine;
+    int ranks = 1;  // > 1: also the plan over that many ranks
+};
+
+constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
+
+// The memory plan over `ranks` ranks (docs/parallel.md): each rank's engine made in turn (the
+// same loading as `dsv4 check --ranks`), its share of the routed experts, the weights it binds
+// and what it allocates.
+int print_rank_plan(const EngineOptions& base, int ranks) {
+    auto group = RankGroup::in_process(ranks);
+    std::printf(
+        "plan over %d ranks (expert parallelism; attention, norms, head and the shared "
+        "expert on every rank, the shared expert computed on rank 0):\n",
+        ranks);
+    std::printf("  rank  routed experts/layer  weights MiB  cache pool MiB  allocated MiB\n");
+    for (int r = 0; r < ranks; ++r) {
+        EngineOptions o = base;
+        o.rank_group = group;
+        o.rank = r;
+        auto engine = Engine::create(o);
+        if (!engine) {
+            print_error(engine.status().with_context("rank " + std::to_string(r)));
+            return kExitError;
+        }
+        const ModelInfo& i = (*engine)->info();
+        const std::string experts = std::to_string(i.experts_first) + "-" +
+                                    std::to_string(i.experts_first + i.experts_local - 1) + " (" +
+                                    std::to_string(i.experts_local) + " of " +
+                                    std::to_string(i.experts_total) + ")";
+        std::printf("  %4d  %-20s  %11.1f  %14.1f  %13.1f\n", r, experts.c_str(),
+                    i.weight_bytes / kMiB, i.cache_pool_bytes / kMiB,
+                    (*engine)->memory_in_use() / kMiB);
+    }
+    return 0;
+}
+
+int run_info(const InfoArgs& a) {
+    const EngineOptions& o = a.engine;
     auto engine = Engine::create(o);
     if (!engine) {
         print_error(engine.status());
         return kExitError;
     }
     const ModelInfo& i = (*engine)->info();
-    const double gib = 1024.0 * 1024.0 * 1024.0;
+    if (a.ranks > 1 && a.ranks > i.experts_total) {  // (before anything is printed)
+        print_error(error("--ranks ", a.ranks, ": the model has ", i.experts_total,
+                          " routed experts a layer, at most that many ranks"));
+        return kExitError;
+    }
+    const double gib = kGiB;
     std::printf("model:          %s\n", i.source.c_str());
     std::printf("config:         %s\n", i.summary.c_str());
     std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / gib,
@@ -33,17 +78,23 @@ int run_info(const EngineOptions& o) {
     std::printf("step:           up to %d tokens (all rows)\n", i.step_tokens);
     std::printf("on %-11s  %.3f GiB allocated (weights copied, cache pool, workspaces)\n",
                 (i.device + ":").c_str(), (*engine)->memory_in_use() / gib);
-    return 0;
+    if (a.ranks <= 1) return 0;
+    engine->reset();  // (one rank's engine at a time)
+    return print_rank_plan(o, a.ranks);
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
-    auto opts = std::make_shared<EngineOptions>();
+    auto args = std::make_shared<InfoArgs>();
     CLI::App* cmd = app.add_subcommand("info", "Describe a model folder: config, formats, memory");
-    cmd->footer("Example: dsv4 info --model tests/data/golden/fmt-nvfp4");
-    add_engine_options(cmd, *opts, /*synthetic=*/true);
-    cmd->callback([opts] { set_exit_code(run_info(*opts)); });
+    cmd->footer("Example: dsv4 info --model tests/data/golden/fmt-nvfp4 --ranks 2");
+    add_engine_options(cmd, args->engine, /*synthetic=*/true);
+    cmd->add_option("--ranks", args->ranks,
+                    "Also print the memory plan over N ranks: each rank's routed experts, "
+                    "weights and allocation (CPU backend; docs/parallel.md)")
+        ->check(CLI::Range(1, 64));
+    cmd->callback([args] { set_exit_code(run_info(*args)); });
 }
 
 }  // namespace dsv4::cli

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/rank_group.h"
+#include "ops/collective.h"
 #if DSV4_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -475,6 +476,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     i.weight_formats = impl->model->weights().formats;
     i.has_mtp = impl->model->has_mtp();
     i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
+    i.rank = impl->backend->rank();
+    i.ranks = impl->backend->ranks();
+    const ops::ExpertShard shard = ops::expert_shard(c.n_routed_experts, i.rank, i.ranks);
+    i.experts_first = shard.first;
+    i.experts_local = shard.count;
+    i.experts_total = c.n_routed_experts;
     return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -92,6 +92,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"cache_budget_too_small", gen + " --cache-gib 0.0000001", 1, "holds no sequence"},
         Case{"device_unknown", gen + " --device tpu", 2, "--device"},
         Case{"tolerance_negative", "check" + kModel + " --tolerance -1", 2, "--tolerance"},
+        Case{"info_ranks_zero", "info" + kModel + " --ranks 0", 2, "--ranks"},
+        Case{"info_more_ranks_than_experts", "info" + kModel + " --ranks 64", 1,
+             "at most that many ranks"},
         Case{"prompt_and_ids", gen + " --prompt hi", 2, "exactly one of"},
         Case{"unknown_command", "bogus", 2, "unknown command 'bogus'"},
         Case{"unknown_flag", gen + " --bogus", 2, "--bogus"},
@@ -118,6 +121,15 @@ TEST(Cli, VersionHelpAndNoArguments) {
         EXPECT_EQ(h.code, 0) << cmd;
         EXPECT_NE(h.out.find("xample"), std::string::npos) << cmd << " --help has no example";
     }
+}
+
+// The memory plan over ranks: every rank's line, the routed experts split contiguously.
+TEST(Cli, InfoPrintsTheRankPlan) {
+    const CliRun r = dsv4("info --device cpu" + kModel + " --ranks 3");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("plan over 3 ranks"), std::string::npos) << r.out;
+    for (const char* rank : {"\n     0  ", "\n     1  ", "\n     2  "})
+        EXPECT_NE(r.out.find(rank), std::string::npos) << rank << "\n" << r.out;
 }
 
 TEST(Cli, TokenizerMayBeAFolder) {
