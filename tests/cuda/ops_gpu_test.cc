@@ -18,6 +18,7 @@
 #include "backend/cpu/ref/ref_ops.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels/attention/attention.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 #include "ops_gpu_util.h"
@@ -426,12 +427,30 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     r.step = st.view();
     r.entries = with_entries ? entries.data() : nullptr;
     r.topk = csa ? topk.data() : nullptr;
-    be->attention(g);
     cpu_ref::attention(r);
     // Outputs are convex combinations of keys: FP32 scores and sums against the reference's
     // double, bounded relative to the largest key value.
-    expect_close(what, out.get(), ref, 0.0,
-                 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) + 2e-5 * max_abs(ring));
+    const double tol = 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) + 2e-5 * max_abs(ring);
+    // Both kernels on every case: the cluster kernel (the split one turned off), then the
+    // split kernel, which takes steps of up to kAttnSplitMaxTokens tokens with float4 rows (the
+    // test's arrays are 16-byte aligned); the others stay on the cluster kernel.
+    const bool splits = T <= cuda::kAttnSplitMaxTokens && hd % 4 == 0;
+    const int64_t runs0 = cuda_attention_split_runs(*be);
+    cuda_set_attention_split(*be, false);
+    be->attention(g);
+    expect_close((std::string(what) + " (cluster kernel)").c_str(), out.get(), ref, 0.0, tol);
+    EXPECT_EQ(cuda_attention_split_runs(*be), runs0);
+    cuda_set_attention_split(*be, true);
+    be->fill(out.p, std::nanf(""), out.n);
+    be->attention(g);
+    expect_close(
+        (std::string(what) + (splits ? " (split kernel)" : " (cluster kernel again)")).c_str(),
+        out.get(), ref, 0.0, tol);
+    EXPECT_EQ(cuda_attention_split_runs(*be), runs0 + (splits ? 1 : 0));
+    // The arrival counters are left at zero: a second launch gives the same result.
+    be->fill(out.p, std::nanf(""), out.n);
+    be->attention(g);
+    expect_close((std::string(what) + " (again)").c_str(), out.get(), ref, 0.0, tol);
 }
 
 TEST(CudaOpsGpu, AttentionSlidingOnly) {

@@ -225,6 +225,10 @@ class CudaBackend final : public Backend {
         // 1.6% slower at batch-1 decode in the run that measured both.
         const char* zero = std::getenv("DSV4_CUDA_GEMV_ZERO");
         gemv_memset_ = zero == nullptr || zero[0] == '\0' || std::string(zero) == "0";
+        // Measurements (docs/perf.md, session 12): decode steps take the split attention
+        // kernel; DSV4_CUDA_ATTN_SPLIT=0 keeps them on the cluster kernel (for comparisons).
+        const char* split = std::getenv("DSV4_CUDA_ATTN_SPLIT");
+        attn_split_ = split == nullptr || split[0] == '\0' || std::string(split) != "0";
         profile_.stream = stream_.get();
     }
 
@@ -236,6 +240,8 @@ class CudaBackend final : public Backend {
 
     const char* name() const override { return "cuda"; }
     int64_t gemm_runs() const { return gemm_runs_; }
+    int64_t attention_split_runs() const { return attn_split_runs_; }
+    void set_attention_split(bool on) { attn_split_ = on; }
 
     Expected<void*> try_alloc(size_t bytes) override {
         if (broke_recording("allocate")) return error("allocation inside a recorded step");
@@ -570,7 +576,8 @@ class CudaBackend final : public Backend {
     }
 
     // Scratch sized for steps of up to max_rows rows: the FP8 activation copies and the mHC
-    // partial sums (grown, never shrunk); the decode indexer's (fixed size, ~1 MB).
+    // partial sums (grown, never shrunk); the decode indexer's (fixed size, ~1 MB) and the
+    // decode attention's (fixed size, ~8.6 MB on an H200).
     Status prepare_steps(int64_t max_rows) override {
         const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
         if (hc > hc_ws_.doubles || max_rows > hc_ws_.max_tokens) {
@@ -585,6 +592,11 @@ class CudaBackend final : public Backend {
         if (indexer_ws_.scores == nullptr) {
             DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(cuda::indexer_scratch_bytes()));
             indexer_ws_ = cuda::indexer_scratch(p, info_.sm_count);
+        }
+        if (attn_ws_.part == nullptr) {
+            DSV4_ASSIGN_OR_RETURN(void* p,
+                                  try_alloc(cuda::attention_scratch_bytes(info_.sm_count)));
+            attn_ws_ = cuda::attention_scratch(p, info_.sm_count);
         }
         if (gemm_min_rows_ > 0 && !gemm_.ready()) DSV4_RETURN_IF_ERROR(start_gemm());
         const int64_t floats = max_rows * max_cols_;
@@ -777,7 +789,9 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
         DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
                     "CUDA attention: rings of W rows only (max_ring_extra)");
-        cuda::launch_attention(a, stream_.get());
+        if (cuda::launch_attention(a, attn_split_ ? attn_ws_ : cuda::AttentionScratch{},
+                                   stream_.get()))
+            ++attn_split_runs_;
     }
     void ring_write(const ops::RingWriteArgs& a) override {
         const auto prof = profile_.scope("ring_write", recording_);
@@ -1198,6 +1212,9 @@ class CudaBackend final : public Backend {
     float* act_ = nullptr;      // [max_rows, max_cols_] FP8 activation copies (prepare_steps)
     cuda::HcScratch hc_ws_;     // mHC mixing partials and counters (prepare_steps)
     cuda::IndexerScratch indexer_ws_;  // the decode indexer's scores, counters (prepare_steps)
+    cuda::AttentionScratch attn_ws_;   // the decode attention's partials (prepare_steps)
+    bool attn_split_ = true;           // false: DSV4_CUDA_ATTN_SPLIT=0 (cuda_set_attention_split)
+    int64_t attn_split_runs_ = 0;      // cuda_attention_split_runs
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
     bool gemv_memset_ = true;  // false: DSV4_CUDA_GEMV_ZERO
@@ -1225,6 +1242,18 @@ int64_t cuda_gemm_runs(const Backend& b) {
     const auto* cb = dynamic_cast<const CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     return cb->gemm_runs();
+}
+
+int64_t cuda_attention_split_runs(const Backend& b) {
+    const auto* cb = dynamic_cast<const CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    return cb->attention_split_runs();
+}
+
+void cuda_set_attention_split(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_attention_split(on);
 }
 
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(

@@ -38,4 +38,10 @@ Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(
 // (gemm_op.h) so far. Aborts when `b` is another backend.
 int64_t cuda_gemm_runs(const Backend& b);
 
+// Tests and comparisons: how many attention launches took the split kernel (decode steps,
+// attention_split_sm90.cu) so far, and whether steps may take it (on by default; off: every
+// step takes the cluster kernel, as DSV4_CUDA_ATTN_SPLIT=0). Abort when `b` is another backend.
+int64_t cuda_attention_split_runs(const Backend& b);
+void cuda_set_attention_split(Backend& b, bool on);
+
 }  // namespace dsv4

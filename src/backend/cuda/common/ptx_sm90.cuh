@@ -35,6 +35,12 @@ __device__ __forceinline__ void ldg_v2_if(bool pred, const void* p, uint2& v) {
         : "l"(p), "r"(static_cast<uint32_t>(pred)));
 }
 
+// Requests the L2 line holding p (no register written, nothing waited for): data a kernel will
+// load after its programmatic-launch wait, fetched while the grid before it still runs.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Asynchronous global -> shared copies (LDGSTS). Completion is per thread and counted in commit
 // groups, so a pipeline's depth is explicit (wait_group N) instead of being left to the
 // compiler's scoreboard allocation, which serialises deep register-ring prefetches.

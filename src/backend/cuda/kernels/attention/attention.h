@@ -4,13 +4,34 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "ops/attention.h"
 
 namespace dsv4::cuda {
 
 // Limits of the kernel: head_dim <= 512 (V4: 512); heads are processed 64 per block.
 inline constexpr int kAttnMaxHeadDim = 512;
-void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream);
+// Steps of at most this many tokens take the split kernel (attention_split_sm90.cu) when the
+// scratch is there and the rows are float4-aligned.
+inline constexpr int kAttnSplitMaxTokens = 8;
+
+// Device scratch of the split kernel: each block's partial (m, l, out) per head and an arrival
+// counter per (token, head group) (zero; every launch leaves them zero). Without it (part ==
+// nullptr) every step takes the cluster kernel.
+struct AttentionScratch {
+    float* part = nullptr;         // [max_blocks][8 heads][512 + 2]
+    unsigned* arrivals = nullptr;  // [max_blocks], zero
+    int max_blocks = 0;
+    int sm_count = 1;  // the split grid is at most two blocks an SM
+};
+// Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved from p (that many
+// zeroed bytes).
+int64_t attention_scratch_bytes(int sm_count);
+AttentionScratch attention_scratch(void* p, int sm_count);
+
+// True when the step took the split kernel.
+bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws, cudaStream_t stream);
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

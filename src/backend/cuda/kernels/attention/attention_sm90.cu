@@ -1,11 +1,13 @@
-// Sink attention (attention.h). A token's work is its keys (its slot's ring positions before
-// the chunk, the chunk's own tokens, then the compressed entries: all valid ones for HCA, the
-// top-k list for CSA) times its heads. A V4-Flash decode token has up to 640 keys x 64 heads of
-// 512 dims, ~42 M FMAs (scores and values): too much for a few SMs and too little to amortise a
-// fixed cost per block. The previous kernel (a cluster of 8 blocks of all 64 heads per token)
-// ran 25.9 / 38 / 76 us a call for sliding / HCA / CSA at batch 1 on an H200: 8 of 132 SMs
-// working, each bound by shared-memory reads (2 FMAs per float read). This one spreads a token
-// over more, lighter blocks:
+// Sink attention (attention.h), the cluster kernel: prefill chunks and steps of more than
+// kAttnSplitMaxTokens tokens (smaller steps with float4 rows take attention_split_sm90.cu when the
+// backend passes its scratch; docs/perf.md, session 12). A token's work is its keys (its slot's
+// ring positions before the chunk, the chunk's own tokens, then the compressed entries: all valid
+// ones for HCA, the top-k list for CSA) times its heads. A V4-Flash decode token has up to 640 keys
+// x 64 heads of 512 dims, ~42 M FMAs (scores and values): too much for a few SMs and too little to
+// amortise a fixed cost per block. The previous kernel (a cluster of 8 blocks of all 64 heads per
+// token) ran 25.9 / 38 / 76 us a call for sliding / HCA / CSA at batch 1 on an H200: 8 of 132 SMs
+// working, each bound by shared-memory reads (2 FMAs per float read). This one spreads a token over
+// more, lighter blocks:
 //  - head groups (grid.y): 16 heads a block, or 8 when 16-head groups split 16 ways would still
 //    give fewer than 128 blocks (a batch-1 step of 64 heads: 8 groups, not 4);
 //  - key splits: a cluster of C blocks (up to 16, a non-portable size allowed by an attribute)
@@ -56,6 +58,7 @@
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/attention/attention_keys_sm90.cuh"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
@@ -65,6 +68,7 @@ namespace dsv4::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace attn;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -74,16 +78,9 @@ constexpr int kMaxGroups = 2;  // key groups per block (8-head blocks)
 constexpr int kMaxRows = kBatch * kMaxGroups;         // keys per tile
 constexpr int kMaxHeads = kWarps * kQuad;             // 16
 constexpr int kMaxCluster = 16;                       // non-portable: allowed by attribute
-constexpr int kChunk = 128;                           // dims of one float4 per lane
 constexpr int kMaxChunks = kAttnMaxHeadDim / kChunk;  // 4
 static_assert(kQuad * kBatch == 32, "one score of the batch per lane");
 static_assert(kAttnMaxHeadDim % kChunk == 0, "head_dim limit in whole chunks");
-
-// Rows in shared memory are zero-padded to a whole number of chunks, so the inner loops need no
-// bounds (the padding adds exact zeros).
-__host__ __device__ constexpr int padded_hd(int hd) {
-    return (hd + kChunk - 1) / kChunk * kChunk;
-}
 
 // Shared memory (floats): the key tiles [2 buffers][8 x groups keys][hdp] (after the keys: the
 // partials [Hb][hdp], then the second key group's [8][hdp]), the partial (m, l) [16][2], the
@@ -122,69 +119,8 @@ __device__ inline Smem carve(float* base, int hd, int groups) {
     return s;
 }
 
-// Where token t's keys live: j < n_ring: the slot's ring; then the chunk's own tokens; then the
-// compressed entries (HCA: e = j - n_win for e < n_ent; CSA: topk[t][j - n_win], -1 = none).
-struct KeyList {
-    const float* ring;
-    const float* chunk;
-    const float* entries;
-    const int32_t* topk;
-    int64_t first_row, n_ring, n_win, n_total;  // first_row: the ring row of key 0
-    int W, hd;
-
-    // The CSA list value key j needs (0 where it needs none), read a tile ahead of key().
-    __device__ int32_t index(int64_t j) const { return topk && j >= n_win ? topk[j - n_win] : 0; }
-    __device__ const float* key(int64_t j, int32_t idx) const {
-        if (j < n_ring) {  // first_row < W and j < W: no modulo
-            const int64_t r = first_row + j;
-            return ring + (r < W ? r : r - W) * hd;
-        }
-        if (j < n_win) return chunk + (j - n_ring) * hd;
-        const int64_t e = topk ? idx : j - n_win;
-        return e < 0 ? nullptr : entries + e * hd;
-    }
-};
-
-__device__ __forceinline__ float4& f4(float* p) {
-    return *reinterpret_cast<float4*>(p);
-}
-__device__ __forceinline__ const float4& f4(const float* p) {
-    return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ float comp(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 __device__ __forceinline__ float pick(const float (&v)[kQuad], int i) {
     return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
-}
-__device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
-    acc.x = fmaf(w, v.x, acc.x);
-    acc.y = fmaf(w, v.y, acc.y);
-    acc.z = fmaf(w, v.z, acc.z);
-    acc.w = fmaf(w, v.w, acc.w);
-}
-__device__ __forceinline__ float dot4(const float4& a, const float4& b, float s) {
-    s = fmaf(a.x, b.x, s);
-    s = fmaf(a.y, b.y, s);
-    s = fmaf(a.z, b.z, s);
-    return fmaf(a.w, b.w, s);
-}
-
-// One warp fills a shared row of hdp floats from a global row of hd floats (nullptr: zeros),
-// zero padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases): then
-// asynchronously (cp.async, completed by the tile's wait), else with plain loads.
-__device__ __forceinline__ void stage_row(float* dst, const float* src, int hd, int hdp, bool vec,
-                                          int lane) {
-    if (src != nullptr && vec) {
-        for (int d = lane * 4; d < hdp; d += kChunk) {
-            if (d < hd)
-                ptx::cp_async_16(ptx::smem_addr(dst + d), src + d);
-            else
-                f4(dst + d) = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    } else {
-        for (int d = lane; d < hdp; d += 32) dst[d] = src != nullptr && d < hd ? src[d] : 0.0f;
-    }
 }
 
 // A 4-head part of a head's row for lane `lane`: dims 128 c + 4 lane .. + 3 of row `src` (hd
@@ -235,24 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
     }
 
-    const ops::StepDesc& st = a.step;
-    const int b = st.tok_row[t];
-    const int64_t p = st.tok_pos[t], pos0 = st.row_pos0[b];
-    const int64_t slot = st.row_slot[b];
-    KeyList kl;
-    kl.W = a.W;
-    kl.hd = hd;
-    kl.ring = a.ring + slot * a.W * hd;
-    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    kl.first_row = first % a.W;
-    kl.n_ring = pos0 > first ? pos0 - first : 0;
-    const int64_t chunk_first = first > pos0 ? first : pos0;
-    kl.chunk = a.kv + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * hd;
-    kl.n_win = kl.n_ring + (p - chunk_first + 1);
-    kl.entries = a.entries ? a.entries + slot * a.n_entries * hd : nullptr;
-    kl.topk = a.entries && a.topk ? a.topk + static_cast<int64_t>(t) * a.K : nullptr;
-    const int64_t n_ent = a.entries == nullptr ? 0 : (a.topk ? a.K : (p + 1) / a.compress_rate);
-    kl.n_total = kl.n_win + n_ent;
+    const KeyList kl = key_list(a, t);
     // This block's slice: a multiple of 8 keys (whole batches), empty for the last ranks of a
     // short list.
     const int64_t per = ((kl.n_total + C - 1) / C + kBatch - 1) / kBatch * kBatch;
@@ -503,12 +422,13 @@ int sm_count() {
 
 }  // namespace
 
-void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
+bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
+                      cudaStream_t stream) {
     DSV4_ASSERT(a.hd >= 1 && a.hd <= kAttnMaxHeadDim, "attention: head_dim ", a.hd, " (at most ",
                 kAttnMaxHeadDim, ")");
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
     DSV4_ASSERT(!a.round_bf16, "CUDA attention: no bf16 reference mode (round_bf16)");
-    if (a.step.T == 0) return;
+    if (a.step.T == 0) return false;
     static const int sms = sm_count();
     const int64_t T = a.step.T;
     // Head groups of 16, or of 8 (two key groups per block) when 16-head groups split 16 ways
@@ -527,6 +447,7 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
     const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
                      aligned16(a.entries) && aligned16(a.out);
+    if (attn::launch_attention_split(a, ws, vec, stream)) return true;
     // The attributes are host-side settings (not stream operations): allowed during capture.
     static const cudaError_t attr = [] {
         const cudaError_t e =
@@ -545,6 +466,7 @@ void launch_attention(const ops::AttentionArgs& a, cudaStream_t stream) {
                attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, vec,
                key_groups, rope.in_kernel);
     rope.launch_after(a.out, T * a.H, a.hd, stream);
+    return false;
 }
 
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream) {

@@ -381,9 +381,25 @@ __device__ void collapse_any(const float* x, const float* pre, int n, int D, flo
     }
 }
 
+// The L2 lines of this block's slice of the mixing rows (blockIdx.x's, as mix_partial reads
+// them), one request a thread. The weights depend on no earlier grid: requested before the
+// programmatic-launch wait, they arrive while the previous kernel still runs, and the loads
+// after the wait hit L2 instead of DRAM.
+__device__ void prefetch_mixing(const float* fn, int rows, int64_t width, int S) {
+    const int64_t per = (width + S - 1) / S;
+    const int64_t begin = blockIdx.x * per, end = min(width, begin + per);
+    constexpr int kLine = 32;  // floats
+    const int64_t lines = (end - begin + kLine - 1) / kLine;
+    for (int64_t i = threadIdx.x; i < rows * lines; i += blockDim.x) {
+        const int64_t r = i / lines;
+        ptx::prefetch_l2(fn + r * width + begin + (i - r * lines) * kLine);
+    }
+}
+
 template <int kPost>
 __global__ void __launch_bounds__(kThreads)
     hc_pre_kernel(ops::HcPreArgs a, ops::HcPostArgs pa, double* part, unsigned* arrivals, int S) {
+    prefetch_mixing(a.fn, (2 + a.n) * a.n, int64_t{a.n} * a.D, S);
     dev::pdl_enter();
     __shared__ double tot[kMaxMix + 1];
     __shared__ float mix[kMaxMix];

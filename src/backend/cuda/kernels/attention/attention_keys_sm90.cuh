@@ -1,0 +1,118 @@
+// What both attention kernels (attention_sm90.cu for prefill chunks and large steps,
+// attention_split_sm90.cu for decode steps) share: where a token's keys live, the float4
+// helpers, and the staging of a key row into shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/common/ptx_sm90.cuh"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "ops/attention.h"
+
+namespace dsv4::cuda {
+namespace attn {
+
+inline constexpr int kChunk = 128;  // dims of one float4 per lane
+
+// Rows in shared memory are zero-padded to a whole number of chunks, so the inner loops need no
+// bounds (the padding adds exact zeros).
+__host__ __device__ constexpr int padded_hd(int hd) {
+    return (hd + kChunk - 1) / kChunk * kChunk;
+}
+
+// Where token t's keys live: j < n_ring: the slot's ring; then the chunk's own tokens; then the
+// compressed entries (HCA: e = j - n_win for e < n_ent; CSA: topk[t][j - n_win], -1 = none).
+struct KeyList {
+    const float* ring;
+    const float* chunk;
+    const float* entries;
+    const int32_t* topk;
+    int64_t first_row, n_ring, n_win, n_total;  // first_row: the ring row of key 0
+    int W, hd;
+
+    // The CSA list value key j needs (0 where it needs none), read a tile ahead of key().
+    __device__ int32_t index(int64_t j) const { return topk && j >= n_win ? topk[j - n_win] : 0; }
+    __device__ const float* key(int64_t j, int32_t idx) const {
+        if (j < n_ring) {  // first_row < W and j < W: no modulo
+            const int64_t r = first_row + j;
+            return ring + (r < W ? r : r - W) * hd;
+        }
+        if (j < n_win) return chunk + (j - n_ring) * hd;
+        const int64_t e = topk ? idx : j - n_win;
+        return e < 0 ? nullptr : entries + e * hd;
+    }
+};
+
+// Token t's keys from the step descriptor: the window (the slot's ring before the row's chunk,
+// then the chunk's own tokens up to t), then the compressed entries.
+__device__ inline KeyList key_list(const ops::AttentionArgs& a, int t) {
+    const ops::StepDesc& st = a.step;
+    const int b = st.tok_row[t];
+    const int64_t p = st.tok_pos[t], pos0 = st.row_pos0[b];
+    const int64_t slot = st.row_slot[b];
+    const int hd = a.hd;
+    KeyList kl;
+    kl.W = a.W;
+    kl.hd = hd;
+    kl.ring = a.ring + slot * a.W * hd;
+    const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
+    kl.first_row = first % a.W;
+    kl.n_ring = pos0 > first ? pos0 - first : 0;
+    const int64_t chunk_first = first > pos0 ? first : pos0;
+    kl.chunk = a.kv + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * hd;
+    kl.n_win = kl.n_ring + (p - chunk_first + 1);
+    kl.entries = a.entries ? a.entries + slot * a.n_entries * hd : nullptr;
+    kl.topk = a.entries && a.topk ? a.topk + static_cast<int64_t>(t) * a.K : nullptr;
+    const int64_t n_ent = a.entries == nullptr ? 0 : (a.topk ? a.K : (p + 1) / a.compress_rate);
+    kl.n_total = kl.n_win + n_ent;
+    return kl;
+}
+
+__device__ __forceinline__ float4& f4(float* p) {
+    return *reinterpret_cast<float4*>(p);
+}
+__device__ __forceinline__ const float4& f4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float comp(const float4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
+    acc.x = fmaf(w, v.x, acc.x);
+    acc.y = fmaf(w, v.y, acc.y);
+    acc.z = fmaf(w, v.z, acc.z);
+    acc.w = fmaf(w, v.w, acc.w);
+}
+__device__ __forceinline__ float dot4(const float4& a, const float4& b, float s) {
+    s = fmaf(a.x, b.x, s);
+    s = fmaf(a.y, b.y, s);
+    s = fmaf(a.z, b.z, s);
+    return fmaf(a.w, b.w, s);
+}
+
+// One warp fills a shared row of hdp floats from a global row of hd floats (nullptr: zeros),
+// zero padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases): then
+// asynchronously (cp.async, completed by the caller's wait), else with plain loads.
+__device__ __forceinline__ void stage_row(float* dst, const float* src, int hd, int hdp, bool vec,
+                                          int lane) {
+    if (src != nullptr && vec) {
+        for (int d = lane * 4; d < hdp; d += kChunk) {
+            if (d < hd)
+                ptx::cp_async_16(ptx::smem_addr(dst + d), src + d);
+            else
+                f4(dst + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    } else {
+        for (int d = lane; d < hdp; d += 32) dst[d] = src != nullptr && d < hd ? src[d] : 0.0f;
+    }
+}
+
+// The split kernel for a decode step (attention_split_sm90.cu); false (nothing launched) when
+// the step is too large, the rows are not float4-aligned (vec) or there is no scratch.
+bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch& ws, bool vec,
+                            cudaStream_t stream);
+
+}  // namespace attn
+}  // namespace dsv4::cuda

@@ -1,0 +1,300 @@
+// Sink attention for decode steps (attention.h: at most kAttnSplitMaxTokens tokens, float4
+// rows). The cluster kernel (attention_sm90.cu) spends ~25 us on a batch-1 V4-Flash token
+// whatever its key count: Nsight Compute showed its SMs idle for two thirds of the launch and
+// its blocks stalled on instruction fetch (a ~125 KB body, fully unrolled over 4 heads x 8 keys
+// x 4 chunks, run once per block: every instruction a cold miss) and on the cluster barriers;
+// its time grew by ~7 us per extra 16-key tile. This kernel keeps the loops small (they stay in
+// the instruction cache) and merges through global memory instead of a cluster:
+//  - grid (S key splits, G head groups x T tokens): a block takes 8 heads of one token and a
+//    contiguous slice of its keys; S (host-known: T, H, W, K, n_entries, the SM count, never the
+//    positions, so a CUDA graph replays it) fills up to two blocks an SM, at most kMaxSplits;
+//  - 8 warps; the 8 heads' queries and a tile of 32 keys in shared memory (cp.async);
+//  - scores: warp (quad, octet) dots 4 heads x 8 keys over the head dim, one 128-dim chunk per
+//    loop pass (4 + 8 float4 reads feed 128 FMAs), then a warp reduce-scatter leaves score
+//    (head lane / 8, key lane % 8) on lane l;
+//  - softmax: warp h owns head h (lane = key of the tile): running max m and sum l in
+//    registers, the tile's weights p and the rescale factor into shared memory;
+//  - values: warp (quad, chunk) keeps 4 heads x 4 dims a lane of the output in registers, each
+//    key's float4 feeding 4 heads (p read as float4 broadcasts, 4 keys a pass);
+//  - the partial (m, l, acc) of each head goes to the scratch; the last block of the (token,
+//    group) to arrive (dev::last_to_arrive) merges the S partials with the sink:
+//    M = max(sink, m_s), L = e^(sink - M) + sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L,
+//    then the fused output rope.
+// Missing keys (a CSA -1, past the slice) are zero rows with score -inf: p = 0. FP32
+// throughout, as the cluster kernel; the reference (backend/cpu/ref/attention.cc) accumulates in
+// double: tolerance in docs/numerics-cuda.md.
+#include <algorithm>
+
+#include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
+#include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/attention/attention_keys_sm90.cuh"
+#include "backend/cuda/kernels/basic/basic.h"
+#include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/rope_sm90.cuh"
+#include "base/check.h"
+
+namespace dsv4::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeads = 8;  // heads a block: two quads
+constexpr int kQuad = 4;   // heads a warp in the score and value passes
+constexpr int kOct = 8;    // keys a warp in the score pass
+constexpr int kTile = 32;  // keys a tile: 2 quads x 4 octets = 8 warps of scores
+constexpr int kMaxChunks = kAttnMaxHeadDim / kChunk;
+constexpr int kMaxSplits = 16;
+static_assert(kQuad * kOct == 32, "one score of a warp's 4 x 8 a lane");
+static_assert(kHeads == kWarps, "the softmax pass: warp h owns head h");
+static_assert(kTile == 32, "the softmax pass: lane k owns key k of the tile");
+static_assert(2 * kMaxChunks == kWarps, "the value pass: 2 quads x 4 chunks");
+
+// Floats of a block's partial in the scratch: acc [kHeads][hdp], then (m, l) per head.
+constexpr int64_t kPartStride = int64_t{kHeads} * (kAttnMaxHeadDim + 2);
+
+// Shared memory (floats): queries [kHeads][hdp], keys [kTile][hdp], scores / weights
+// [kHeads][kTile], rescale factors [kHeads], key-present flags [kTile] (int). hd 512: ~81 KB.
+size_t split_smem(int hd) {
+    const int hdp = padded_hd(hd);
+    return (static_cast<size_t>(kHeads + kTile) * hdp + kHeads * kTile + kHeads) * sizeof(float) +
+           kTile * sizeof(int);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    attention_split_kernel(ops::AttentionArgs a, ops::FusedRope rope, float* part,
+                           unsigned* arrivals, int S, int G) {
+    dev::pdl_enter();
+    extern __shared__ float4 smem4[];
+    __shared__ float wsplit[kHeads][kMaxSplits];  // the merge's weight of each split
+    const int hd = a.hd, hdp = padded_hd(hd), nc = hdp / kChunk;
+    float* const sq = reinterpret_cast<float*>(smem4);
+    float* const sk = sq + kHeads * hdp;
+    float* const ssc = sk + kTile * hdp;
+    float* const scorr = ssc + kHeads * kTile;
+    int* const sok = reinterpret_cast<int*>(scorr + kHeads);
+    const int s = static_cast<int>(blockIdx.x);
+    const int g = static_cast<int>(blockIdx.y) % G, t = static_cast<int>(blockIdx.y) / G;
+    const int h0 = g * kHeads;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    // The block's queries (zeros past hd and for heads >= H), copied asynchronously: the first
+    // tile's wait completes them.
+    const int n4p = hdp / 4;
+    for (int i = threadIdx.x; i < kHeads * n4p; i += kThreads) {
+        const int h = i / n4p, d = (i - h * n4p) * 4;
+        if (h0 + h < a.H && d < hd)
+            ptx::cp_async_16(ptx::smem_addr(sq + h * hdp + d),
+                             a.q + (static_cast<int64_t>(t) * a.H + h0 + h) * hd + d);
+        else
+            f4(sq + h * hdp + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+
+    const KeyList kl = key_list(a, t);
+    const int64_t per = (kl.n_total + S - 1) / S;
+    const int64_t j_begin = s * per < kl.n_total ? s * per : kl.n_total;
+    const int64_t j_end = j_begin + per < kl.n_total ? j_begin + per : kl.n_total;
+
+    const int quad = warp & 1;              // score and value passes: heads 4 quad .. + 3
+    const int oct = warp >> 1;              // score pass: keys 8 oct .. + 7 of the tile
+    const int vc = warp >> 1;               // value pass: dims 128 vc + 4 lane .. + 3
+    float m_run = -INFINITY, l_run = 0.0f;  // softmax pass: head `warp`
+    float4 acc[kQuad];
+#pragma unroll
+    for (int i = 0; i < kQuad; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+#pragma unroll 1
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += kTile) {
+        // Warp w stages rows w, w + 8, ...: zeros (and flag 0) past the slice or for a -1. The
+        // CSA list values first, all loads in flight together, then the copies.
+        int32_t idx[kTile / kWarps];
+#pragma unroll
+        for (int k = 0; k < kTile / kWarps; ++k) {
+            const int64_t j = j0 + warp + k * kWarps;
+            idx[k] = j < j_end ? kl.index(j) : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < kTile / kWarps; ++k) {
+            const int r = warp + k * kWarps;
+            const int64_t j = j0 + r;
+            const float* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
+            stage_row(sk + r * hdp, src, hd, hdp, true, lane);
+            if (lane == 0) sok[r] = src != nullptr;
+        }
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // the tile (and, the first time, the queries) is in
+
+        {  // Scores: item i * 8 + j = (head 4 quad + i, key 8 oct + j).
+            float sc[kQuad * kOct];
+#pragma unroll
+            for (int k = 0; k < kQuad * kOct; ++k) sc[k] = 0.0f;
+            const float* qb = sq + quad * kQuad * hdp + lane * 4;
+            const float* kb = sk + oct * kOct * hdp + lane * 4;
+#pragma unroll 1
+            for (int c = 0; c < nc; ++c) {
+                float4 qv[kQuad];
+#pragma unroll
+                for (int i = 0; i < kQuad; ++i) qv[i] = f4(qb + i * hdp + c * kChunk);
+#pragma unroll
+                for (int j = 0; j < kOct; ++j) {
+                    const float4 kv = f4(kb + j * hdp + c * kChunk);
+#pragma unroll
+                    for (int i = 0; i < kQuad; ++i)
+                        sc[i * kOct + j] = dot4(qv[i], kv, sc[i * kOct + j]);
+                }
+            }
+            dev::warp_reduce_scatter(sc, lane);
+            const int key = oct * kOct + (lane & 7);
+            ssc[(quad * kQuad + (lane >> 3)) * kTile + key] =
+                sok[key] ? sc[0] * a.softmax_scale : -INFINITY;
+        }
+        __syncthreads();
+
+        {  // Softmax: warp h, lane k.
+            const float z = ssc[warp * kTile + lane];
+            const float m_new = fmaxf(m_run, warp_max(z));
+            const float corr = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
+            const float p = z == -INFINITY ? 0.0f : expf(z - m_new);
+            l_run = l_run * corr + dev::warp_sum(p);
+            m_run = m_new;
+            ssc[warp * kTile + lane] = p;
+            if (lane == 0) scorr[warp] = corr;
+        }
+        __syncthreads();
+
+        if (vc < nc) {  // Values (warp-uniform).
+            const float* kb = sk + vc * kChunk + lane * 4;
+            const float* pb = ssc + quad * kQuad * kTile;
+#pragma unroll
+            for (int i = 0; i < kQuad; ++i) {
+                const float f = scorr[quad * kQuad + i];
+                acc[i].x *= f;
+                acc[i].y *= f;
+                acc[i].z *= f;
+                acc[i].w *= f;
+            }
+#pragma unroll 1
+            for (int k0 = 0; k0 < kTile; k0 += 4) {
+                float4 p4[kQuad];
+#pragma unroll
+                for (int i = 0; i < kQuad; ++i) p4[i] = f4(pb + i * kTile + k0);
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    const float4 kv = f4(kb + (k0 + kk) * hdp);
+#pragma unroll
+                    for (int i = 0; i < kQuad; ++i) fma4(acc[i], comp(p4[i], kk), kv);
+                }
+            }
+        }
+        __syncthreads();  // the next tile overwrites the keys and the weights
+    }
+
+    ptx::cp_async_wait<0>();  // (an empty slice: the queries' copies, never waited for)
+
+    // This block's partial.
+    float* const mine = part + (static_cast<int64_t>(blockIdx.y) * S + s) * kPartStride;
+    if (vc < nc) {
+#pragma unroll
+        for (int i = 0; i < kQuad; ++i)
+            f4(mine + (quad * kQuad + i) * hdp + vc * kChunk + lane * 4) = acc[i];
+    }
+    if (lane == 0) {
+        mine[kHeads * hdp + 2 * warp] = m_run;
+        mine[kHeads * hdp + 2 * warp + 1] = l_run;
+    }
+    if (!dev::last_to_arrive(arrivals, S)) return;
+    __syncthreads();  // (S == 1: this block's own writes)
+
+    // The merge: the weights per (head, split) first, then thread o one float4 of the outputs.
+    const float* const all = part + static_cast<int64_t>(blockIdx.y) * S * kPartStride;
+    if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
+        const int h = threadIdx.x;
+        const float sink = a.sink[h0 + h];
+        float m_all = sink;
+        for (int r = 0; r < S; ++r)
+            m_all = fmaxf(m_all, __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h));
+        float l_all = expf(sink - m_all);
+        for (int r = 0; r < S; ++r) {
+            const float m = __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h);
+            const float w = m == -INFINITY ? 0.0f : expf(m - m_all);
+            l_all += __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h + 1) * w;
+            wsplit[h][r] = w;
+        }
+        const float inv = 1.0f / l_all;
+        for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
+    }
+    __syncthreads();
+    const int n4 = hd / 4;
+#pragma unroll 2
+    for (int o = threadIdx.x; o < kHeads * n4; o += kThreads) {
+        const int h = o / n4, d = (o - h * n4) * 4;
+        if (h0 + h >= a.H) break;  // o only grows
+        // Every split's load issued before any is used (splits past S read the last again).
+        float4 pr[kMaxSplits];
+#pragma unroll
+        for (int r = 0; r < kMaxSplits; ++r)
+            pr[r] = __ldcg(reinterpret_cast<const float4*>(all + (r < S ? r : S - 1) * kPartStride +
+                                                           h * hdp + d));
+        float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int r = 0; r < kMaxSplits; ++r)
+            if (r < S && wsplit[h][r] != 0.0f) fma4(out, wsplit[h][r], pr[r]);  // (0: empty)
+        const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
+        f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
+    }
+}
+
+}  // namespace
+
+int64_t attention_scratch_bytes(int sm_count) {
+    const int64_t blocks = std::max(2 * sm_count, 256);
+    return blocks * kPartStride * int64_t{sizeof(float)} + blocks * int64_t{sizeof(unsigned)};
+}
+
+AttentionScratch attention_scratch(void* p, int sm_count) {
+    AttentionScratch ws;
+    ws.max_blocks = std::max(2 * sm_count, 256);
+    ws.part = static_cast<float*>(p);
+    ws.arrivals = reinterpret_cast<unsigned*>(ws.part + ws.max_blocks * kPartStride);
+    ws.sm_count = sm_count;
+    return ws;
+}
+
+namespace attn {
+
+bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch& ws, bool vec,
+                            cudaStream_t stream) {
+    const int64_t T = a.step.T;
+    if (ws.part == nullptr || !vec || T > kAttnSplitMaxTokens) return false;
+    const int64_t G = (a.H + kHeads - 1) / kHeads;
+    const int64_t max_keys = a.W + (a.entries == nullptr ? 0 : a.topk ? a.K : a.n_entries);
+    const int64_t tiles = std::max<int64_t>(1, (max_keys + kTile - 1) / kTile);
+    const int64_t by_grid = std::max<int64_t>(1, 2 * ws.sm_count / (T * G));
+    const int S = static_cast<int>(std::min<int64_t>({kMaxSplits, tiles, by_grid}));
+    if (T * G * S > ws.max_blocks) return false;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(split_smem(kAttnMaxHeadDim)));
+    DSV4_CHECK_CUDA(attr);
+    const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, true, "attention out");
+    ops::AttentionArgs args = a;
+    args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
+    launch_pdl(attention_split_kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)),
+               kThreads, split_smem(a.hd), stream, 1, args, rope.in_kernel, ws.part, ws.arrivals, S,
+               static_cast<int>(G));
+    rope.launch_after(a.out, T * a.H, a.hd, stream);
+    return true;
+}
+
+}  // namespace attn
+}  // namespace dsv4::cuda
