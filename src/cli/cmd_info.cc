@@ -61,10 +61,9 @@ int run_info(const InfoArgs& a) {
                           " routed experts a layer, at most that many ranks"));
         return kExitError;
     }
-    const double gib = kGiB;
     std::printf("model:          %s\n", i.source.c_str());
     std::printf("config:         %s\n", i.summary.c_str());
-    std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / gib,
+    std::printf("weights:        %.3f GiB as stored (%s)\n", i.weight_bytes / kGiB,
                 i.device == "cuda"
                     ? "copied to the GPU: FP8/FP4/BF16 packed for the GEMV, F32 as is"
                     : "read in place, dequantized per row");
@@ -73,11 +72,11 @@ int run_info(const InfoArgs& a) {
                 i.cache_bytes_per_token, i.cache_fixed_bytes / 1048576.0,
                 i.cache_entry_type.c_str());
     std::printf("at %lld tokens: %.3f GiB per sequence; pool of %d sequence(s): %.3f GiB\n",
-                static_cast<long long>(i.max_context), i.cache_bytes / gib, i.max_seqs,
-                i.cache_pool_bytes / gib);
+                static_cast<long long>(i.max_context), i.cache_bytes / kGiB, i.max_seqs,
+                i.cache_pool_bytes / kGiB);
     std::printf("step:           up to %d tokens (all rows)\n", i.step_tokens);
     std::printf("on %-11s  %.3f GiB allocated (weights copied, cache pool, workspaces)\n",
-                (i.device + ":").c_str(), (*engine)->memory_in_use() / gib);
+                (i.device + ":").c_str(), (*engine)->memory_in_use() / kGiB);
     if (a.ranks <= 1) return 0;
     engine->reset();  // (one rank's engine at a time)
     return print_rank_plan(o, a.ranks);

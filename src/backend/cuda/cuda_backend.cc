@@ -577,7 +577,7 @@ class CudaBackend final : public Backend {
 
     // Scratch sized for steps of up to max_rows rows: the FP8 activation copies and the mHC
     // partial sums (grown, never shrunk); the decode indexer's (fixed size, ~1 MB) and the
-    // decode attention's (fixed size, ~8.6 MB on an H200).
+    // decode attention's (fixed size, ~4.3 MB on an H200).
     Status prepare_steps(int64_t max_rows) override {
         const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
         if (hc > hc_ws_.doubles || max_rows > hc_ws_.max_tokens) {

@@ -70,6 +70,13 @@ __device__ inline KeyList key_list(const ops::AttentionArgs& a, int t) {
     return kl;
 }
 
+// The most keys any token of a launch can have (host-known: both kernels size their key
+// splits by it, never by the positions): the window, then the top-k list (CSA) or every entry
+// a slot holds (HCA).
+inline int64_t max_keys(const ops::AttentionArgs& a) {
+    return a.W + (a.entries == nullptr ? 0 : a.topk ? a.K : a.n_entries);
+}
+
 __device__ __forceinline__ float4& f4(float* p) {
     return *reinterpret_cast<float4*>(p);
 }

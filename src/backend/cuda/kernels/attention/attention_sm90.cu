@@ -429,6 +429,10 @@ bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
     DSV4_ASSERT(!a.round_bf16, "CUDA attention: no bf16 reference mode (round_bf16)");
     if (a.step.T == 0) return false;
+    // The row loads and the output stores go 16 bytes at a time when every row is aligned.
+    const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
+                     aligned16(a.entries) && aligned16(a.out);
+    if (attn::launch_attention_split(a, ws, vec, stream)) return true;
     static const int sms = sm_count();
     const int64_t T = a.step.T;
     // Head groups of 16, or of 8 (two key groups per block) when 16-head groups split 16 ways
@@ -439,15 +443,10 @@ bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
     const int64_t groups = (a.H + hb - 1) / hb;
     // Key splits: up to two blocks per SM in all (they fit: <= 65 KB of shared memory, <= 255
     // registers x 128 threads), at least 8 keys of the longest possible list per split.
-    const int64_t max_keys = a.W + (a.entries == nullptr ? 0 : a.topk ? a.K : a.n_entries);
     int cluster = kMaxCluster;
     while (cluster > 1 && (T * groups * cluster > 2 * sms ||
-                           static_cast<int64_t>(cluster - 1) * kBatch >= max_keys))
+                           static_cast<int64_t>(cluster - 1) * kBatch >= max_keys(a)))
         cluster /= 2;
-    // The row loads and the output stores go 16 bytes at a time when every row is aligned.
-    const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
-                     aligned16(a.entries) && aligned16(a.out);
-    if (attn::launch_attention_split(a, ws, vec, stream)) return true;
     // The attributes are host-side settings (not stream operations): allowed during capture.
     static const cudaError_t attr = [] {
         const cudaError_t e =

@@ -64,12 +64,6 @@ size_t split_smem(int hd) {
            kTile * sizeof(int);
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 __global__ void __launch_bounds__(kThreads, 2)
     attention_split_kernel(ops::AttentionArgs a, ops::FusedRope rope, float* part,
                            unsigned* arrivals, int S, int G) {
@@ -162,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
         {  // Softmax: warp h, lane k.
             const float z = ssc[warp * kTile + lane];
-            const float m_new = fmaxf(m_run, warp_max(z));
+            const float m_new = fmaxf(m_run, dev::warp_max(z));
             const float corr = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
             const float p = z == -INFINITY ? 0.0f : expf(z - m_new);
             l_run = l_run * corr + dev::warp_sum(p);
@@ -220,14 +214,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
         const int h = threadIdx.x;
         const float sink = a.sink[h0 + h];
+        const float* ml = all + kHeads * hdp + 2 * h;  // split r's (m, l) at r * kPartStride
         float m_all = sink;
-        for (int r = 0; r < S; ++r)
-            m_all = fmaxf(m_all, __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h));
+        for (int r = 0; r < S; ++r) {
+            wsplit[h][r] = __ldcg(ml + r * kPartStride);  // m, turned into the weight below
+            m_all = fmaxf(m_all, wsplit[h][r]);
+        }
         float l_all = expf(sink - m_all);
         for (int r = 0; r < S; ++r) {
-            const float m = __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h);
+            const float m = wsplit[h][r];
             const float w = m == -INFINITY ? 0.0f : expf(m - m_all);
-            l_all += __ldcg(all + r * kPartStride + kHeads * hdp + 2 * h + 1) * w;
+            l_all += __ldcg(ml + r * kPartStride + 1) * w;
             wsplit[h][r] = w;
         }
         const float inv = 1.0f / l_all;
@@ -277,8 +274,7 @@ bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch&
     const int64_t T = a.step.T;
     if (ws.part == nullptr || !vec || T > kAttnSplitMaxTokens) return false;
     const int64_t G = (a.H + kHeads - 1) / kHeads;
-    const int64_t max_keys = a.W + (a.entries == nullptr ? 0 : a.topk ? a.K : a.n_entries);
-    const int64_t tiles = std::max<int64_t>(1, (max_keys + kTile - 1) / kTile);
+    const int64_t tiles = std::max<int64_t>(1, (max_keys(a) + kTile - 1) / kTile);
     const int64_t by_grid = std::max<int64_t>(1, 2 * ws.sm_count / (T * G));
     const int S = static_cast<int>(std::min<int64_t>({kMaxSplits, tiles, by_grid}));
     if (T * G * S > ws.max_blocks) return false;

@@ -15,6 +15,11 @@ __device__ __forceinline__ T warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 
 // A warp's reduce-scatter of 32 values each (T float or double): afterwards v[0] of lane l is
 // the warp's sum of value l, in 31 exchanges (32 warp_sums would take 160). Step O: lanes with

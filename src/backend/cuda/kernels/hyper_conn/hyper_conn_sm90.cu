@@ -83,6 +83,17 @@ __device__ __forceinline__ float post_element(const ops::HcPostArgs& pa, int64_t
 // row the compiler interleaved loads and uses, ~10 dependent DRAM round trips an element (the
 // decode's hc_pre took ~20 us by Nsight Compute, mostly those waits).
 constexpr int kNoPost = -1;
+
+// Block blockIdx.x's slice [begin, end) of a token's width elements (S splits).
+struct MixSlice {
+    int64_t begin, end;
+};
+__device__ __forceinline__ MixSlice mix_slice(int64_t width, int S) {
+    const int64_t per = (width + S - 1) / S;
+    const int64_t begin = blockIdx.x * per;
+    return {begin, min(width, begin + per)};
+}
+
 template <int kPost>
 __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t width, int S,
                             double* part, const ops::HcPostArgs& pa) {
@@ -90,8 +101,7 @@ __device__ void mix_partial(const float* x, const float* fn, int rows, int64_t w
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int s = blockIdx.x;
     const int64_t t = blockIdx.y;
-    const int64_t per = (width + S - 1) / S;
-    const int64_t begin = s * per, end = min(width, begin + per);
+    const auto [begin, end] = mix_slice(width, S);
     const float* xt = x + t * width;
     double* out = part + (t * S + s) * (rows + 1);
     for (int k0 = 0; k0 < rows; k0 += kRowChunk) {
@@ -381,13 +391,12 @@ __device__ void collapse_any(const float* x, const float* pre, int n, int D, flo
     }
 }
 
-// The L2 lines of this block's slice of the mixing rows (blockIdx.x's, as mix_partial reads
-// them), one request a thread. The weights depend on no earlier grid: requested before the
+// The L2 lines of this block's slice of the mixing rows (mix_slice, as mix_partial reads them),
+// one request a thread. The weights depend on no earlier grid: requested before the
 // programmatic-launch wait, they arrive while the previous kernel still runs, and the loads
 // after the wait hit L2 instead of DRAM.
 __device__ void prefetch_mixing(const float* fn, int rows, int64_t width, int S) {
-    const int64_t per = (width + S - 1) / S;
-    const int64_t begin = blockIdx.x * per, end = min(width, begin + per);
+    const auto [begin, end] = mix_slice(width, S);
     constexpr int kLine = 32;  // floats
     const int64_t lines = (end - begin + kLine - 1) / kLine;
     for (int64_t i = threadIdx.x; i < rows * lines; i += blockDim.x) {
