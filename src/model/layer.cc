@@ -7,6 +7,12 @@
 
 namespace dsv4 {
 
+// a, its output cleared earlier in the step (LinearArgs::y_cleared).
+static ops::LinearArgs cleared(ops::LinearArgs a) {
+    a.y_cleared = true;
+    return a;
+}
+
 void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
                             const LayerSpec& spec, const LayerCache& lc, const float* x,
                             float* out) {
@@ -33,9 +39,17 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     proj.packed = w.x_proj_packed.valid() ? &w.x_proj_packed : nullptr;
     b.linear_group(proj);
 
-    // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims.
-    b.rms_norm({ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16});
-    b.linear({ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16});
+    // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims. The
+    // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear).
+    const int g = c.o_groups, Ro = c.o_lora_rank;
+    ops::RmsNormArgs q_lora_norm{ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16};
+    q_lora_norm.clear[0] = {ws.q, T * H * hd};
+    q_lora_norm.clear[1] = {ws.u, T * g * Ro};
+    q_lora_norm.clear[2] = {out, T * c.hidden_size};
+    if (spec.kind == LayerKind::kCsa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
+    b.rms_norm(q_lora_norm);
+    b.linear(cleared(
+        {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
     // (The rope fused into the norms: rms_norm then rope.)
     // The one shared K=V head's norm rides along (independent rows: one launch on CUDA).
     const ops::FusedRope q_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale};
@@ -73,8 +87,8 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
         compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
                  fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
-        b.linear({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
-                  fp8_act(w.indexer_wq_b), bf16});
+        b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
+                          fp8_act(w.indexer_wq_b), bf16}));
         b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
         if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
         b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
@@ -94,10 +108,10 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format, lc.ring_rows});
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
-    const int g = c.o_groups, Ro = c.o_lora_rank;
-    b.linear({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,
-              fp8_act(w.wo_a), bf16, g});
-    b.linear({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b), bf16});
+    b.linear(cleared({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,
+                      fp8_act(w.wo_a), bf16, g}));
+    b.linear(
+        cleared({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b), bf16}));
 }
 
 void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,

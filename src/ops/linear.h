@@ -24,6 +24,10 @@ struct LinearArgs {
     // columns [j*N, (j+1)*N) (V4's grouped output projection wo_a). The plain sequence of
     // linears; one launch on CUDA.
     int groups = 1;
+    // y's [M, N * groups] block is zero already (an earlier op of the step cleared it,
+    // RmsNormArgs::clear): a backend that adds the products into a cleared y need not clear it.
+    // The product is the same either way.
+    bool y_cleared = false;
 };
 
 // Product j of a grouped linear as a plain linear (K = the weight's columns): what `groups`

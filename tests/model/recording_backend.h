@@ -88,6 +88,9 @@ void put(std::ostream& out, const T& v) {
         // Has an array member: spelled out.
         put_all(out, v.x, v.n_out, v.M);
         for (int i = 0; i < v.n_out; ++i) put_all(out, v.out[i].w, v.out[i].y);
+    } else if constexpr (std::is_same_v<T, ops::RmsNormArgs>) {
+        put_all(out, v.x, v.weight, v.out, v.rows, v.dim, v.eps, v.round_bf16, v.rope, v.also);
+        for (const ops::RmsNormArgs::Clear& c : v.clear) put_all(out, c.p, c.n);
     } else {
         put_fields(out, v);
     }

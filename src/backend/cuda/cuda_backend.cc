@@ -229,6 +229,10 @@ class CudaBackend final : public Backend {
         // kernel; DSV4_CUDA_ATTN_SPLIT=0 keeps them on the cluster kernel (for comparisons).
         const char* split = std::getenv("DSV4_CUDA_ATTN_SPLIT");
         attn_split_ = split == nullptr || split[0] == '\0' || std::string(split) != "0";
+        // Measurements (docs/perf.md, session 13): DSV4_CUDA_Y_CLEARED=0 clears every
+        // accumulating GEMV's output by its own memset node, as before LinearArgs::y_cleared.
+        const char* yc = std::getenv("DSV4_CUDA_Y_CLEARED");
+        trust_y_cleared_ = yc == nullptr || yc[0] == '\0' || std::string(yc) != "0";
         profile_.stream = stream_.get();
     }
 
@@ -673,14 +677,16 @@ class CudaBackend final : public Backend {
             // 1.1-1.5x faster than the plain mode's finish at M <= 16), by a 2-D memset of the
             // written columns (or inside the launch, y_zero, under DSV4_CUDA_GEMV_ZERO), and
             // programmatic dependent launch (the weights stream in while the previous kernel
-            // drains; x is read after the GEMV's wait).
+            // drains; x is read after the GEMV's wait). Nothing to clear when an earlier op
+            // did (LinearArgs::y_cleared), and then nothing cuts the programmatic edge.
             g.pdl = true;
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             if (!g.y_bf16) {
                 DSV4_ASSERT(a.y != a.x, "CUDA linear: y aliases x");
                 g.y_accumulate = true;
-                g.y_zero = !gemv_memset_;
-                if (gemv_memset_)
+                const bool cleared = a.y_cleared && trust_y_cleared_;
+                g.y_zero = !gemv_memset_ && !cleared;
+                if (gemv_memset_ && !cleared)
                     DSV4_CHECK_CUDA(cudaMemset2DAsync(a.y, static_cast<size_t>(ldy) * 4, 0,
                                                       static_cast<size_t>(a.N * a.groups) * 4,
                                                       static_cast<size_t>(a.M), stream_.get()));
@@ -1217,7 +1223,8 @@ class CudaBackend final : public Backend {
     int64_t attn_split_runs_ = 0;      // cuda_attention_split_runs
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
-    bool gemv_memset_ = true;  // false: DSV4_CUDA_GEMV_ZERO
+    bool gemv_memset_ = true;      // false: DSV4_CUDA_GEMV_ZERO
+    bool trust_y_cleared_ = true;  // false: DSV4_CUDA_Y_CLEARED=0
     TransferCounts counts_;
     OpProfile profile_;
     bool recording_ = false;
