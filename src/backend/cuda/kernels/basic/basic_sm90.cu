@@ -278,6 +278,16 @@ ops::RmsNormArgs device_args(const ops::RmsNormArgs& a) {
     return d;
 }
 
+// The contract the launch relies on (it clears and norms at once): a clear overlaps neither
+// the norm's input nor its output rows.
+void check_clear(const ops::RmsNormArgs& a, const ops::RmsNormArgs::Clear& c) {
+    const int64_t rows = a.rows * a.dim;
+    const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+    auto overlaps = [&](const float* p) { return at(c.p) < at(p + rows) && at(p) < at(c.p + c.n); };
+    DSV4_ASSERT(rows == 0 || (!overlaps(a.x) && !overlaps(a.out)),
+                "rms_norm: a clear overlaps the norm's rows");
+}
+
 // The clears of a, and of its `also` when `with_also`, (as many as fit) in d's list; the rest
 // by fill launches.
 void take_clears(const ops::RmsNormArgs& a, bool with_also, ops::RmsNormArgs& d,
@@ -286,6 +296,8 @@ void take_clears(const ops::RmsNormArgs& a, bool with_also, ops::RmsNormArgs& d,
     for (const ops::RmsNormArgs* s = &a; s != nullptr; s = with_also ? s->also : nullptr) {
         for (const ops::RmsNormArgs::Clear& c : s->clear) {
             if (c.p == nullptr || c.n == 0) continue;
+            check_clear(a, c);
+            if (with_also && a.also != nullptr) check_clear(*a.also, c);
             if (n < ops::RmsNormArgs::kMaxClears)
                 d.clear[n++] = c;
             else
@@ -300,8 +312,11 @@ void launch_one_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
     const bool vec = norm_vec(a);
     ops::RmsNormArgs d = device_args(a);
     if (!vec || a.rows == 0) {
-        for (const ops::RmsNormArgs::Clear& c : a.clear)
-            if (c.p != nullptr && c.n > 0) launch_fill(c.p, 0.0f, c.n, stream);
+        for (const ops::RmsNormArgs::Clear& c : a.clear) {
+            if (c.p == nullptr || c.n == 0) continue;
+            check_clear(a, c);
+            launch_fill(c.p, 0.0f, c.n, stream);
+        }
         if (a.rows == 0) return;
     } else {
         take_clears(a, false, d, stream);
