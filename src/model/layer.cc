@@ -13,6 +13,12 @@ static ops::LinearArgs cleared(ops::LinearArgs a) {
     return a;
 }
 
+// a, then writing the step's K=V rows into `ring` (AttentionArgs::ring_out).
+static ops::AttentionArgs writing_ring(ops::AttentionArgs a, float* ring) {
+    a.ring_out = ring;
+    return a;
+}
+
 void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
                             const LayerSpec& spec, const LayerCache& lc, const float* x,
                             float* out) {
@@ -47,6 +53,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     q_lora_norm.clear[1] = {ws.u, T * g * Ro};
     q_lora_norm.clear[2] = {out, T * c.hidden_size};
     if (spec.kind == LayerKind::kCsa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
+    q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
     b.linear(cleared(
         {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
@@ -101,11 +108,11 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     // K = V carries rotated rope dims: the output is de-rotated at the query position (an
     // inverse rope fused into attention).
     const ops::FusedRope o_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale, /*inverse=*/true};
-    b.attention({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
-                 c.sliding_window, c.index_topk, m, lc.main.n_entries,
-                 static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), lc.kv_format, bf16,
-                 &o_rope, lc.ring_rows});
-    b.ring_write({ws.kv, lc.ring, st, c.sliding_window, hd, lc.kv_format, lc.ring_rows});
+    b.attention(writing_ring({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
+                              c.sliding_window, c.index_topk, m, lc.main.n_entries,
+                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                              lc.kv_format, bf16, &o_rope, lc.ring_rows},
+                             lc.ring));
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     b.linear(cleared({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,
@@ -123,12 +130,16 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
     // expert's, and the sum over the ranks makes the output whole.
     const bool shared = c.n_shared_experts > 0 && backend_.rank() == 0;
     Backend& b = backend_;
-    b.router({x, &w.gate, w.gate_bias, w.tid2eid, st.ids, ws.router_logits, ws.sel, ws.route_w, T,
-              E, k, static_cast<float>(c.routed_scaling_factor)});
+    // The routing runs inside the moe op (MoeArgs::route); the attention block's q-lora norm
+    // cleared its logits.
+    const float scale = static_cast<float>(c.routed_scaling_factor);
+    ops::RouterArgs route{x,      &w.gate,    w.gate_bias, w.tid2eid, st.ids, ws.router_logits,
+                          ws.sel, ws.route_w, T,           E,         k,      scale};
+    route.logits_cleared = true;
     b.moe({x, ws.sel, ws.route_w, &w.experts, shared ? &w.shared_w1 : nullptr,
            shared ? &w.shared_w3 : nullptr, shared ? &w.shared_w2 : nullptr, ws.shared, ws.routed,
            out, T, c.hidden_size, I, E, k, static_cast<float>(c.swiglu_limit),
-           reference() && w.experts.fp8_activations, bf16()});
+           reference() && w.experts.fp8_activations, bf16(), &route});
     b.all_reduce_sum(out, T * c.hidden_size);
 }
 

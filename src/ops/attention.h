@@ -46,6 +46,11 @@ struct AttentionArgs {
     // W + k - 1: the rows its rejected drafts write must not be ones the corrected token, one
     // position on, still reads.
     int ring_rows = 0;
+    // The ring to write this step's rows into afterwards (optional; the same ring as `ring`):
+    // exactly attention, then ring_write{kv, ring_out, step, W, hd, kv_format, ring_rows}. (CUDA:
+    // a step of one token a row writes from inside the attention launch, since no token of the
+    // step reads the ring row its own row overwrites: one launch fewer a layer.)
+    float* ring_out = nullptr;
 };
 
 // Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),

@@ -22,6 +22,9 @@ struct RouterArgs {
     int64_t T = 0;
     int E = 0, k = 0;
     float scale = 1.0f;
+    // logits is zero already (cleared earlier in the step: RmsNormArgs::clear), so a backend
+    // whose gate product adds into its output needs no clearing of its own.
+    bool logits_cleared = false;
 };
 
 // The scoring half of the router on given logits (the reference's building block).
@@ -63,6 +66,10 @@ struct MoeArgs {
     // summed in fp32 in expert-id order (DeepSeek's loop over experts), the shared expert's
     // outputs rounded the same way and added, and the sum rounded to bf16.
     bool round_bf16 = false;
+    // Routing first (optional; host memory): exactly router(*route), whose sel and weight are
+    // this op's, then the experts. (CUDA: a one-token step's routing kernel also prepares the
+    // experts' launches, one launch fewer a layer.)
+    const RouterArgs* route = nullptr;
 };
 
 // A backend may group the (token, slot) pairs by expert when they outnumber the experts 4 to 1

@@ -36,7 +36,7 @@ struct RmsNormArgs {
         float* p = nullptr;  // [n]; nullptr: unused
         int64_t n = 0;
     };
-    static constexpr int kMaxClears = 4;
+    static constexpr int kMaxClears = 5;
     Clear clear[kMaxClears] = {};
 };
 

@@ -186,17 +186,19 @@ TEST(CudaOpsGpu, RmsNormClearsBuffers) {
         ops::RmsNormArgs second{dkv.p, dwk.p, dkv.p, T, 512, 1e-6f};
         second.clear[0] = {buf.p + 60001, 999};
         ops::RmsNormArgs first{dx.p, dw.p, dx.p, T, dim, 1e-6f, false, nullptr, &second};
-        // Odd sizes and offsets, four clears here and one on `second`: five for a list of four.
+        // Odd sizes and offsets, five clears here and one on `second`: six for a list of five.
+        static_assert(ops::RmsNormArgs::kMaxClears == 5, "the case fills the list, plus one");
         first.clear[0] = {buf.p + 1, 32768};
         first.clear[1] = {buf.p + 32770, 8191};
         first.clear[2] = {buf.p + 40962, 4097};
         first.clear[3] = {buf.p + 45061, 13};
+        first.clear[4] = {buf.p + 45080, 7};
         be->rms_norm(first);
         std::vector<float> ref_x(x.size()), ref_kv(kv.size()), ref_buf = fill;
         ops::RmsNormArgs rs{kv.data(), wk.data(), ref_kv.data(), T, 512, 1e-6f};
         rs.clear[0] = {ref_buf.data() + 60001, 999};
         ops::RmsNormArgs rf{x.data(), w.data(), ref_x.data(), T, dim, 1e-6f, false, nullptr, &rs};
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 5; ++i)
             rf.clear[i] = {ref_buf.data() + (first.clear[i].p - buf.p), first.clear[i].n};
         cpu_ref::rms_norm(rf);
         const std::string what = "rms_norm with clears, dim " + std::to_string(dim);
@@ -516,6 +518,24 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     be->fill(out.p, std::nanf(""), out.n);
     be->attention(g);
     expect_close((std::string(what) + " (again)").c_str(), out.get(), ref, 0.0, tol);
+    // Then writing the step's rows into the ring read (AttentionArgs::ring_out), by either
+    // kernel: the same output, and the ring as ring_write leaves it. (The split kernel writes
+    // it itself when every row is one token, the decode cases; else a ring_write launch.)
+    std::vector<float> ring_ref = ring;
+    cpu_ref::ring_write({kv.data(), ring_ref.data(), st.view(), W, hd});
+    for (const bool split : {false, true}) {
+        Dev<float> dring_w(*be, ring);
+        ops::AttentionArgs gw = g;
+        gw.ring = gw.ring_out = dring_w.p;
+        cuda_set_attention_split(*be, split);
+        be->fill(out.p, std::nanf(""), out.n);
+        be->attention(gw);
+        const std::string w = std::string(what) + (split ? " (split kernel" : " (cluster kernel") +
+                              ", then the ring write)";
+        expect_close(w.c_str(), out.get(), ref, 0.0, tol);
+        EXPECT_EQ(dring_w.get(), ring_ref) << w;
+    }
+    cuda_set_attention_split(*be, true);
 }
 
 TEST(CudaOpsGpu, AttentionSlidingOnly) {
@@ -929,20 +949,25 @@ void router_case(int D, bool bf16_gate) {
     for (auto& e : tid2eid) e = static_cast<int32_t>(rng() % E);
     Dev<float> dx(*be, x), dbias(*be, bias), dlog(*be, T * E), dwt(*be, T * k);
     Dev<int32_t> dids(*be, ids), dtab(*be, tid2eid), dsel(*be, T * k);
-    for (bool hash : {false, true}) {
-        std::vector<float> rlog(T * E), rwt(T * k);
-        std::vector<int32_t> rsel(T * k);
-        be->router({dx.p, &*w, hash ? nullptr : dbias.p, hash ? dtab.p : nullptr, dids.p, dlog.p,
-                    dsel.p, dwt.p, T, E, k, 2.5f});
-        cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(),
-                         hash ? tid2eid.data() : nullptr, ids.data(), rlog.data(), rsel.data(),
-                         rwt.data(), T, E, k, 2.5f});
-        const std::string what = std::string(bf16_gate ? "router bf16 gate " : "router fused ") +
-                                 (hash ? "hash weights" : "score weights");
-        EXPECT_EQ(dsel.get(), rsel) << what;
-        // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
-        expect_close(what.c_str(), dwt.get(), rwt, 1e-5, 1e-7);
-    }
+    for (const bool hash : {false, true})
+        for (const bool cleared : {false, true}) {
+            std::vector<float> rlog(T * E), rwt(T * k);
+            std::vector<int32_t> rsel(T * k);
+            // Logits cleared earlier in the step (RouterArgs::logits_cleared), else garbage there.
+            be->fill(dlog.p, cleared ? 0.0f : 7.0f, dlog.n);
+            be->router({dx.p, &*w, hash ? nullptr : dbias.p, hash ? dtab.p : nullptr, dids.p,
+                        dlog.p, dsel.p, dwt.p, T, E, k, 2.5f, cleared});
+            cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(),
+                             hash ? tid2eid.data() : nullptr, ids.data(), rlog.data(), rsel.data(),
+                             rwt.data(), T, E, k, 2.5f});
+            const std::string what =
+                std::string(bf16_gate ? "router bf16 gate " : "router fused ") +
+                (hash ? "hash weights" : "score weights") +
+                (cleared ? ", logits cleared before" : "");
+            EXPECT_EQ(dsel.get(), rsel) << what;
+            // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
+            expect_close(what.c_str(), dwt.get(), rwt, 1e-5, 1e-7);
+        }
 }
 
 TEST(CudaOpsGpu, RouterMatchesSelections) {
@@ -1197,6 +1222,15 @@ std::vector<double> moe_magnitude(const std::vector<float>& x, const int32_t* se
     return A;
 }
 
+// A dense f32 weight over v (which must outlive it).
+QuantWeight dense(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    QuantWeight q;
+    q.rows = rows;
+    q.cols = cols;
+    q.data = v.data();
+    return q;
+}
+
 // The routed experts (+ the shared expert) in every format against cpu_ref::moe: 21 tokens, 3 of
 // 9 experts each, one expert chosen by most tokens and one by none (grouped by expert), and the
 // first 2 tokens (one row per pair). The bound is 2e-4 of moe_magnitude per output (~13x the
@@ -1223,13 +1257,6 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
     // The shared expert: dense f32.
     const auto s1v = randn(int64_t{I} * D, rng, 0.05f), s3v = randn(int64_t{I} * D, rng, 0.05f),
                s2v = randn(int64_t{D} * I, rng, 0.05f);
-    auto dense = [](const std::vector<float>& v, int64_t rows, int64_t cols) {
-        QuantWeight q;
-        q.rows = rows;
-        q.cols = cols;
-        q.data = v.data();
-        return q;
-    };
     const QuantWeight s1 = dense(s1v, I, D), s3 = dense(s3v, I, D), s2 = dense(s2v, D, I);
     auto h1 = be->upload_weight(s1, {ops::WeightRole::kSharedExpert, 0});
     auto h3 = be->upload_weight(s3, {ops::WeightRole::kSharedExpert, 0});
@@ -1316,6 +1343,115 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                     for (auto& v : tol) v *= 2e-4;
                     expect_within(what.c_str(), got, ref, tol);
                 }
+        }
+    }
+}
+
+// The MoE with its routing inside (MoeArgs::route: exactly router, then moe): NVFP4 experts
+// with the shared expert stacked (one token: the routing kernel also writes the groups' ids and
+// scales and clears h and out, cuda::MoePrep) or dense f32 (not stacked: the router runs
+// first), at 1, 2 and 21 tokens. Hash routing with a bf16 gate: the selections are the table's
+// (exact), the weights carry the gate's FP32 error (relative 1e-5, as RouterMatchesSelections),
+// the outputs the bound of MoeEveryFormat. The outputs and h hold garbage before each call.
+TEST(CudaOpsGpu, MoeRoutesFirst) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(31);
+    using cuda::test::TestFormat;
+    const int E = 9, I = 64, D = 256, k = 3, V = 40;
+    const int64_t T = 21;
+    const auto x = randn(T * D, rng);
+    std::vector<int32_t> ids(T), tid2eid(int64_t{V} * k);
+    for (auto& i : ids) i = static_cast<int32_t>(rng() % V);
+    for (int v = 0; v < V; ++v) {  // k distinct experts a token id
+        std::vector<int32_t> order = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        std::shuffle(order.begin(), order.end(), rng);
+        std::copy(order.begin(), order.begin() + k, tid2eid.begin() + int64_t{v} * k);
+    }
+    const auto gf = randn(int64_t{E} * D, rng, 0.1f);
+    std::vector<uint16_t> gb(gf.size());
+    std::vector<float> gq(gf.size());
+    for (size_t i = 0; i < gf.size(); ++i) {
+        gb[i] = f32_to_bf16(gf[i]);
+        gq[i] = bf16_to_f32(gb[i]);
+    }
+    QuantWeight gate;
+    gate.rows = E;
+    gate.cols = D;
+    gate.dtype = DType::kBF16;
+    gate.data = gb.data();
+    auto dgate = be->upload_weight(gate, {ops::WeightRole::kRouter});
+    ASSERT_TRUE(dgate.has_value());
+    const ops::Weight rgate = cpu_ref::wrap(gate);
+    std::vector<cuda::test::OwnedWeight> ow;
+    cpu_ref::CpuExperts ce;
+    for (int e = 0; e < E; ++e)
+        for (int p = 0; p < 3; ++p) {
+            ow.push_back(
+                cuda::test::random_weight(TestFormat::kNvfp4, p == 2 ? D : I, p == 2 ? I : D, rng));
+            (p == 0 ? ce.w1 : p == 1 ? ce.w3 : ce.w2).push_back(ow.back().w);
+        }
+    const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
+    const auto s1v = randn(int64_t{I} * D, rng, 0.05f), s3v = randn(int64_t{I} * D, rng, 0.05f),
+               s2v = randn(int64_t{D} * I, rng, 0.05f);
+    Dev<float> dx(*be, x), dlog(*be, T * E), dwt(*be, T * k), shared(*be, T * (2 * I + D)),
+        routed(*be, ops::moe_routed_scratch_floats(T, k, E, D, I)), out(*be, T * D);
+    Dev<int32_t> dids(*be, ids), dtab(*be, tid2eid), dsel(*be, T * k);
+    for (const bool stacked : {true, false}) {
+        std::vector<cuda::test::OwnedWeight> os;
+        std::vector<QuantWeight> sq;
+        if (stacked) {
+            for (int p = 0; p < 3; ++p)
+                os.push_back(cuda::test::random_weight(TestFormat::kNvfp4, p == 2 ? D : I,
+                                                       p == 2 ? I : D, rng));
+            for (const auto& o : os) sq.push_back(o.w);
+        } else {
+            sq = {dense(s1v, I, D), dense(s3v, I, D), dense(s2v, D, I)};
+        }
+        std::vector<ops::Weight> hs, rs;
+        for (const QuantWeight& q : sq) {
+            auto h = be->upload_weight(q, {ops::WeightRole::kSharedExpert, 0});
+            ASSERT_TRUE(h.has_value()) << h.status().message();
+            hs.push_back(*h);
+            rs.push_back(cpu_ref::wrap(q));
+        }
+        auto ex = be->upload_experts(ce.w1.data(), ce.w3.data(), ce.w2.data(), E,
+                                     {ops::WeightRole::kExperts, 0}, {&hs[0], &hs[1], &hs[2]});
+        ASSERT_TRUE(ex.has_value()) << ex.status().message();
+        for (const int64_t Tc : {int64_t{1}, int64_t{2}, T}) {
+            be->fill(out.p, std::nanf(""), out.n);
+            be->fill(routed.p, std::nanf(""), routed.n);
+            be->fill(dlog.p, 0.0f, dlog.n);  // cleared earlier in the step
+            const ops::RouterArgs route{dx.p,  &*dgate, nullptr, dtab.p, dids.p, dlog.p, dsel.p,
+                                        dwt.p, Tc,      E,       k,      2.5f,   true};
+            ops::MoeArgs m{dx.p,     dsel.p, dwt.p, &*ex, &hs[0], &hs[1], &hs[2], shared.p,
+                           routed.p, out.p,  Tc,    D,    I,      E,      k,      7.0f};
+            m.route = &route;
+            be->moe(m);
+            std::vector<float> rlog(Tc * E), rwt(Tc * k), ref(Tc * D), scratch(Tc * (2 * I + D));
+            std::vector<int32_t> rsel(Tc * k);
+            const ops::RouterArgs rroute{x.data(),   &rgate,      nullptr,     tid2eid.data(),
+                                         ids.data(), rlog.data(), rsel.data(), rwt.data(),
+                                         Tc,         E,           k,           2.5f};
+            ops::MoeArgs rm{
+                x.data(), rsel.data(), rwt.data(), &rex, &rs[0], &rs[1], &rs[2], scratch.data(),
+                nullptr,  ref.data(),  Tc,         D,    I,      E,      k,      7.0f};
+            rm.route = &rroute;
+            cpu_ref::moe(rm);
+            const std::string what = std::string("moe routed first, T=") + std::to_string(Tc) +
+                                     (stacked ? ", stacked shared" : ", dense shared");
+            auto sel = dsel.get();
+            sel.resize(Tc * k);
+            EXPECT_EQ(sel, rsel) << what;
+            auto wt = dwt.get();
+            wt.resize(Tc * k);
+            expect_close((what + " weights").c_str(), wt, rwt, 1e-5, 1e-7);
+            auto got = out.get();
+            got.resize(Tc * D);
+            auto tol = moe_magnitude(x, rsel.data(), rwt.data(), ce, &sq[0], &sq[1], &sq[2], Tc, D,
+                                     I, k, 7.0f);
+            for (auto& v : tol) v *= 2e-4;
+            expect_within(what.c_str(), got, ref, tol);
         }
     }
 }

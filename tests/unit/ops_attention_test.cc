@@ -260,5 +260,39 @@ TEST(OpsRingWrite, ChunkedDecodeMatchesOneChunk) {
     for (int i = 0; i < S * H * hd; ++i) EXPECT_NEAR(part[i], full[i], 1e-6) << i;
 }
 
+TEST(OpsRingWrite, AttentionWritesTheRingAfterReadingIt) {
+    // AttentionArgs::ring_out: the same chunks as above with the ring written by the attention
+    // call itself (after its reads, also for chunks of several tokens) give the same outputs and
+    // the same ring as the separate ring_write.
+    const int W = 3, hd = 2, H = 2, S = 7;
+    std::vector<float> q(S * H * hd), kv(S * hd), sink = {0.3f, -0.2f};
+    for (int i = 0; i < S * H * hd; ++i) q[i] = std::sin(0.9 * i);
+    for (int i = 0; i < S * hd; ++i) kv[i] = std::cos(1.1 * i);
+    std::vector<float> ring_a(W * hd, 0.0f), ring_b(W * hd, 0.0f), out_a(S * H * hd),
+        out_b(S * H * hd);
+    int p = 0;
+    for (int len : {3, 1, 1, 2}) {
+        ops::AttentionArgs a{.q = q.data() + p * H * hd,
+                             .kv = kv.data() + p * hd,
+                             .ring = ring_a.data(),
+                             .sink = sink.data(),
+                             .out = out_a.data() + p * H * hd,
+                             .step = one_row(p, len),
+                             .H = H,
+                             .hd = hd,
+                             .W = W,
+                             .softmax_scale = 0.8f};
+        cpu_ref::attention(a);
+        cpu_ref::ring_write({a.kv, ring_a.data(), a.step, W, hd});
+        a.ring = ring_b.data();
+        a.ring_out = ring_b.data();
+        a.out = out_b.data() + p * H * hd;
+        cpu_ref::attention(a);
+        EXPECT_EQ(ring_b, ring_a) << "after the chunk at " << p;
+        p += len;
+    }
+    EXPECT_EQ(out_b, out_a);
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -258,6 +258,21 @@ TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
     cpu_ref::linear({g.data(), &h2, y.data(), T, D});
     for (int i = 0; i < T * D; ++i) plain[i] += y[i];
     EXPECT_EQ(fused, plain);
+
+    // MoeArgs::route: the routing inside the moe call is the router, then the experts.
+    std::vector<float> logits3(T * E, 9.0f), w3v(T * k), routed_first(T * D);
+    std::vector<int32_t> sel3(T * k);
+    const ops::RouterArgs route{
+        x.data(),    &gate,      bias.data(), nullptr, nullptr, logits3.data(),
+        sel3.data(), w3v.data(), T,           E,       k,       1.5f};
+    ops::MoeArgs m{
+        x.data(), sel3.data(),         w3v.data(), &experts, &h1, &h3, &h2, scratch.data(),
+        nullptr,  routed_first.data(), T,          D,        I,   E,   k,   0.7f};
+    m.route = &route;
+    cpu_ref::moe(m);
+    EXPECT_EQ(sel3, sel);
+    EXPECT_EQ(w3v, w);
+    EXPECT_EQ(routed_first, fused);
 }
 
 TEST(OpsLinearGroup, EachOutputEqualsItsOwnLinear) {

@@ -207,6 +207,13 @@ const char* linear_label(ops::WeightRole r) {
 constexpr int64_t kDefaultStepRows = 256;
 constexpr int kMaxHcStreams = 8;
 
+// An on/off switch from the environment: unset or empty gives dflt, "0" off, anything else on.
+bool env_flag(const char* name, bool dflt) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || v[0] == '\0') return dflt;
+    return std::string(v) != "0";
+}
+
 class CudaBackend final : public Backend {
   public:
     explicit CudaBackend(cuda::DeviceInfo info)
@@ -214,8 +221,7 @@ class CudaBackend final : public Backend {
         // Diagnostics (docs/numerics-cuda.md): every weight dequantized to f32 at load and
         // multiplied by the plain f32 kernels (exact products, ~4x the memory, slow), to tell
         // the GEMV's hi + lo rounding apart from anything else.
-        const char* env = std::getenv("DSV4_CUDA_F32_WEIGHTS");
-        f32_weights_ = env != nullptr && env[0] != '\0' && std::string(env) != "0";
+        f32_weights_ = env_flag("DSV4_CUDA_F32_WEIGHTS", false);
         // Measurements (docs/perf.md): the fewest rows a linear runs on the tensor-core path
         // (gemm_op.h) instead of GEMV launches of 16 rows; 0 turns the path off.
         if (const char* rows = std::getenv("DSV4_CUDA_GEMM_MIN_ROWS"); rows != nullptr)
@@ -223,16 +229,18 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 11): the GEMVs clear their own outputs inside
         // the launch (GemvArgs::y_zero) instead of after a memset node each. Off by default:
         // 1.6% slower at batch-1 decode in the run that measured both.
-        const char* zero = std::getenv("DSV4_CUDA_GEMV_ZERO");
-        gemv_memset_ = zero == nullptr || zero[0] == '\0' || std::string(zero) == "0";
+        gemv_memset_ = !env_flag("DSV4_CUDA_GEMV_ZERO", false);
         // Measurements (docs/perf.md, session 12): decode steps take the split attention
         // kernel; DSV4_CUDA_ATTN_SPLIT=0 keeps them on the cluster kernel (for comparisons).
-        const char* split = std::getenv("DSV4_CUDA_ATTN_SPLIT");
-        attn_split_ = split == nullptr || split[0] == '\0' || std::string(split) != "0";
+        attn_split_ = env_flag("DSV4_CUDA_ATTN_SPLIT", true);
         // Measurements (docs/perf.md, session 13): DSV4_CUDA_Y_CLEARED=0 clears every
         // accumulating GEMV's output by its own memset node, as before LinearArgs::y_cleared.
-        const char* yc = std::getenv("DSV4_CUDA_Y_CLEARED");
-        trust_y_cleared_ = yc == nullptr || yc[0] == '\0' || std::string(yc) != "0";
+        trust_y_cleared_ = env_flag("DSV4_CUDA_Y_CLEARED", true);
+        // Measurements (docs/perf.md, session 14): =0 puts back the launches these fusions
+        // removed: the ring write after the attention (AttentionArgs::ring_out), the MoE's
+        // expert-id kernel after the routing (MoeArgs::route).
+        ring_in_attention_ = env_flag("DSV4_CUDA_RING_IN_ATTN", true);
+        route_prepares_moe_ = env_flag("DSV4_CUDA_ROUTE_PREPARES_MOE", true);
         profile_.stream = stream_.get();
     }
 
@@ -795,8 +803,10 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
         DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
                     "CUDA attention: rings of W rows only (max_ring_extra)");
+        DSV4_ASSERT(a.ring_out == nullptr || a.ring_out == a.ring,
+                    "CUDA attention: ring_out must be the ring read");
         if (cuda::launch_attention(a, attn_split_ ? attn_ws_ : cuda::AttentionScratch{},
-                                   stream_.get()))
+                                   stream_.get(), ring_in_attention_))
             ++attn_split_runs_;
     }
     void ring_write(const ops::RingWriteArgs& a) override {
@@ -818,18 +828,22 @@ class CudaBackend final : public Backend {
     }
     // Fused (a dense gate: the product inside the routing kernel, one launch), else two
     // kernels (the gate through linear, then the routing kernel).
-    void router(const ops::RouterArgs& a) override {
+    void router(const ops::RouterArgs& a) override { route(a, nullptr); }
+    // The router, its kernel also preparing a one-token MoE's launches when prep is given.
+    void route(const ops::RouterArgs& a, const cuda::MoePrep* prep) {
         const auto prof = profile_.scope("router", recording_);
         const CudaWeight& g = cuda_weight(a.gate);
         const ops::RouteArgs r{a.logits, a.bias, a.tid2eid, a.ids, a.sel,
                                a.weight, a.T,    a.E,       a.k,   a.scale};
         if (g.dense != nullptr) {
             const cuda::RouterGate fused{a.x, g.dense, g.dtype == DType::kBF16, g.cols, a.logits};
-            cuda::launch_route(r, stream_.get(), &fused);
+            cuda::launch_route(r, stream_.get(), &fused, prep);
             return;
         }
-        linear({a.x, a.gate, a.logits, a.T, a.E});
-        cuda::launch_route(r, stream_.get());
+        ops::LinearArgs gate{a.x, a.gate, a.logits, a.T, a.E};
+        gate.y_cleared = a.logits_cleared;
+        linear(gate);
+        cuda::launch_route(r, stream_.get(), nullptr, prep);
     }
     // Decode: every (token, slot) pair is a group of one row. Prefill (pairs >= 4x experts,
     // ops::moe_grouped_by_expert): the pairs are grouped by expert into groups of 16 rows, so an
@@ -862,7 +876,17 @@ class CudaBackend final : public Backend {
         // shared expert has written first (no combine). The sum's order differs from the
         // reference's (slot order, then the shared expert) by float rounding only.
         const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8;
-        if (direct && ex.shared_stacked && a.shared_w1 != nullptr) {
+        const bool stacked = direct && ex.shared_stacked && a.shared_w1 != nullptr;
+        // The routing (MoeArgs::route) first; with the stacked shared expert below, its kernel
+        // also writes the groups' ids and scales and clears h and out (cuda::MoePrep).
+        const bool prep = stacked && a.route != nullptr && route_prepares_moe_;
+        if (a.route != nullptr) {
+            DSV4_ASSERT(a.route->sel == a.sel && a.route->weight == a.weight && a.route->T == a.T &&
+                            a.route->k == a.k,
+                        "moe: the routing must write this op's sel and weight");
+            if (!prep) route(*a.route, nullptr);
+        }
+        if (stacked) {
             // ... and with the shared expert stacked as expert E, it is the (k+1)-th group of
             // the same two launches (scale 1): no launches of its own. The scratch's per-pair
             // input rows are unused here and hold the k + 1 rows' products.
@@ -873,8 +897,13 @@ class CudaBackend final : public Backend {
             int32_t* gid = reinterpret_cast<int32_t*>(scale + G);  // [G]
             DSV4_ASSERT(G * (3 * I + 2) <= ops::moe_routed_scratch_floats(1, a.k, a.E, a.D, a.I),
                         "moe scratch for the stacked shared expert");
-            cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, h, G * 2 * I,
-                                             a.out, D, s);
+            if (prep) {
+                const cuda::MoePrep p{gid, scale, a.E, h, G * 2 * I, a.out, D};
+                route(*a.route, &p);
+            } else {
+                cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, h,
+                                                 G * 2 * I, a.out, D, s);
+            }
             expert_gemv(ex.g13, a.x, D, 1, h, 2 * I, G, gid, /*x_stride=*/0);
             cuda::launch_moe_swiglu({h, nullptr, act1, G, a.I, a.swiglu_limit}, s);
             expert_gemv(ex.g2, act1, I, 1, a.out, D, G, gid, -1, /*y_stride=*/0, scale);
@@ -1223,8 +1252,10 @@ class CudaBackend final : public Backend {
     int64_t attn_split_runs_ = 0;      // cuda_attention_split_runs
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
-    bool gemv_memset_ = true;      // false: DSV4_CUDA_GEMV_ZERO
-    bool trust_y_cleared_ = true;  // false: DSV4_CUDA_Y_CLEARED=0
+    bool gemv_memset_ = true;         // false: DSV4_CUDA_GEMV_ZERO
+    bool trust_y_cleared_ = true;     // false: DSV4_CUDA_Y_CLEARED=0
+    bool ring_in_attention_ = true;   // false: DSV4_CUDA_RING_IN_ATTN=0
+    bool route_prepares_moe_ = true;  // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
     TransferCounts counts_;
     OpProfile profile_;
     bool recording_ = false;

@@ -128,6 +128,8 @@ void attention(const ops::AttentionArgs& a) {
     if (const ops::FusedRope* r = a.out_rope; r != nullptr && r->inv_freq != nullptr)
         rope({a.out, r->inv_freq, r->pos, int64_t{a.step.T} * a.H / r->heads, r->heads, a.hd,
               r->rope_dim, r->inverse, r->scale, a.round_bf16});
+    if (a.ring_out != nullptr)
+        ring_write({a.kv, a.ring_out, a.step, a.W, a.hd, a.kv_format, a.ring_rows});
 }
 
 void ring_write(const ops::RingWriteArgs& a) {

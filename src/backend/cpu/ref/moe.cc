@@ -51,6 +51,12 @@ void router(const ops::RouterArgs& a) {
 }
 
 void moe(const ops::MoeArgs& a) {
+    if (a.route != nullptr) {
+        DSV4_ASSERT(a.route->sel == a.sel && a.route->weight == a.weight && a.route->T == a.T &&
+                        a.route->k == a.k,
+                    "moe: the routing must write this op's sel and weight");
+        router(*a.route);
+    }
     const CpuExperts& ex = *static_cast<const CpuExperts*>(a.experts->impl);
     const int64_t slots = a.T * a.k;
     // DeepSeek's Expert weights the SwiGLU output before w2; float mode weights after w2.

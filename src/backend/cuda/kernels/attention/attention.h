@@ -30,8 +30,11 @@ struct AttentionScratch {
 int64_t attention_scratch_bytes(int sm_count);
 AttentionScratch attention_scratch(void* p, int sm_count);
 
-// True when the step took the split kernel.
-bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws, cudaStream_t stream);
+// True when the step took the split kernel. a.ring_out's write (ops/attention.h) is done by
+// the split kernel itself when ring_in_kernel and every row of the step is one token (T == B:
+// rows have at least one token), else by a ring_write launch after the attention.
+bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws, cudaStream_t stream,
+                      bool ring_in_kernel = true);
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

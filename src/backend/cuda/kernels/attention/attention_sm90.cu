@@ -422,8 +422,17 @@ int sm_count() {
 
 }  // namespace
 
-bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
-                      cudaStream_t stream) {
+bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws,
+                      cudaStream_t stream, bool ring_in_kernel) {
+    // a: what the kernels see; a.ring_out stays set only for a split kernel's fused write.
+    ops::AttentionArgs a = a_in;
+    if (!ring_in_kernel || a.step.T != a.step.B) a.ring_out = nullptr;
+    auto ring_after = [&] {
+        if (a_in.ring_out != nullptr)
+            launch_ring_write({a_in.kv, a_in.ring_out, a_in.step, a_in.W, a_in.hd, a_in.kv_format,
+                               a_in.ring_rows},
+                              stream);
+    };
     DSV4_ASSERT(a.hd >= 1 && a.hd <= kAttnMaxHeadDim, "attention: head_dim ", a.hd, " (at most ",
                 kAttnMaxHeadDim, ")");
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
@@ -432,7 +441,11 @@ bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
     const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
                      aligned16(a.entries) && aligned16(a.out);
-    if (attn::launch_attention_split(a, ws, vec, stream)) return true;
+    if (attn::launch_attention_split(a, ws, vec, stream)) {
+        if (a.ring_out == nullptr) ring_after();
+        return true;
+    }
+    a.ring_out = nullptr;  // (the cluster kernel does not write the ring)
     static const int sms = sm_count();
     const int64_t T = a.step.T;
     // Head groups of 16, or of 8 (two key groups per block) when 16-head groups split 16 ways
@@ -465,6 +478,7 @@ bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws,
                attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, vec,
                key_groups, rope.in_kernel);
     rope.launch_after(a.out, T * a.H, a.hd, stream);
+    ring_after();
     return false;
 }
 

@@ -81,6 +81,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int h0 = g * kHeads;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
+    // The fused ring write (a step of one token a row: the launcher's condition): token t's K=V
+    // row into its slot's ring row pos % R, which holds position pos - R, a key no token of this
+    // step reads (token t reads positions > pos - W >= pos - R; other rows other slots).
+    if (a.ring_out != nullptr && s == 0 && g == 0) {
+        const int b = a.step.tok_row[t];
+        const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
+        float* dst = a.ring_out + (a.step.row_slot[b] * R + a.step.tok_pos[t] % R) * hd;
+        const float* src = a.kv + static_cast<int64_t>(t) * hd;
+        for (int i = threadIdx.x * 4; i < hd; i += kThreads * 4) f4(dst + i) = f4(src + i);
+    }
+
     // The block's queries (zeros past hd and for heads >= H), copied asynchronously: the first
     // tile's wait completes them.
     const int n4p = hdp / 4;

@@ -22,7 +22,23 @@ struct RouterGate {
     float* logits = nullptr;  // [T, E] written (the RouteArgs logits)
 };
 
-// gate == nullptr: a.logits hold the gate outputs already (the two-kernel path).
-void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate = nullptr);
+// The one-token MoE's launches prepared by the routing kernel (moe_ids_with_shared's work, one
+// launch fewer): the k + 1 groups' expert ids and scales (the routed experts with their weights,
+// then the shared expert stacked as expert shared_id with scale 1), and h and out cleared for
+// the GEMVs that add into them.
+struct MoePrep {
+    int32_t* ids = nullptr;  // [k + 1]
+    float* scale = nullptr;  // [k + 1]
+    int32_t shared_id = 0;
+    float* h = nullptr;  // [n_h] zeroed
+    int64_t n_h = 0;
+    float* out = nullptr;  // [n_out] zeroed
+    int64_t n_out = 0;
+};
+
+// gate == nullptr: a.logits hold the gate outputs already (the two-kernel path). prep: a
+// one-token step only (a.T == 1).
+void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate = nullptr,
+                  const MoePrep* prep = nullptr);
 
 }  // namespace dsv4::cuda

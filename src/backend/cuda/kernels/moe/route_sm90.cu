@@ -4,6 +4,9 @@
 // partial_sort order), then weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double.
 // softplus uses CUDA's expf/log1pf (within 2 ulp of glibc's): a selection can differ from the
 // CPU only where two biased scores are within a few float ulps; docs/numerics-cuda.md.
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
@@ -20,8 +23,21 @@ __device__ __forceinline__ float softplus_ref(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-__global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a, RouterGate g) {
+// Blocks past the T routing blocks zero prep's h and out (a grid-stride loop over those blocks).
+__device__ void clear_prep(const MoePrep& p, int64_t T) {
+    const int64_t n = p.n_h + p.n_out;
+    const int64_t stride = (gridDim.x - T) * blockDim.x;
+    for (int64_t i = (blockIdx.x - T) * blockDim.x + threadIdx.x; i < n; i += stride)
+        (i < p.n_h ? p.h[i] : p.out[i - p.n_h]) = 0.0f;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    route_kernel(ops::RouteArgs a, RouterGate g, MoePrep prep) {
     dev::pdl_enter();
+    if (blockIdx.x >= a.T) {
+        clear_prep(prep, a.T);
+        return;
+    }
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
     __shared__ unsigned long long best;
@@ -84,17 +100,34 @@ __global__ void __launch_bounds__(kThreads) route_kernel(ops::RouteArgs a, Route
         a.sel[t * a.k + j] = sel_s[j];
         a.weight[t * a.k + j] = static_cast<float>(__dmul_rn(
             __ddiv_rn(static_cast<double>(s_s[sel_s[j]]), sum), static_cast<double>(a.scale)));
+        if (prep.ids != nullptr) {
+            prep.ids[j] = sel_s[j];
+            prep.scale[j] = a.weight[t * a.k + j];
+        }
+    }
+    if (prep.ids != nullptr) {
+        prep.ids[a.k] = prep.shared_id;
+        prep.scale[a.k] = 1.0f;
     }
 }
 
 }  // namespace
 
-void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate) {
+void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate,
+                  const MoePrep* prep) {
     DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E, "route: k ", a.k, " of ", a.E);
     DSV4_ASSERT(gate == nullptr || gate->logits == a.logits, "route: fused gate logits");
     if (a.T == 0) return;
-    launch_pdl(route_kernel, static_cast<unsigned>(a.T), kThreads, 2 * a.E * sizeof(float), stream,
-               1, a, gate != nullptr ? *gate : RouterGate{});
+    unsigned clear_blocks = 0;
+    if (prep != nullptr) {
+        DSV4_ASSERT(a.T == 1 && prep->ids != nullptr && prep->scale != nullptr,
+                    "route: the MoE's launches are prepared for one-token steps");
+        const int64_t n = prep->n_h + prep->n_out;
+        clear_blocks = static_cast<unsigned>(std::min<int64_t>(64, (n + kThreads - 1) / kThreads));
+    }
+    launch_pdl(route_kernel, static_cast<unsigned>(a.T) + clear_blocks, kThreads,
+               2 * a.E * sizeof(float), stream, 1, a, gate != nullptr ? *gate : RouterGate{},
+               prep != nullptr ? *prep : MoePrep{});
 }
 
 }  // namespace dsv4::cuda
