@@ -45,6 +45,18 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     proj.packed = w.x_proj_packed.valid() ? &w.x_proj_packed : nullptr;
     b.linear_group(proj);
 
+    // Compressors: pool completed blocks into entries (normed and roped at their position).
+    auto compress = [&](const CompressorWeights& cw, const CompressorCache& cc, const float* kv,
+                        const float* gate, int width, int coff, ops::RoundTrip entry_rt,
+                        const CacheRowFormat& format) {
+        b.compress({kv, gate, cw.ape, cw.norm, rope_compress_.inv_freq, cc.kv, cc.gate, cc.entries,
+                    st, cc.n_entries, m, width, coff, rd, eps, rope_compress_.scale,
+                    reference() ? entry_rt : ops::RoundTrip::kNone, format, bf16});
+    };
+    // The indexer's Hadamard returns bf16 in the bf16 configuration, before the FP4 rounding.
+    const ops::RoundTrip hadamard_fp4 =
+        bf16 ? ops::RoundTrip::kHadamardBf16Fp4 : ops::RoundTrip::kHadamardFp4;
+
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims. The
     // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear).
     const int g = c.o_groups, Ro = c.o_lora_rank;
@@ -55,6 +67,29 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     if (spec.kind == LayerKind::kCsa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
     q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
+
+    // CSA's lightning indexer: its own compressed keys, queries from the q latent, top-k. It
+    // needs nothing below until attention: a branch that may run alongside the query and K=V
+    // chain (Backend::branch_begin). fp4 keys are the Hadamard + FP4 round trip itself (stored
+    // rotated): no second rotation.
+    const int32_t* topk = nullptr;
+    if (spec.kind == LayerKind::kCsa) {
+        b.branch_begin();
+        const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
+        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
+                 fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
+        b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
+                          fp8_act(w.indexer_wq_b), bf16}));
+        b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
+        if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
+        b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
+        if (bf16) b.round_trip({ws.wts, T, Hi, Hi, 1, ops::RoundTrip::kBf16});
+        b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
+                        hi, c.index_topk, m, lc.key_format, /*q_rotated=*/reference(), bf16});
+        b.branch_end();
+        topk = ws.topk;
+    }
+
     b.linear(cleared(
         {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
     // (The rope fused into the norms: rms_norm then rope.)
@@ -70,40 +105,13 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
     if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
-    // Compressors: pool completed blocks into entries (normed and roped at their position).
-    auto compress = [&](const CompressorWeights& cw, const CompressorCache& cc, const float* kv,
-                        const float* gate, int width, int coff, ops::RoundTrip entry_rt,
-                        const CacheRowFormat& format) {
-        b.compress({kv, gate, cw.ape, cw.norm, rope_compress_.inv_freq, cc.kv, cc.gate, cc.entries,
-                    st, cc.n_entries, m, width, coff, rd, eps, rope_compress_.scale,
-                    reference() ? entry_rt : ops::RoundTrip::kNone, format, bf16});
-    };
-    // The indexer's Hadamard returns bf16 in the bf16 configuration, before the FP4 rounding.
-    const ops::RoundTrip hadamard_fp4 =
-        bf16 ? ops::RoundTrip::kHadamardBf16Fp4 : ops::RoundTrip::kHadamardFp4;
     const float* entries = nullptr;
-    const int32_t* topk = nullptr;
     if (spec.kind != LayerKind::kSliding) {
         compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
                  fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
         entries = lc.main.entries;
     }
-    if (spec.kind == LayerKind::kCsa) {
-        // Lightning indexer: its own compressed keys, queries from the q latent. fp4 keys are
-        // the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
-        const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
-        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
-                 fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
-        b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
-                          fp8_act(w.indexer_wq_b), bf16}));
-        b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
-        if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
-        b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
-        if (bf16) b.round_trip({ws.wts, T, Hi, Hi, 1, ops::RoundTrip::kBf16});
-        b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
-                        hi, c.index_topk, m, lc.key_format, /*q_rotated=*/reference(), bf16});
-        topk = ws.topk;
-    }
+    if (spec.kind == LayerKind::kCsa) b.branch_join();  // (the indexer's top-k)
 
     // K = V carries rotated rope dims: the output is de-rotated at the query position (an
     // inverse rope fused into attention).

@@ -100,6 +100,16 @@ class Backend {
     // it ("" where the backend does not profile). Steps run op by op while profiling.
     virtual void profile_ops(bool on) { (void)on; }
     virtual std::string op_profile() { return ""; }
+    // Concurrency inside a step. The ops issued between branch_begin() and branch_end() (the
+    // branch) depend only on ops issued before branch_begin(); the ops issued after branch_end()
+    // up to branch_join() neither read what the branch writes nor write what it reads; and
+    // branch_join() orders every later op behind the branch. A backend may run the branch
+    // alongside those ops (CUDA: on a second stream, a fork and a join in the step's graph);
+    // these defaults run everything in issue order, which the contract makes equivalent.
+    virtual void branch_begin() {}
+    virtual void branch_end() {}
+    virtual void branch_join() {}
+
     // Bytes/s of a pure streaming read of a buffer far larger than the caches, measured now
     // (benchmarks' roofline); an error where the backend does not measure it.
     virtual Expected<double> measure_read_bandwidth() {

@@ -123,5 +123,53 @@ TEST(CudaStepGraph, RecordingFailsWhenTheStepWaits) {
     (*be)->free(x);
 }
 
+// Backend branches (branch_begin / end / join): the branch's ops see what came before the
+// fork, the ops after the join see the branch's writes, run op by op and recorded as a graph
+// (a fork and a join in it) and replayed.
+TEST(CudaStepGraph, BranchForksAndJoins) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_cuda_backend();
+    ASSERT_TRUE(be.has_value()) << be.status().message();
+    Backend& b = **be;
+    const int64_t n = 100003;
+    float* x = b.alloc_array<float>(n);
+    float* y = b.alloc_array<float>(n);
+    float* z = b.alloc_array<float>(n);
+    auto body = [&] {
+        b.fill(x, 1.0f, n);
+        b.fill(y, 1.0f, n);
+        b.branch_begin();
+        for (int i = 0; i < 3; ++i) b.scale(x, 2.0f, n);  // 8
+        b.branch_end();
+        b.scale(y, 3.0f, n);  // beside the branch
+        b.branch_join();
+        b.copy(z, x, n * sizeof(float));  // after it
+    };
+    auto check = [&](const char* what) {
+        std::vector<float> hx(n), hy(n), hz(n);
+        b.download(hx.data(), x, n * sizeof(float));
+        b.download(hy.data(), y, n * sizeof(float));
+        b.download(hz.data(), z, n * sizeof(float));
+        b.synchronize();
+        for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(hx[i], 8.0f) << what << " " << i;
+            ASSERT_EQ(hy[i], 3.0f) << what << " " << i;
+            ASSERT_EQ(hz[i], 8.0f) << what << " " << i;
+        }
+    };
+    body();
+    check("op by op");
+    b.fill(z, 0.0f, n);
+    auto rec = b.record(body);
+    ASSERT_TRUE(rec.has_value()) << rec.status().message();
+    ASSERT_NE(rec->get(), nullptr);
+    b.fill(z, 0.0f, n);
+    b.replay(**rec);
+    check("replayed");
+    b.free(x);
+    b.free(y);
+    b.free(z);
+}
+
 }  // namespace
 }  // namespace dsv4

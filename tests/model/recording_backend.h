@@ -149,6 +149,19 @@ class RecordingBackend final : public Backend {
         return inner_->upload_experts(w1, w3, w2, E, where, shared);
     }
 
+    void branch_begin() override {
+        rec("branch_begin");
+        inner_->branch_begin();
+    }
+    void branch_end() override {
+        rec("branch_end");
+        inner_->branch_end();
+    }
+    void branch_join() override {
+        rec("branch_join");
+        inner_->branch_join();
+    }
+
 #define DSV4_REC_OP(op, Args)              \
     void op(const ops::Args& a) override { \
         rec(#op, a);                       \

@@ -200,7 +200,7 @@ const char* linear_label(ops::WeightRole r) {
 #define DSV4_CUDA_OP(op, Args, launch)                     \
     void op(const ops::Args& a) override {                 \
         const auto prof = profile_.scope(#op, recording_); \
-        cuda::launch(a, stream_.get());                    \
+        cuda::launch(a, cur());                            \
     }
 
 // Step rows the scratch holds before prepare_steps asks for more; the widest mHC it holds.
@@ -241,6 +241,11 @@ class CudaBackend final : public Backend {
         // expert-id kernel after the routing (MoeArgs::route).
         ring_in_attention_ = env_flag("DSV4_CUDA_RING_IN_ATTN", true);
         route_prepares_moe_ = env_flag("DSV4_CUDA_ROUTE_PREPARES_MOE", true);
+        // Measurements (docs/perf.md, session 14): =0 runs Backend branches in issue order.
+        branches_ = env_flag("DSV4_CUDA_BRANCHES", true);
+        side_ = cuda::CudaStream::create();
+        DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+        DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
         profile_.stream = stream_.get();
     }
 
@@ -248,9 +253,39 @@ class CudaBackend final : public Backend {
         stream_.synchronize();
         gemm_ = cuda::GemmLinear();                    // before its workspace goes
         for (auto& [p, bytes] : blocks_) cudaFree(p);  // teardown: errors have nowhere to go
+        cudaEventDestroy(fork_);
+        cudaEventDestroy(join_);
     }
 
     const char* name() const override { return "cuda"; }
+
+  private:
+    // The stream ops are issued to: the branch's inside a branch, else the main one.
+    cudaStream_t cur() const { return in_branch_ ? side_.get() : stream_.get(); }
+    // Backend scratch an op uses (uses()): a branch must not share one with the ops beside it.
+    enum Scratch : unsigned {
+        kActCopies = 1,      // act_: the FP8 activation copies
+        kGemvWorkspace = 2,  // gemv_ws_: plain-mode partials and y_zero counters
+        kHcScratch = 4,      // hc_ws_
+        kAttentionScratch = 8,
+        kIndexerScratch = 16,
+    };
+    // Inside a branch: remembered. After it, before its join: an op using scratch the branch
+    // used joins it first (runs after it), so the two never touch one scratch at once.
+    void uses(unsigned scratch) {
+        if (in_branch_)
+            branch_uses_ |= scratch;
+        else if (branch_pending_ && (scratch & branch_uses_) != 0)
+            branch_join();
+    }
+    // The rest of an open branch runs in order on the main stream (for an op bound to it).
+    void leave_branch() {
+        if (!in_branch_) return;
+        branch_end();
+        branch_join();
+    }
+
+  public:
     int64_t gemm_runs() const { return gemm_runs_; }
     int64_t attention_split_runs() const { return attn_split_runs_; }
     void set_attention_split(bool on) { attn_split_ = on; }
@@ -309,12 +344,13 @@ class CudaBackend final : public Backend {
     }
     void copy(void* dst, const void* src, size_t bytes) override {
         if (bytes == 0) return;
-        DSV4_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+        DSV4_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cur()));
     }
     void fill(float* dst, float value, int64_t n) override {
-        cuda::launch_fill(dst, value, n, stream_.get());
+        cuda::launch_fill(dst, value, n, cur());
     }
     void synchronize() override {
+        DSV4_ASSERT(!in_branch_ && !branch_pending_, "synchronize with a branch not joined");
         if (broke_recording("synchronize")) return;
         ++counts_.synchronizes;
         stream_.synchronize();
@@ -332,6 +368,7 @@ class CudaBackend final : public Backend {
         recording_ = true;
         breaker_ = nullptr;
         body();
+        DSV4_ASSERT(!in_branch_ && !branch_pending_, "a recorded step left a branch not joined");
         recording_ = false;
         const cudaError_t err = cuda::CudaGraph::end_capture(stream_.get(), &step->graph);
         if (breaker_ != nullptr)
@@ -349,6 +386,31 @@ class CudaBackend final : public Backend {
         s->graph.launch(stream_.get());
     }
     TransferCounts transfer_counts() const override { return counts_; }
+
+    // Branches (Backend::branch_begin): the branch's ops go to a second stream, forked from the
+    // main one by an event and joined back by another (in a recording: a fork and a join in the
+    // graph). Not while profiling (the op times are the main stream's events) or under
+    // DSV4_CUDA_BRANCHES=0.
+    void branch_begin() override {
+        DSV4_ASSERT(!in_branch_ && !branch_pending_, "branch_begin: a branch is open");
+        if (!branches_ || profile_.on) return;
+        DSV4_CHECK_CUDA(cudaEventRecord(fork_, stream_.get()));
+        DSV4_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), fork_, 0));
+        in_branch_ = true;
+        branch_uses_ = 0;
+    }
+    void branch_end() override {
+        if (!in_branch_) return;
+        DSV4_CHECK_CUDA(cudaEventRecord(join_, side_.get()));
+        in_branch_ = false;
+        branch_pending_ = true;
+    }
+    void branch_join() override {
+        DSV4_ASSERT(!in_branch_, "branch_join inside the branch");
+        if (!branch_pending_) return;
+        DSV4_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), join_, 0));
+        branch_pending_ = false;
+    }
     int64_t max_indexer_entries(int Hi, int hi) const override {
         return cuda::indexer_max_entries(Hi, hi);
     }
@@ -625,7 +687,7 @@ class CudaBackend final : public Backend {
         const CudaWeight& t = cuda_weight(a.table);
         DSV4_ASSERT(t.dense != nullptr, "CUDA embed: the table has no dense copy");
         cuda::launch_embed_dense(a.ids, t.dense, t.dtype == DType::kBF16, t.cols, a.out, a.T, a.n,
-                                 stream_.get());
+                                 cur());
     }
     void linear(const ops::LinearArgs& a) override {
         const auto prof = profile_.scope(linear_label(cuda_weight(a.w).role), recording_);
@@ -641,8 +703,9 @@ class CudaBackend final : public Backend {
             // Reference numerics: the product reads x rounded to FP8 per 128 along K.
             DSV4_ASSERT(a.x_type == ops::ActType::kF32 && a.M * w.cols <= act_floats_,
                         "act_fp8 of ", a.M, " x ", w.cols, " (prepare_steps not called?)");
+            uses(kActCopies);
             cuda::launch_act_fp8_copy(static_cast<const float*>(a.x), a.ldx ? a.ldx : w.cols, act_,
-                                      a.M, w.cols, stream_.get());
+                                      a.M, w.cols, cur());
             ops::LinearArgs r = a;
             r.x = act_;
             r.ldx = w.cols;
@@ -656,9 +719,10 @@ class CudaBackend final : public Backend {
         const int64_t ldy = a.ldy ? a.ldy : a.N * a.groups;
         if (use_gemm(w, a.M, a.N, a.groups) && a.x_type == ops::ActType::kF32 &&
             a.y_type == ops::ActType::kF32 && a.y != a.x) {
+            leave_branch();  // (the cuBLAS handle is bound to the main stream)
             gemm_.run({&w.gemv, static_cast<const float*>(a.x), ldx, static_cast<float*>(a.y), ldy,
                        a.M, a.N, a.row0, a.groups},
-                      stream_.get());
+                      cur());
             ++gemm_runs_;
             return;
         }
@@ -697,14 +761,15 @@ class CudaBackend final : public Backend {
                 if (gemv_memset_ && !cleared)
                     DSV4_CHECK_CUDA(cudaMemset2DAsync(a.y, static_cast<size_t>(ldy) * 4, 0,
                                                       static_cast<size_t>(a.N * a.groups) * 4,
-                                                      static_cast<size_t>(a.M), stream_.get()));
+                                                      static_cast<size_t>(a.M), cur()));
             }
+            if (!g.y_accumulate || g.y_zero) uses(kGemvWorkspace);
             const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
             for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
                 g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
                 g.x = static_cast<const uint8_t*>(a.x) + m0 * ldx * xe;
                 g.y = static_cast<uint8_t*>(a.y) + m0 * ldy * ye;
-                cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+                cuda::launch_gemv(g, {info_.sm_count}, cur());
             }
             return;
         }
@@ -722,7 +787,7 @@ class CudaBackend final : public Backend {
         d.row0 = a.row0;
         d.ldx = ldx;
         d.ldy = ldy;
-        cuda::launch_dense_linear(d, stream_.get());
+        cuda::launch_dense_linear(d, cur());
     }
     void linear_group(const ops::LinearGroupArgs& a) override {
         DSV4_ASSERT(a.n_out >= 0 && a.n_out <= ops::LinearGroupArgs::kMaxOutputs, a.n_out);
@@ -750,10 +815,10 @@ class CudaBackend final : public Backend {
         bool gemm = true;
         for (const CudaWeight* p : w.parts) gemm = gemm && use_gemm(*p, a.M, p->rows, 1);
         if (gemm) {
+            leave_branch();  // (the cuBLAS handle is bound to the main stream)
             for (int i = 0; i < a.n_out; ++i) {
                 const CudaWeight& p = *w.parts[i];
-                gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1},
-                          stream_.get());
+                gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1}, cur());
             }
             gemm_runs_ += a.n_out;
             return true;
@@ -766,6 +831,7 @@ class CudaBackend final : public Backend {
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             g.y_accumulate = !gemv_memset_;
             g.y_zero = g.y_accumulate;
+            uses(kGemvWorkspace);  // (plain mode, or y_zero's counters)
             g.n_segments = r.count;
             int64_t row = 0;
             for (int i = 0; i < r.count; ++i) {
@@ -778,7 +844,7 @@ class CudaBackend final : public Backend {
                 g.x = a.x + m0 * w.cols;
                 for (int i = 0; i < r.count; ++i)
                     g.segments[i].y = a.out[r.first + i].y + m0 * g.segments[i].ldy;
-                cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+                cuda::launch_gemv(g, {info_.sm_count}, cur());
             }
         }
         return true;
@@ -788,12 +854,14 @@ class CudaBackend final : public Backend {
     DSV4_CUDA_OP(rope, RopeArgs, launch_rope)
     void hc_pre(const ops::HcPreArgs& a) override {
         const auto prof = profile_.scope("hc_pre", recording_);
-        cuda::launch_hc_pre(a, hc_ws_, stream_.get());
+        uses(kHcScratch);
+        cuda::launch_hc_pre(a, hc_ws_, cur());
     }
     DSV4_CUDA_OP(hc_post, HcPostArgs, launch_hc_post)
     void hc_head(const ops::HcHeadArgs& a) override {
         const auto prof = profile_.scope("hc_head", recording_);
-        cuda::launch_hc_head(a, hc_ws_, stream_.get());
+        uses(kHcScratch);
+        cuda::launch_hc_head(a, hc_ws_, cur());
     }
     DSV4_CUDA_OP(add_to_streams, AddToStreamsArgs, launch_add_to_streams)
     DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
@@ -805,8 +873,9 @@ class CudaBackend final : public Backend {
                     "CUDA attention: rings of W rows only (max_ring_extra)");
         DSV4_ASSERT(a.ring_out == nullptr || a.ring_out == a.ring,
                     "CUDA attention: ring_out must be the ring read");
-        if (cuda::launch_attention(a, attn_split_ ? attn_ws_ : cuda::AttentionScratch{},
-                                   stream_.get(), ring_in_attention_))
+        uses(kAttentionScratch);
+        if (cuda::launch_attention(a, attn_split_ ? attn_ws_ : cuda::AttentionScratch{}, cur(),
+                                   ring_in_attention_))
             ++attn_split_runs_;
     }
     void ring_write(const ops::RingWriteArgs& a) override {
@@ -814,17 +883,18 @@ class CudaBackend final : public Backend {
         DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA ring_write: f32 cache rows only");
         DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
                     "CUDA ring_write: rings of W rows only");
-        cuda::launch_ring_write(a, stream_.get());
+        cuda::launch_ring_write(a, cur());
     }
     void compress(const ops::CompressArgs& a) override {
         const auto prof = profile_.scope("compress", recording_);
         DSV4_ASSERT(a.entry_format.type == CacheType::kF32, "CUDA compress: f32 entries only");
-        cuda::launch_compress(a, stream_.get());
+        cuda::launch_compress(a, cur());
     }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         const auto prof = profile_.scope("indexer_topk", recording_);
+        uses(kIndexerScratch);
         DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
-        cuda::launch_indexer_topk(a, indexer_ws_, stream_.get());
+        cuda::launch_indexer_topk(a, indexer_ws_, cur());
     }
     // Fused (a dense gate: the product inside the routing kernel, one launch), else two
     // kernels (the gate through linear, then the routing kernel).
@@ -837,13 +907,13 @@ class CudaBackend final : public Backend {
                                a.weight, a.T,    a.E,       a.k,   a.scale};
         if (g.dense != nullptr) {
             const cuda::RouterGate fused{a.x, g.dense, g.dtype == DType::kBF16, g.cols, a.logits};
-            cuda::launch_route(r, stream_.get(), &fused, prep);
+            cuda::launch_route(r, cur(), &fused, prep);
             return;
         }
         ops::LinearArgs gate{a.x, a.gate, a.logits, a.T, a.E};
         gate.y_cleared = a.logits_cleared;
         linear(gate);
-        cuda::launch_route(r, stream_.get(), nullptr, prep);
+        cuda::launch_route(r, cur(), nullptr, prep);
     }
     // Decode: every (token, slot) pair is a group of one row. Prefill (pairs >= 4x experts,
     // ops::moe_grouped_by_expert): the pairs are grouped by expert into groups of 16 rows, so an
@@ -870,7 +940,7 @@ class CudaBackend final : public Backend {
         int32_t* pair_row = group_expert + R;                                // [P]
         const int32_t* ids = grouped ? group_expert : a.sel;
         const int32_t* row = grouped ? pair_row : nullptr;
-        cudaStream_t s = stream_.get();
+        cudaStream_t s = cur();
         // One token (batch-1 decode): the k groups read x itself (no per-pair copy), and w2 adds
         // each expert's output times its routing weight straight into the output, which the
         // shared expert has written first (no combine). The sum's order differs from the
@@ -914,6 +984,7 @@ class CudaBackend final : public Backend {
         const float* x = a.x;
         if (a.act_fp8) {
             DSV4_ASSERT(a.T * D <= act_floats_, "moe act_fp8 (prepare_steps not called?)");
+            uses(kActCopies);
             cuda::launch_act_fp8_copy(a.x, D, act_, a.T, D, s);
             x = act_;
         }
@@ -986,9 +1057,7 @@ class CudaBackend final : public Backend {
     DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
     DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)
     DSV4_CUDA_OP(sample, SampleArgs, launch_sample)
-    void scale(float* x, float s, int64_t n) override {
-        cuda::launch_scale(x, s, n, stream_.get());
-    }
+    void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }
 
     cudaStream_t stream() const { return stream_.get(); }
 
@@ -1083,17 +1152,17 @@ class CudaBackend final : public Backend {
         g.group_scale = group_scale;
         if (zero && gemv_memset_) {
             const int64_t sets = y_stride == 0 ? 1 : G;
-            DSV4_CHECK_CUDA(
-                cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, stream_.get()));
+            DSV4_CHECK_CUDA(cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, cur()));
         } else if (zero) {
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
             g.y_zero = true;
+            uses(kGemvWorkspace);
         }
         // PDL for one row per group (decode; ids are read after the GEMV's wait). Not for the
         // prefill's groups of 16 rows: the grouped MoE test failed for FP8 (E8M0) experts in the
         // one run with it, on other random weights too (docs/perf.md; cause not established).
         g.pdl = m == 1;
-        cuda::launch_gemv(g, {info_.sm_count}, stream_.get());
+        cuda::launch_gemv(g, {info_.sm_count}, cur());
     }
 
     // y[p] = x[p / x_div] . W[sel[p]]^T for P rows, W a dense f32 stack [E][N][K].
@@ -1111,7 +1180,7 @@ class CudaBackend final : public Backend {
         d.w_ids = sel;
         d.w_stride = N * K;
         d.x_div = x_div;
-        cuda::launch_dense_linear(d, stream_.get());
+        cuda::launch_dense_linear(d, cur());
     }
 
     // Host-to-device copy waited for (load time: the host buffer is reused next).
@@ -1256,6 +1325,11 @@ class CudaBackend final : public Backend {
     bool trust_y_cleared_ = true;     // false: DSV4_CUDA_Y_CLEARED=0
     bool ring_in_attention_ = true;   // false: DSV4_CUDA_RING_IN_ATTN=0
     bool route_prepares_moe_ = true;  // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
+    bool branches_ = true;            // false: DSV4_CUDA_BRANCHES=0
+    cuda::CudaStream side_;           // the branches' stream
+    cudaEvent_t fork_ = nullptr, join_ = nullptr;
+    bool in_branch_ = false, branch_pending_ = false;
+    unsigned branch_uses_ = 0;  // Scratch bits the open or pending branch used
     TransferCounts counts_;
     OpProfile profile_;
     bool recording_ = false;
