@@ -68,27 +68,54 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
 
-    // CSA's lightning indexer: its own compressed keys, queries from the q latent, top-k. It
-    // needs nothing below until attention: a branch that may run alongside the query and K=V
-    // chain (Backend::branch_begin). fp4 keys are the Hadamard + FP4 round trip itself (stored
-    // rotated): no second rotation.
+    // The compressors and CSA's lightning indexer need nothing of the query and K=V chain below
+    // until attention: a branch that may run beside it (Backend::branch_begin). On CSA layers
+    // the branch is the indexer (its own compressed keys, queries from the q latent, top-k:
+    // the longer side, so the main compressor stays beside the query chain), on HCA layers the
+    // main compressor.
+    const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
+    auto compress_main = [&] {
+        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
+                 fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
+    };
+    const bool branch = spec.kind != LayerKind::kSliding;
+    if (branch) b.branch_begin();
+    if (spec.kind == LayerKind::kHca) compress_main();
     const int32_t* topk = nullptr;
     if (spec.kind == LayerKind::kCsa) {
-        b.branch_begin();
+        // fp4 keys are the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
         const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
         compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
                  fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
         b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                           fp8_act(w.indexer_wq_b), bf16}));
-        b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
-        if (reference()) b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
-        b.scale(ws.wts, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi)), T * Hi);
-        if (bf16) b.round_trip({ws.wts, T, Hi, Hi, 1, ops::RoundTrip::kBf16});
-        b.indexer_topk({ws.qi, ws.wts, lc.indexer.entries, ws.topk, st, lc.indexer.n_entries, Hi,
-                        hi, c.index_topk, m, lc.key_format, /*q_rotated=*/reference(), bf16});
-        b.branch_end();
+        const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi));
+        ops::IndexerTopkArgs top{ws.qi,
+                                 ws.wts,
+                                 lc.indexer.entries,
+                                 ws.topk,
+                                 st,
+                                 lc.indexer.n_entries,
+                                 Hi,
+                                 hi,
+                                 c.index_topk,
+                                 m,
+                                 lc.key_format,
+                                 /*q_rotated=*/reference(),
+                                 bf16};
+        if (!reference()) {  // (no rounding between them: q's rope and w's scale fused in)
+            top.q_rope = {rope.inv_freq, st.tok_pos, Hi, rd, rope.scale};
+            top.w_scale = w_scale;
+        } else {
+            b.rope({ws.qi, rope.inv_freq, st.tok_pos, T, Hi, hi, rd, false, rope.scale, bf16});
+            b.round_trip({ws.qi, T * Hi, hi, hi, 32, hadamard_fp4});
+            b.scale(ws.wts, w_scale, T * Hi);
+            if (bf16) b.round_trip({ws.wts, T, Hi, Hi, 1, ops::RoundTrip::kBf16});
+        }
+        b.indexer_topk(top);
         topk = ws.topk;
     }
+    if (branch) b.branch_end();
 
     b.linear(cleared(
         {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
@@ -102,16 +129,11 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
     // through it too, so here and on the main entries the round trip is redundant. (The fp8
     // entry also keeps the RoPE dims in bf16, which the fp32 round trip leaves alone.)
-    const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
     if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
-    const float* entries = nullptr;
-    if (spec.kind != LayerKind::kSliding) {
-        compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
-                 fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
-        entries = lc.main.entries;
-    }
-    if (spec.kind == LayerKind::kCsa) b.branch_join();  // (the indexer's top-k)
+    if (spec.kind == LayerKind::kCsa) compress_main();
+    if (branch) b.branch_join();
+    const float* entries = spec.kind != LayerKind::kSliding ? lc.main.entries : nullptr;
 
     // K = V carries rotated rope dims: the output is de-rotated at the query position (an
     // inverse rope fused into attention).

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "formats/cache_row.h"
+#include "ops/rope.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
@@ -27,6 +28,11 @@ struct IndexerTopkArgs {
     // bf16 values): each head's q . k rounded to bf16, ReLU, times w rounded to bf16, and the sum
     // over heads (in fp32) rounded to bf16. Exact ties then happen; the tie rule decides them.
     bool round_bf16 = false;
+    // Fused in front (optional; the op then gives what rope on q, scale on w, then this op
+    // give): q's trailing q_rope.rope_dim dims of each head rotated as the rope op rotates them
+    // (q_rope.heads == Hi; inv_freq nullptr: no rope), and every weight multiplied by w_scale.
+    FusedRope q_rope{};
+    float w_scale = 1.0f;
 };
 
 }  // namespace dsv4::ops

@@ -654,17 +654,30 @@ TEST(CudaOpsGpu, CompressHcaWithNormRope) {
 // Exact match, including exact ties: some keys are repeated rows (equal scores) and some are
 // -q-like so every head's dot is negative (score 0 after the ReLU).
 // The indexer's top-k on the GPU (*got) and on the CPU reference (*ref).
+// rope_dim > 0: q's rope and w's scale fused in (IndexerTopkArgs::q_rope, w_scale; the CPU op's
+// fused form is checked against the composition in ops_indexer_test).
 void indexer_both(Backend& be, const ops::HostStep& st, const std::vector<float>& q,
                   const std::vector<float>& w, const std::vector<float>& keys, int64_t n_entries,
                   int Hi, int hi, int K, int m, std::vector<int32_t>* got,
-                  std::vector<int32_t>* ref) {
+                  std::vector<int32_t>* ref, int rope_dim = 0, float w_scale = 1.0f) {
     DevStep ds(be, st);
     Dev<float> dq(be, q), dw(be, w), dk(be, keys);
     Dev<int32_t> dt(be, int64_t{st.T()} * K);
-    be.indexer_topk({dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m});
+    std::vector<float> inv_freq(std::max(1, rope_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+        inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / std::max(1, rope_dim)));
+    Dev<float> dinv(be, inv_freq);
+    ops::IndexerTopkArgs g{dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m};
     ref->assign(int64_t{st.T()} * K, 0);
-    cpu_ref::indexer_topk(
-        {q.data(), w.data(), keys.data(), ref->data(), st.view(), n_entries, Hi, hi, K, m});
+    ops::IndexerTopkArgs c{q.data(),  w.data(), keys.data(), ref->data(), st.view(),
+                           n_entries, Hi,       hi,          K,           m};
+    if (rope_dim > 0) {
+        g.q_rope = {dinv.p, ds.view().tok_pos, Hi, rope_dim, 0.93f};
+        c.q_rope = {inv_freq.data(), st.view().tok_pos, Hi, rope_dim, 0.93f};
+        g.w_scale = c.w_scale = w_scale;
+    }
+    be.indexer_topk(g);
+    cpu_ref::indexer_topk(c);
     *got = dt.get();
 }
 
@@ -694,6 +707,9 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     std::printf("[ops] indexer_topk T=%d K=%d: %lld of %zu indices differ\n", T, K,
                 static_cast<long long>(diff), ref.size());
     EXPECT_EQ(got, ref);
+    // With q's rope (10 of 67 dims) and w's scale fused in.
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref, 10, 0.37f);
+    EXPECT_EQ(got, ref) << "fused rope and scale";
 }
 
 // Prints how many of the indices differ and expects none to.
@@ -731,6 +747,11 @@ void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what) {
     std::vector<int32_t> got, ref;
     indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
     expect_same_topk(got, ref, what);
+    // With q's rope (V4's 64 dims) and w's scale (V4's 1 / sqrt(Hi hi)) fused in.
+    std::vector<int32_t> got_f, ref_f;
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got_f, &ref_f, 64,
+                 static_cast<float>(1.0 / std::sqrt(8192.0)));
+    expect_same_topk(got_f, ref_f, "  fused rope and scale");
     // The cut in the sparse slot falls among the zeros (the test's premise): some are taken.
     for (int t = 0; t < T; ++t) {
         if (st.tok_row[t] != 3) continue;

@@ -1,6 +1,7 @@
 // Lightning indexer: ReLU-weighted scores and top-k (ties to the lower index, sorted, -1 pad).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
@@ -69,6 +70,46 @@ TEST(OpsIndexer, MultiTokenRowsAndMultiDimDot) {
     std::vector<float> q = {1, 1, 1, -1, 0, 1, 0, 0}, w = {0.5f, 2.0f, 1.0f, 1.0f};
     std::vector<float> keys = {1, 0, 0, 1, 2, 2, 3, -3};
     EXPECT_EQ(topk(q, w, keys, 2, 2, 2, 2, 2, 1), (std::vector<int32_t>{0, 2, 1, 2}));
+}
+
+// q's rope and w's scale fused in (IndexerTopkArgs::q_rope, w_scale) give the indices of the
+// composition: rope on q, scale on w, then the plain op (tokens at mixed positions, rope on
+// the trailing 6 of 10 dims).
+TEST(OpsIndexer, FusedRopeAndScaleAreTheComposition) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    const int Hi = 3, hi = 10, rd = 6, K = 5, m = 2;
+    ops::HostStep step;
+    step.add_row(0, 40, 3);
+    step.add_row(1, 17, 1);
+    const int T = step.T();
+    const int64_t n_entries = 24;
+    auto draw = [&](size_t n) {
+        std::vector<float> v(n);
+        for (float& x : v) x = nd(rng);
+        return v;
+    };
+    const auto q = draw(T * Hi * hi), w = draw(T * Hi), keys = draw(2 * n_entries * hi);
+    const std::vector<float> inv_freq = {1.0f, 0.1f, 0.01f};
+    const float scale = 0.9f, w_scale = 0.37f;
+    auto run = [&](const std::vector<float>& qv, const std::vector<float>& wv, bool fused) {
+        std::vector<int32_t> out(T * K, 12345);
+        ops::IndexerTopkArgs a{qv.data(), wv.data(), keys.data(), out.data(), step.view(),
+                               n_entries, Hi,        hi,          K,          m};
+        if (fused) {
+            a.q_rope = {inv_freq.data(), step.view().tok_pos, Hi, rd, scale};
+            a.w_scale = w_scale;
+        }
+        cpu_ref::indexer_topk(a);
+        return out;
+    };
+    std::vector<float> q_roped = q, w_scaled = w;
+    cpu_ref::rope(
+        {q_roped.data(), inv_freq.data(), step.view().tok_pos, T, Hi, hi, rd, false, scale});
+    for (float& x : w_scaled) x *= w_scale;
+    const auto composed = run(q_roped, w_scaled, false);
+    EXPECT_EQ(run(q, w, true), composed);
+    EXPECT_NE(run(q, w, false), composed);  // (the rope matters on these draws)
 }
 
 }  // namespace

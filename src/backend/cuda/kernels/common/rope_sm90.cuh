@@ -58,4 +58,22 @@ __device__ __forceinline__ float4 rope_float4(float4 v, const ops::FusedRope& r,
     return make_float4(p0[0], p0[1], p1[0], p1[1]);
 }
 
+// The cos and sin of pair i of the rope dims at position pos into cs[i], i < r.rope_dim / 2,
+// by the block's threads (a table for rope_float4_cs, read after a barrier).
+__device__ __forceinline__ void rope_table(const ops::FusedRope& r, int64_t pos, RopeCs* cs) {
+    for (int i = threadIdx.x; i < r.rope_dim / 2; i += blockDim.x)
+        cs[i] = rope_cos_sin(pos, r.inv_freq[i], r.scale, r.inverse);
+}
+
+// rope_float4 with the cos and sin from rope_table's cs (the same values, computed once).
+__device__ __forceinline__ float4 rope_float4_cs(float4 v, const RopeCs* cs, int rope_dim, int col,
+                                                 int dim) {
+    const int first = col - (dim - rope_dim);
+    if (first < 0) return v;
+    float p0[2] = {v.x, v.y}, p1[2] = {v.z, v.w};
+    rope_rotate(p0, cs[first / 2]);
+    rope_rotate(p1, cs[first / 2 + 1]);
+    return make_float4(p0[0], p0[1], p1[0], p1[1]);
+}
+
 }  // namespace dsv4::cuda::dev

@@ -8,7 +8,10 @@
 // with ties to the lower index (dev::block_topk_threshold's radix select over order-preserving
 // keys, then a scan in index order that also yields the output sorted by entry index), padded
 // with -1. The kernel reads f32 keys only (the backend refuses other key formats, so q is never
-// rotated here) and ignores round_bf16 (Model refuses the bf16 reference mode on CUDA).
+// rotated here) and ignores round_bf16 (Model refuses the bf16 reference mode on CUDA). A fused
+// rope on q (IndexerTopkArgs::q_rope) rotates the staged queries with the rope kernel's arithmetic
+// (rope_sm90.cuh), the pairs' cos and sin computed once a block, and the weights' w_scale is one
+// rounded multiply, as the scale op's: the scores are those of rope, scale, then this kernel.
 //
 // V4 shapes (64 heads x 128 dims, both V4-Flash and V4-Pro): indexer_topk_v4_kernel, bound by
 // FP64 FMA throughput (2048 entries x 64 heads x 128 dims per token at 8K context: 1M FMAs per
@@ -51,6 +54,7 @@
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "base/check.h"
 
@@ -199,18 +203,28 @@ __global__ void __launch_bounds__(kV4Threads, 1)
         // lane reads its two heads with one 64-bit load.
         float* qs = reinterpret_cast<float*>(part);
         const float* qg = a.q + t * kHeads * kDim;
+        // A fused rope (IndexerTopkArgs::q_rope): the pairs' cos and sin once, in the
+        // weighted-term buffer (unused until the first tile).
+        const bool roped = a.q_rope.inv_freq != nullptr;
+        auto* cs = reinterpret_cast<dev::RopeCs*>(p_s);
+        if (roped) {
+            dev::rope_table(a.q_rope, a.q_rope.pos[t], cs);
+            __syncthreads();
+        }
         for (int x = tid; x < kHeads * kTerms; x += kV4Threads) {
             const int wx = x >> 5, lx = x & 31;
             const int h = 2 * (wx >> 1) + (lx >> 4), c = 16 * (wx & 1) + (lx & 15);
             // (A plain load: q comes from the previous kernel, and an __ldg, which the compiler
             // treats as invariant, could be hoisted above the PDL wait.)
-            const float4 v = reinterpret_cast<const float4*>(qg + h * kDim)[c];
+            float4 v = reinterpret_cast<const float4*>(qg + h * kDim)[c];
+            if (roped) v = dev::rope_float4_cs(v, cs, a.q_rope.rope_dim, 4 * c, kDim);
             qs[(0 * kTerms + c) * kQStride + h] = v.x;
             qs[(1 * kTerms + c) * kQStride + h] = v.y;
             qs[(2 * kTerms + c) * kQStride + h] = v.z;
             qs[(3 * kTerms + c) * kQStride + h] = v.w;
         }
-        for (int h = tid; h < kHeads; h += kV4Threads) w_s[h] = a.w[t * kHeads + h];
+        for (int h = tid; h < kHeads; h += kV4Threads)
+            w_s[h] = __fmul_rn(a.w[t * kHeads + h], a.w_scale);
         __syncthreads();
 #pragma unroll
         for (int c = 0; c < kTerms; ++c) {
@@ -329,7 +343,17 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     float* score = k_s + kKeyTile * ld;                           // [n_entries]
     for (int i = threadIdx.x; i < Hi * hi; i += blockDim.x)
         q_s[(i / hi) * ld + i % hi] = a.q[t * Hi * hi + i];
-    for (int i = threadIdx.x; i < Hi; i += blockDim.x) w_s[i] = a.w[t * Hi + i];
+    for (int i = threadIdx.x; i < Hi; i += blockDim.x)
+        w_s[i] = __fmul_rn(a.w[t * Hi + i], a.w_scale);
+    if (const ops::FusedRope& r = a.q_rope; r.inv_freq != nullptr) {  // (a test-shape path)
+        __syncthreads();
+        const int half = r.rope_dim / 2;
+        for (int i = threadIdx.x; i < Hi * half; i += blockDim.x) {
+            const int h = i / half, p = i % half;
+            dev::rope_rotate(q_s + h * ld + hi - r.rope_dim + 2 * p,
+                             dev::rope_cos_sin(r.pos[t], r.inv_freq[p], r.scale, r.inverse));
+        }
+    }
     // This block's slice of the entries.
     const int64_t per = (valid + kCluster - 1) / kCluster;
     const int64_t e_begin = rank * per, e_end = valid < e_begin + per ? valid : e_begin + per;
@@ -405,6 +429,11 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
                 " entries per slot; the CUDA kernel holds at most ",
                 indexer_max_entries(a.Hi, a.hi), " scores in shared memory");
     DSV4_ASSERT(a.m >= 1 && a.K >= 0, "indexer_topk: m ", a.m, " K ", a.K);
+    const bool roped = a.q_rope.inv_freq != nullptr;
+    DSV4_ASSERT(!roped || (a.q_rope.heads == a.Hi && a.q_rope.rope_dim <= a.hi &&
+                           a.q_rope.rope_dim % 2 == 0),
+                "indexer_topk: a fused rope of ", a.q_rope.heads, " heads x ", a.q_rope.rope_dim,
+                " dims on ", a.Hi, " x ", a.hi);
     if (a.step.T == 0) return;
     static const cudaError_t attr = [] {
         cudaError_t e = cudaSuccess;
@@ -433,6 +462,11 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
     DSV4_CHECK_CUDA(attr);
     const int64_t T = a.step.T;
     const size_t smem = smem_bytes(a.Hi, a.hi, a.n_entries);
+    // (The V4 kernel ropes whole float4s, the cos and sin in its weighted-term buffer.)
+    DSV4_ASSERT(!roped || !v4_shapes(a.Hi, a.hi) ||
+                    (a.q_rope.rope_dim % 4 == 0 &&
+                     a.q_rope.rope_dim / 2 * sizeof(dev::RopeCs) <= kPDoubles * sizeof(double)),
+                "indexer_topk: a fused rope of ", a.q_rope.rope_dim, " dims");
     if (!v4_shapes(a.Hi, a.hi)) {
         // (Compile-time cluster dims: the grid is a whole number of clusters.)
         launch_pdl(indexer_topk_kernel, static_cast<unsigned>(T * kCluster), kThreads, smem, stream,
