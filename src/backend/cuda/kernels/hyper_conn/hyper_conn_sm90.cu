@@ -14,8 +14,12 @@
 //     pattern; the counter is left at zero for the next launch) finishes it: the partials summed
 //     in a fixed order (so the result does not depend on which block came last), the RMS factor,
 //     the gates, Sinkhorn and the collapse, with the collapsed row kept in registers for the
-//     fused RMSNorm. (A separate finish kernel cost a launch; its 17.5 us a call at batch 1
-//     were mostly chains of dependent loads, now issued together: finish_mix, collapse.)
+//     fused RMSNorm. For V4's 4 streams, in grids of one block an SM (one decode token), warp 0
+//     runs the Sinkhorn while warps 1-7 collapse and norm on a barrier of their own (the norm's
+//     block reduction waited for the Sinkhorn's ~2.3 us when the whole block took part:
+//     docs/perf.md, session 15). (A separate finish kernel cost a launch; its 17.5 us a call
+//     at batch 1 were mostly chains of dependent loads, now issued together: finish_mix,
+//     collapse.)
 // With a fused hc_post (HcPreArgs::post_in) each block first computes its slice of the streams
 // (and writes it), so the streams make one trip through memory instead of two, in one launch.
 // Products of two floats are exact in double, so fma(a, b, s) is bitwise dadd(dmul(a, b), s):
@@ -37,7 +41,9 @@ constexpr int kMaxMix = (2 + kMaxN) * kMaxN;  // mixing rows
 constexpr int kRowChunk = 24;                 // rows summed per pass (V4's (2 + 4) * 4)
 static_assert(kRowChunk < 32, "the rows and the squares reduce-scatter over one warp");
 constexpr int kMinSliceWidth = 256;  // elements per split, at least
-constexpr int kMaxVec = 8;  // float4s of the collapsed row a thread holds: D <= 8192 (V4-Pro 7168)
+// Float4s of the collapsed row a thread holds: D <= 10240 on a whole block, 8960 on hc_pre's
+// 224 collapsing threads (Team::after_warp0; V4-Pro: 7168).
+constexpr int kMaxVec = 10;
 
 __device__ __forceinline__ float sigmoidf_ref(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
@@ -298,29 +304,61 @@ __device__ void collapse(const float* x, const float* pre, int n, int D, float* 
     }
 }
 
-// The collapse and the fused RMSNorm with the row in registers: thread th holds float4s th,
-// th + blockDim, ... (D % 4 == 0 and D <= 4 kMaxVec blockDim: fits_regs). y as collapse(); the
+// The threads that run the collapse: the whole block, or (hc_pre's finish, Team::after_warp0)
+// warps 1.. while warp 0 runs the Sinkhorn, with a named barrier of their own so that the
+// norm's reduction does not wait for the Sinkhorn.
+struct Team {
+    int rank, size;
+    bool whole;
+    __device__ static Team block() {
+        return {static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), true};
+    }
+    __device__ static Team after_warp0() {
+        return {static_cast<int>(threadIdx.x) - 32, static_cast<int>(blockDim.x) - 32, false};
+    }
+    __device__ void sync() const {
+        if (whole)
+            __syncthreads();
+        else
+            asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
+    }
+};
+// dev::block_sum over the team's threads (`red` 32 doubles of shared memory).
+__device__ double team_sum(double v, double* red, const Team& tm) {
+    const int lane = tm.rank & 31, warp = tm.rank >> 5, nw = tm.size >> 5;
+    v = dev::warp_sum(v);
+    tm.sync();
+    if (lane == 0) red[warp] = v;
+    tm.sync();
+    const double s = lane < nw ? red[lane] : 0.0;
+    return dev::warp_sum(s);
+}
+
+__device__ bool fits_regs(int D, int threads) {
+    return (D & 3) == 0 && D / 4 <= kMaxVec * threads;
+}
+// The collapse and the fused RMSNorm with the row in registers, by the team: its thread r holds
+// float4s r, r + size, ... (D % 4 == 0 and D <= 4 kMaxVec size: fits_regs). y as collapse(); the
 // norm (when y_norm) is block_rms_norm_row's arithmetic on the same values, without reading y
 // back. N > 0: the stream count at compile time (V4's 4), so the loads of a group of positions
 // are issued together (a runtime loop of load, multiply, add waited on each load in turn); 0: n
 // at run time. `red` is 32 doubles of shared memory.
-__device__ bool fits_regs(int D) {
-    return (D & 3) == 0 && D / 4 <= kMaxVec * static_cast<int>(blockDim.x);
-}
 template <int N>
-__device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, int D, float* y,
-                                   const float* w, float* y_norm, float eps, double* red) {
+__device__ void collapse_norm_regs(const Team& tm, const float* x, const float* pre, int n_rt,
+                                   int D, float* y, const float* w, float* y_norm, float eps,
+                                   double* red) {
     const int n = N > 0 ? N : n_rt;
+    const unsigned rank = static_cast<unsigned>(tm.rank), size = static_cast<unsigned>(tm.size);
     const int nv = D / 4;
     float4 v[kMaxVec];
     // Four float4 positions at a time with all their stream loads issued before the arithmetic
-    // (V4-Flash's D = 4096 on 256 threads is one such group: 16 loads in flight a thread).
-    constexpr int kGroup = 4;
+    // (V4-Flash's D = 4096 on 224 or 256 threads is one such group: up to 20 loads in flight).
+    constexpr int kGroup = 5;
     static_assert(kMaxVec % kGroup == 0, "whole groups");
 #pragma unroll
     for (int c0 = 0; c0 < kMaxVec; c0 += kGroup) {
         if constexpr (N > 0) {
-            if (static_cast<int>(threadIdx.x + c0 * blockDim.x) >= nv) {  // none in this group
+            if (static_cast<int>(rank + c0 * size) >= nv) {  // none in this group
 #pragma unroll
                 for (int c = c0; c < c0 + kGroup; ++c) v[c] = make_float4(0.f, 0.f, 0.f, 0.f);
                 continue;
@@ -328,14 +366,14 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
             float4 xv[kGroup][N];
 #pragma unroll
             for (int c = 0; c < kGroup; ++c) {
-                const int q = threadIdx.x + (c0 + c) * blockDim.x;
+                const int q = rank + (c0 + c) * size;
                 const float4* xq = reinterpret_cast<const float4*>(x) + (q < nv ? q : 0);
 #pragma unroll
                 for (int i = 0; i < N; ++i) xv[c][i] = __ldcg(xq + int64_t{i} * nv);
             }
 #pragma unroll
             for (int c = 0; c < kGroup; ++c) {
-                const int q = threadIdx.x + (c0 + c) * blockDim.x;
+                const int q = rank + (c0 + c) * size;
                 float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (q < nv) {
 #pragma unroll
@@ -347,7 +385,7 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
         } else {
 #pragma unroll
             for (int c = c0; c < c0 + kGroup; ++c) {
-                const int q = threadIdx.x + c * blockDim.x;
+                const int q = rank + c * size;
                 float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
                 if (q < nv) {
                     const float4* xq = reinterpret_cast<const float4*>(x) + q;
@@ -362,24 +400,30 @@ __device__ void collapse_norm_regs(const float* x, const float* pre, int n_rt, i
     double ss = 0;
 #pragma unroll
     for (int c = 0; c < kMaxVec; ++c) ss = dev::add_squares(ss, v[c]);  // (zeros past the row)
-    const float inv = dev::rms_inv(dev::block_sum(ss, red), D, eps);
+    const float inv = dev::rms_inv(team_sum(ss, red, tm), D, eps);
 #pragma unroll
     for (int c = 0; c < kMaxVec; ++c) {
-        const int q = threadIdx.x + c * blockDim.x;
+        const int q = rank + c * size;
         if (q >= nv) continue;
         reinterpret_cast<float4*>(y_norm)[q] = dev::rms_scale(
             v[c], inv, w != nullptr ? reinterpret_cast<const float4*>(w) + q : nullptr);
     }
 }
 
+// collapse_norm_regs by the team, N = 4 (V4) at compile time.
+__device__ void collapse_regs(const Team& tm, const float* x, const float* pre, int n, int D,
+                              float* y, const float* w, float* y_norm, float eps, double* red) {
+    if (n == 4)
+        collapse_norm_regs<4>(tm, x, pre, n, D, y, w, y_norm, eps, red);
+    else
+        collapse_norm_regs<0>(tm, x, pre, n, D, y, w, y_norm, eps, red);
+}
+
 // The collapse (+ norm) by the fastest path that applies.
 __device__ void collapse_any(const float* x, const float* pre, int n, int D, float* y,
                              const float* w, float* y_norm, float eps, double* red) {
-    if (fits_regs(D)) {
-        if (n == 4)
-            collapse_norm_regs<4>(x, pre, n, D, y, w, y_norm, eps, red);
-        else
-            collapse_norm_regs<0>(x, pre, n, D, y, w, y_norm, eps, red);
+    if (fits_regs(D, blockDim.x)) {
+        collapse_regs(Team::block(), x, pre, n, D, y, w, y_norm, eps, red);
         return;
     }
     collapse(x, pre, n, D, y);
@@ -407,7 +451,8 @@ __device__ void prefetch_mixing(const float* fn, int rows, int64_t width, int S)
 
 template <int kPost>
 __global__ void __launch_bounds__(kThreads)
-    hc_pre_kernel(ops::HcPreArgs a, ops::HcPostArgs pa, double* part, unsigned* arrivals, int S) {
+    hc_pre_kernel(ops::HcPreArgs a, ops::HcPostArgs pa, double* part, unsigned* arrivals, int S,
+                  bool sinkhorn_apart) {
     prefetch_mixing(a.fn, (2 + a.n) * a.n, int64_t{a.n} * a.D, S);
     dev::pdl_enter();
     __shared__ double tot[kMaxMix + 1];
@@ -434,10 +479,21 @@ __global__ void __launch_bounds__(kThreads)
         C[0][jk] = __fadd_rn(__fmul_rn(mix[2 * n + jk], a.scale[2]), a.base[2 * n + jk]);
     }
     __syncthreads();
+    float* y_norm = a.y_norm != nullptr ? a.y_norm + t * a.D : nullptr;
+    if (sinkhorn_apart && n * n <= 32 && fits_regs(a.D, blockDim.x - 32)) {
+        // Warp 0 runs the one-warp Sinkhorn while warps 1.. collapse and norm on their own
+        // barrier: neither waits for the other (comb is read by the next hc_post only).
+        if (threadIdx.x < 32) {
+            sinkhorn_warp_upto<5>(n, C[0], a.sinkhorn_iters, a.hc_eps);
+            if (threadIdx.x < n * n) a.comb[t * n * n + threadIdx.x] = C[0][threadIdx.x];
+            return;
+        }
+        collapse_regs(Team::after_warp0(), a.x + t * width, pre, n, a.D, a.y + t * a.D,
+                      a.norm_weight, y_norm, a.y_norm_eps, tot);
+        return;
+    }
     const int b = sinkhorn(C, n, a.sinkhorn_iters, a.hc_eps);
     if (threadIdx.x < n * n) a.comb[t * n * n + threadIdx.x] = C[b][threadIdx.x];
-    // (The other warps are already collapsing while warp 0 runs a one-warp Sinkhorn.)
-    float* y_norm = a.y_norm != nullptr ? a.y_norm + t * a.D : nullptr;
     collapse_any(a.x + t * width, pre, n, a.D, a.y + t * a.D, a.norm_weight, y_norm, a.y_norm_eps,
                  tot);
 }
@@ -510,8 +566,12 @@ void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t st
     auto* kernel = p == nullptr ? hc_pre_kernel<kNoPost>
                    : a.n == 4   ? hc_pre_kernel<4>
                                 : hc_pre_kernel<0>;
+    // The Sinkhorn apart only while the grid is one block an SM (a decode token; measured
+    // there: docs/perf.md, session 15).
+    const bool sinkhorn_apart = S * a.T <= ws.sm_count;
     launch_pdl(kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(a.T)), kThreads, 0,
-               stream, 1, a, p != nullptr ? *p : ops::HcPostArgs{}, ws.part, ws.arrivals, S);
+               stream, 1, a, p != nullptr ? *p : ops::HcPostArgs{}, ws.part, ws.arrivals, S,
+               sinkhorn_apart);
 }
 
 void launch_hc_head(const ops::HcHeadArgs& a, const HcScratch& ws, cudaStream_t stream) {
