@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A/B decode measurements on the GPU machine in one device call (device tool, `carry:
+# [".devrun"]`), from the repo root: configures and builds the `gpu` preset against the debs of
+# tools/gpu/deps.sh (tools/gpu/configure.sh), optionally runs GPU tests, then one `dsv4 bench`
+# of the V4-Flash-size synthetic model per variant, in the order given, so that alternated
+# variants share the run's conditions (docs/perf.md's "alternated in one run" tables).
+#   VARIANTS  space-separated variants, each a '+'-joined list of VAR=VALUE set for that bench
+#             only, e.g. "DSV4_CUDA_BRANCHES=1 DSV4_CUDA_BRANCHES=0 DSV4_CUDA_BRANCHES=1
+#             DSV4_CUDA_BRANCHES=0" or "BATCH=8,32 FORMAT=release" (X=1: no change)
+#   BATCH, FORMAT, EXTRA  the bench's --batch (default 1), --format (nvfp4) and more flags;
+#             a variant may set them too
+#   FILTER    a gtest filter run first on tests/cuda/$FBIN (default cuda_ops_gpu_test)
+#   SKIPTEST  non-empty: no `ctest --preset gpu`
+#   PRE       a command run (eval) after the tests, e.g. "build-gpu/bench/hc_bench"
+#   BUDGET    seconds after which no further bench starts (default 480: the tool's 600 s limit)
+# Logs under $OUT (bench1.log, ...); prints each bench's table row.
+set -o pipefail
+t0=$(date +%s)
+el() { echo $(($(date +%s) - t0)); }
+export DSV4_EXPECT_GPU=1
+bash tools/gpu/configure.sh gpu > "$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
+cmake --build --preset gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+echo "build done $(el)s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+if [ -n "${FILTER:-}" ]; then
+  timeout 200 "build-gpu/tests/cuda/${FBIN:-cuda_ops_gpu_test}" --gtest_filter="$FILTER" > "$OUT/filter.log" 2>&1
+  echo "filter rc=$? $(el)s"
+  grep -E "FAILED|PASSED|Failure" "$OUT/filter.log" | head -20
+fi
+if [ -z "${SKIPTEST:-}" ]; then
+  ctest --preset gpu --output-on-failure > "$OUT/ctest.log" 2>&1
+  echo "ctest rc=$? $(el)s"
+  grep -E "tests passed|Failed|\(Failed\)|Timeout" "$OUT/ctest.log" | head -20
+fi
+if [ -n "${PRE:-}" ]; then eval "$PRE"; echo "pre rc=$? $(el)s"; fi
+i=0
+for v in ${VARIANTS:-}; do
+  i=$((i + 1))
+  if [ "$(el)" -gt "${BUDGET:-480}" ]; then echo "skip $v (time)"; continue; fi
+  (
+    export $(echo "$v" | tr '+' ' ')
+    timeout 200 build-gpu/src/cli/dsv4 bench --device cuda --synthetic v4-flash --context 8192 \
+      --prompt-len 512 --max-chunk 512 --repeats 1 --decode 24 --format "${FORMAT:-nvfp4}" \
+      --batch "${BATCH:-1}" ${EXTRA:-} > "$OUT/bench$i.log" 2>&1
+  )
+  echo "== $v rc=$? $(el)s"
+  grep -E "^read|^\| [0-9]" "$OUT/bench$i.log" | head -12
+done
