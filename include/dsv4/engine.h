@@ -5,6 +5,7 @@
 // other threads hand it work through their own queues.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,6 +77,7 @@ struct ModelInfo {
     size_t cache_pool_bytes = 0;              // all slots, allocated at load
     int step_tokens = 0;                      // tokens one step holds (all rows)
     bool has_mtp = false;                     // the checkpoint's MTP block is loaded
+    int max_draft_tokens = 1;                 // speculative drafts a step can feed a row
     std::vector<std::string> weight_formats;  // "group: format" lines
     std::string source;                       // the model folder, or "synthetic v4-flash (nvfp4)"
     // With ranks (EngineOptions::rank_group): this rank, the group's size and the routed
@@ -158,7 +160,12 @@ struct Request {
     // the token is drawn from the rest (ops/sample.h), so the output is distributed exactly as
     // without drafts (the draws themselves differ from a run without them).
     Speculation speculative = Speculation::kNone;
+    // Drafts fed a step at most, 0..kMaxDraftTokens (0: the source's default, the MTP's 1 and
+    // n-gram's 4). MTP drafts after the first come from the block applied to its own output.
+    // The cache rings may allow fewer (EngineInfo::max_draft_tokens: 1 on CUDA today).
+    int draft_tokens = 0;
 };
+inline constexpr int kMaxDraftTokens = 4;
 
 enum class FinishReason : uint8_t { kNone, kLength, kEos, kCancelled, kError };
 const char* finish_reason_name(FinishReason r);
@@ -169,8 +176,10 @@ struct TokenEvent {
     int32_t token = -1;  // -1: none in this event
     FinishReason finish = FinishReason::kNone;
     std::string error;  // with kError
-    // With the finish of a speculative request: drafts fed and drafts accepted.
+    // With the finish of a speculative request: drafts fed and drafts accepted, in all and by
+    // the draft's place in its step (index 0: the first draft after the fed token).
     int drafted = 0, accepted = 0;
+    std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};
 };
 
 class Engine {
@@ -220,17 +229,18 @@ class Engine {
 
     // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
     // is called for each token as it is produced; returning false stops the request.
-    // `speculative` as Request::speculative; `stats` (when not null) receives the drafts fed
-    // and accepted.
+    // `speculative` and `draft_tokens` as Request's; `stats` (when not null) receives the drafts
+    // fed and accepted.
     struct GenerateStats {
         int drafted = 0, accepted = 0;
+        std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};  // as TokenEvent's
     };
     Expected<std::vector<int32_t>> generate(Session& session, const std::vector<int32_t>& prompt,
                                             int max_tokens, const SamplingParams& sampling,
                                             bool stop_at_eos,
                                             const std::function<bool(int32_t)>& on_token,
                                             Speculation speculative = Speculation::kNone,
-                                            GenerateStats* stats = nullptr);
+                                            GenerateStats* stats = nullptr, int draft_tokens = 0);
 
   private:
     explicit Engine(std::unique_ptr<Impl> impl);

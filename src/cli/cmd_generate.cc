@@ -24,6 +24,7 @@ struct GenerateArgs {
     SamplingParams sampling;
     bool ignore_eos = false;
     std::string speculative = "off";
+    int draft_tokens = 0;
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -101,7 +102,7 @@ int run_generate(const GenerateArgs& a) {
         a.speculative == "mtp"     ? Speculation::kMtp
         : a.speculative == "ngram" ? Speculation::kNgram
                                    : Speculation::kNone,
-        &spec);
+        &spec, a.draft_tokens);
     if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
     std::fflush(stdout);
@@ -116,10 +117,14 @@ int run_generate(const GenerateArgs& a) {
         "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
         secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
         n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
-    if (a.speculative != "off")
-        std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%)\n",
+    if (a.speculative != "off") {
+        std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%); by place:",
                      a.speculative.c_str(), spec.drafted, spec.accepted,
                      spec.drafted ? 100.0 * spec.accepted / spec.drafted : 0.0);
+        for (int j = 0; j < kMaxDraftTokens && spec.drafted_at[j] > 0; ++j)
+            std::fprintf(stderr, " %d/%d", spec.accepted_at[j], spec.drafted_at[j]);
+        std::fprintf(stderr, "\n");
+    }
     return 0;
 }
 
@@ -151,6 +156,12 @@ void add_generate_command(CLI::App& app) {
            "itself (ngram)")
         ->capture_default_str()
         ->check(CLI::IsMember({"off", "mtp", "ngram"}));
+    cmd->add_option("--draft-tokens", args->draft_tokens,
+                    "Speculative drafts a step feeds at most (0: mtp 1, ngram 4); mtp drafts "
+                    "after the first apply the MTP block to its own output; the cache rings "
+                    "may allow fewer (dsv4 info; CUDA: 1)")
+        ->capture_default_str()
+        ->check(whole_number(0, kMaxDraftTokens));
     cmd->callback([args] { set_exit_code(run_generate(*args)); });
 }
 

@@ -75,6 +75,8 @@ int run_info(const InfoArgs& a) {
                 static_cast<long long>(i.max_context), i.cache_bytes / kGiB, i.max_seqs,
                 i.cache_pool_bytes / kGiB);
     std::printf("step:           up to %d tokens (all rows)\n", i.step_tokens);
+    std::printf("speculative:    up to %d draft(s) a step (MTP block: %s)\n", i.max_draft_tokens,
+                i.has_mtp ? "yes" : "none");
     std::printf("on %-11s  %.3f GiB allocated (weights copied, cache pool, workspaces)\n",
                 (i.device + ":").c_str(), (*engine)->memory_in_use() / kGiB);
     if (a.ranks <= 1) return 0;

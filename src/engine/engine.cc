@@ -38,13 +38,15 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// n-gram drafts fed per step at most (the MTP drafts one token). A rejected draft at position
-// p + j writes the window-ring row of position p + j - R, which the corrected token at p + 1
-// still attends to unless the ring holds R >= W + k - 1 rows: the cache is laid out with
-// kNgramDrafts - 1 extra rows where the backend takes them (Backend::max_ring_extra: the CPU
-// does, the CUDA kernels read rings of exactly W rows), and a step feeds at most
-// ring_extra + 1 drafts a row.
-constexpr int kNgramDrafts = 4;
+// Drafts fed per step at most: kMaxDraftTokens (n-gram's default; the MTP's is 1). A rejected
+// draft at position p + j writes the window-ring row of position p + j - R, which the corrected
+// token at p + 1 still attends to unless the ring holds R >= W + k - 1 rows: the cache is laid
+// out with kMaxDraftTokens - 1 extra rows where the backend takes them
+// (Backend::max_ring_extra: the CPU does, the CUDA kernels read rings of exactly W rows), and
+// a step feeds at most ring_extra + 1 drafts a row. (The MTP block's own ring gets the same
+// rows: its chained drafts write positions up to p + k - 1 ahead of the sequence, rewritten
+// before any later step reads them.)
+constexpr int kNgramDrafts = kMaxDraftTokens;
 
 // A request from submit to its end.
 struct Running {
@@ -58,11 +60,12 @@ struct Running {
     int generated = 0;
     bool cancelled = false;
     int32_t sampled = -1;  // this step's output
-    // Speculative decoding: the MTP's draft of the token after `pending` (-1: none), this
+    // Speculative decoding: the MTP's drafts of the tokens after `pending` (empty: none), this
     // step's fed tokens and samples after each, and the counts reported at the finish.
-    int32_t draft = -1;
+    std::vector<int32_t> mtp_drafts;
     std::vector<int32_t> fed_tokens, spec_out, spec_drafts;
     int drafted = 0, accepted = 0;
+    std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};
     std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
 };
 
@@ -207,12 +210,15 @@ struct Engine::Impl {
 
     void finish(Running& q, FinishReason why, std::vector<TokenEvent>* events, int32_t token = -1,
                 std::string err = {}) {
-        events->push_back({q.id, token, why, std::move(err), q.drafted, q.accepted});
+        events->push_back(
+            {q.id, token, why, std::move(err), q.drafted, q.accepted, q.drafted_at, q.accepted_at});
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
     }
 
     Status step(std::vector<TokenEvent>* events);
     bool completes_block(int64_t p) const;
+    int draft_limit(const Running& q) const;
+    Status run_mtp_drafts(std::vector<Model::MtpRow>& rows, const std::vector<Running*>& owner);
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -475,6 +481,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     i.step_tokens = impl->model->step_tokens();
     i.weight_formats = impl->model->weights().formats;
     i.has_mtp = impl->model->has_mtp();
+    i.max_draft_tokens = layout.ring_extra + 1;
     i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
     i.rank = impl->backend->rank();
     i.ranks = impl->backend->ranks();
@@ -524,6 +531,10 @@ Expected<RequestId> Engine::submit(Request r) {
                      " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
+    if (r.draft_tokens < 0 || r.draft_tokens > kMaxDraftTokens)
+        return error("draft_tokens must be in [0, ", kMaxDraftTokens, "], got ", r.draft_tokens);
+    if (r.draft_tokens > 0 && r.speculative == Speculation::kNone)
+        return error("draft_tokens without speculative decoding");
     if (r.speculative == Speculation::kMtp) {
         if (!e.info.has_mtp)
             return error(
@@ -582,7 +593,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     admit();
     if (running.empty()) return Status::ok();
 
-    // Decode rows first (one token each, two with a speculative draft), then prompt chunks in
+    // Decode rows first (one token each, more with speculative drafts), then prompt chunks in
     // admission order.
     const int64_t max_context = pool->layout().max_context;
     int budget = model->step_tokens();
@@ -593,21 +604,20 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     // The step's room for drafts: what the decode rows' own tokens leave of it.
     int spare = budget;
     for (const auto& [id, q] : running) spare -= q.pending >= 0;
-    const int max_drafts = pool->layout().ring_extra + 1;  // what the rings allow
     for (auto& [id, q] : running) {
         if (q.pending < 0) continue;
         q.sampled = -1;
         q.fed_tokens = {q.pending};
-        // Drafts: up to max_drafts n-gram tokens, or the MTP's one. Each goes at the next
+        // Drafts: up to draft_limit n-gram tokens, or the MTP's. Each goes at the next
         // position while it fits the step, the context and max_tokens and does not complete a
         // block of a compressed layer (so a rejected draft leaves nothing the right token does
         // not rewrite).
         std::vector<int32_t> want;
         if (q.r.speculative == Speculation::kNgram)
-            want = ngram_drafts(q.history, std::min(kNgramDrafts, max_drafts));
-        else if (q.r.speculative == Speculation::kMtp && q.draft >= 0)
-            want = {q.draft};
-        q.draft = -1;
+            want = ngram_drafts(q.history, draft_limit(q));
+        else if (q.r.speculative == Speculation::kMtp)
+            want = std::move(q.mtp_drafts);
+        q.mtp_drafts.clear();
         for (int32_t d : want) {
             const int64_t p = q.pos + static_cast<int64_t>(q.fed_tokens.size());
             if (spare <= 0 || p + 1 > max_context ||
@@ -688,6 +698,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
                 ++kept;
             }
             q.accepted += kept;
+            for (int32_t t = 0; t + 1 < len; ++t) {
+                ++q.drafted_at[t];
+                q.accepted_at[t] += t < kept;
+            }
             final_len = 1 + kept;
         } else {
             produced = {q.sampled};
@@ -753,9 +767,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         if (mtp) add_mtp(q.pending);
     }
     if (!mtp_rows.empty()) {
-        for (size_t k = 0; k < mtp_rows.size(); ++k)
-            if (mtp_owner[k]->pending >= 0) mtp_rows[k].draft_out = &mtp_owner[k]->draft;
-        Status mst = model->run_mtp(*pool, mtp_rows);
+        Status mst = run_mtp_drafts(mtp_rows, mtp_owner);
         if (!mst.is_ok()) {
             for (Running* q : mtp_owner) {
                 if (!running.count(q->id)) continue;
@@ -766,6 +778,61 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         }
     }
     return Status::ok();
+}
+
+// The MTP block on the step's final positions (`rows`, owner by owner), drafting the token
+// after each pending one; then, for requests that want more drafts, the block again on its
+// own last output (Model::run_mtp chained) for the token after each new draft.
+Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
+                                    const std::vector<Running*>& owner) {
+    std::vector<int32_t> out(rows.size(), -1);
+    for (size_t k = 0; k < rows.size(); ++k)
+        if (owner[k]->pending >= 0) rows[k].draft_out = &out[k];
+    DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, rows));
+    // Each chained row continues the previous call's row `from` (its last token).
+    std::vector<int32_t> last(rows.size());
+    for (size_t k = 0, at = 0; k < rows.size(); ++k) {
+        at += rows[k].len;
+        last[k] = static_cast<int32_t>(at) - 1;
+    }
+    std::vector<Running*> who = owner;
+    for (int j = 1;; ++j) {
+        for (size_t k = 0; k < who.size(); ++k)
+            if (out[k] >= 0) who[k]->mtp_drafts.push_back(out[k]);
+        std::vector<Model::MtpRow> next_rows;
+        std::vector<Running*> next_who;
+        std::vector<int32_t> next_last, next_tok;
+        next_tok.reserve(who.size());
+        for (size_t k = 0; k < who.size(); ++k) {
+            Running& q = *who[k];
+            if (out[k] < 0 || j >= draft_limit(q)) continue;
+            next_tok.push_back(out[k]);
+            Model::MtpRow m;
+            m.slot = q.slot;
+            m.pos0 = q.pos + j - 1;  // (the pending token's position, then each draft's)
+            m.h_start = last[k];
+            m.len = 1;
+            m.next = &next_tok.back();
+            next_rows.push_back(m);
+            next_who.push_back(&q);
+            next_last.push_back(static_cast<int32_t>(next_rows.size()) - 1);
+        }
+        if (next_rows.empty()) return Status::ok();
+        out.assign(next_rows.size(), -1);
+        for (size_t k = 0; k < next_rows.size(); ++k) next_rows[k].draft_out = &out[k];
+        DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, next_rows, /*chained=*/true));
+        who = std::move(next_who);
+        last = std::move(next_last);
+    }
+}
+
+// Drafts a step may feed `q`: its request's count (0: the source's default), within what the
+// rings allow.
+int Engine::Impl::draft_limit(const Running& q) const {
+    const int want = q.r.draft_tokens > 0                     ? q.r.draft_tokens
+                     : q.r.speculative == Speculation::kNgram ? kNgramDrafts
+                                                              : 1;
+    return std::min(want, pool->layout().ring_extra + 1);
 }
 
 // Whether feeding position p completes a block of some compressed layer: a speculative draft
@@ -852,10 +919,11 @@ Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const std::vector<int32_t>& prompt, int max_tokens,
                                                 const SamplingParams& sampling, bool stop_at_eos,
                                                 const std::function<bool(int32_t)>& on_token,
-                                                Speculation speculative, GenerateStats* stats) {
+                                                Speculation speculative, GenerateStats* stats,
+                                                int draft_tokens) {
     if (!idle()) return error("generate: the engine is running other requests");
-    DSV4_ASSIGN_OR_RETURN(
-        RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos, &session, speculative}));
+    DSV4_ASSIGN_OR_RETURN(RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos, &session,
+                                                speculative, draft_tokens}));
     std::vector<int32_t> out;
     std::vector<TokenEvent> events;
     for (bool done = false; !done;) {
@@ -870,7 +938,7 @@ Expected<std::vector<int32_t>> Engine::generate(Session& session,
             if (ev.finish == FinishReason::kError) return error(ev.error);
             if (ev.finish != FinishReason::kNone) {
                 done = true;
-                if (stats) *stats = {ev.drafted, ev.accepted};
+                if (stats) *stats = {ev.drafted, ev.accepted, ev.drafted_at, ev.accepted_at};
             }
         }
     }

@@ -331,6 +331,7 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     }
     last_ws_ = ws;
     last_T_ = d.T;
+    last_mtp_T_ = 0;
     if (tap)
         for (int l = 0; l <= c.num_layers; ++l)
             tap(l, captured.data() + l * d.T * width, l < c.num_layers ? d.T : d.R);
@@ -414,19 +415,24 @@ void Model::upload_mtp_desc(const Workspace& ws, const std::vector<int32_t>& src
     up(ws.m_src, src);
 }
 
-Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
+Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows, bool chained) {
     if (!has_mtp()) return error("this checkpoint has no MTP block");
     if (!pool.layout().mtp) return error("the cache pool was made without the MTP caches");
     if (last_ws_ == nullptr) return error("run_mtp follows a run_step");
+    if (chained != (last_mtp_T_ > 0))
+        return error(chained ? "a chained run_mtp follows a run_mtp"
+                             : "run_mtp follows a run_step, once (chained: after a run_mtp)");
     if (rows.empty()) return Status::ok();
     const Workspace& ws = *last_ws_;
     const int64_t V = cfg_.vocab_size;
+    // (ws.streams holds the last step's last streams, or the last MTP run's outputs.)
+    const int src_T = chained ? last_mtp_T_ : last_T_;
     mtp_host_.clear();
     std::vector<int32_t> src, last, slots;
     for (const MtpRow& r : rows) {
-        if (r.len <= 0 || r.h_start < 0 || r.h_start + r.len > last_T_)
+        if (r.len <= 0 || r.h_start < 0 || r.h_start + r.len > src_T)
             return error("run_mtp: tokens [", r.h_start, ", ", r.h_start + r.len,
-                         ") are not in the last step's ", last_T_);
+                         ") are not in the last ", chained ? "MTP run's " : "step's ", src_T);
         for (int32_t i = 0; i < r.len; ++i)
             if (r.next[i] < 0 || r.next[i] >= V)
                 return error("run_mtp: token id ", r.next[i], " outside the vocabulary");
@@ -454,7 +460,7 @@ Status Model::run_mtp(CachePool& pool, std::span<const MtpRow> rows) {
     std::vector<int32_t> drafts(R);
     backend_.download(drafts.data(), ws.sampled, R * sizeof(int32_t));
     backend_.synchronize();
-    last_ws_ = nullptr;  // its streams are consumed
+    last_mtp_T_ = d.Tm;  // ws.streams now holds the MTP block's outputs (the step's are gone)
     for (int i = 0; i < R; ++i)
         if (rows[i].draft_out) *rows[i].draft_out = drafts[i];
     return Status::ok();

@@ -98,7 +98,10 @@ class Model {
     // step's tokens are known): row r covers `len` of the last step's tokens from token index
     // `h_start` (their last streams are h), at positions pos0.., with `next` the token after
     // each; it writes the MTP caches of those positions and draws the draft after the last one
-    // (greedy). Must follow the run_step it reads, once.
+    // (greedy). Must follow the run_step it reads, once. With `chained`, it follows a run_mtp
+    // instead, and h_start indexes that call's tokens, whose MTP block outputs stand in for the
+    // main model's last streams: the block applied to its own output drafts further ahead
+    // (DeepSeek's recursive use of one MTP module), at the positions after those tokens.
     struct MtpRow {
         int slot = 0;
         int64_t pos0 = 0;
@@ -106,7 +109,7 @@ class Model {
         const int32_t* next = nullptr;  // [len] host
         int32_t* draft_out = nullptr;   // the MTP's greedy token after next[len - 1]
     };
-    Status run_mtp(CachePool& pool, std::span<const MtpRow> rows);
+    Status run_mtp(CachePool& pool, std::span<const MtpRow> rows, bool chained = false);
 
     // The step itself, for tests that record it: the op sequence for a batch of T tokens in B
     // rows with R logit rows of which the first Rs are sampled, on the workspace whose
@@ -218,7 +221,8 @@ class Model {
     std::vector<void*> blocks_;           // workspace and table memory, freed with the model
     const Workspace* last_ws_ = nullptr;  // the workspace of the last run_step
     int last_T_ = 0;                      // its tokens
-    float* capture_ = nullptr;            // [L+1, step_tokens, n*D] when a tap was asked for
+    int last_mtp_T_ = 0;  // the last run_mtp's tokens, whose outputs its streams hold (0: none)
+    float* capture_ = nullptr;  // [L+1, step_tokens, n*D] when a tap was asked for
     // Recorded steps by shape: the workspace and pool they point into, the Dims, draft
     // verification. A null entry: the shape was seen once (recorded on its next step).
     using StepKey =
