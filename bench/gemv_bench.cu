@@ -27,12 +27,12 @@
 #include "backend/cuda/kernels/gemv/gemv.h"
 #include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
+#include "graph_timing.h"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr size_t kPoolBytes = size_t{600} << 20;
-constexpr int kReplays = 15;
 
 __device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
     uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
@@ -236,33 +236,6 @@ struct PdlLaunch {
 void fill(void* p, size_t n, uint32_t seed, uint32_t lo = 0, uint32_t span = 0) {
     fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed, lo, span);
     DSV4_CHECK_LAUNCH(nullptr);
-}
-
-// Median milliseconds of `reps` runs of enqueue() on s between two events, after `warmup`
-// untimed runs.
-template <typename F>
-float median_event_ms(cudaStream_t s, int warmup, int reps, F&& enqueue) {
-    for (int i = 0; i < warmup; ++i) enqueue();
-    CudaEvent a = CudaEvent::create(), b = CudaEvent::create();
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-        a.record(s);
-        enqueue();
-        b.record(s);
-        ms.push_back(CudaEvent::elapsed_ms(a, b));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
-
-template <typename F>
-float graph_us_per_launch(cudaStream_t s, int launches, F&& enqueue) {
-    CudaGraph::begin_capture(s);
-    for (int r = 0; r < launches; ++r) enqueue(r);
-    CudaGraph g;
-    DSV4_CHECK_CUDA(CudaGraph::end_capture(s, &g));
-    return median_event_ms(s, 3, kReplays, [&] { g.launch(s); }) * 1000.0f /
-           static_cast<float>(launches);
 }
 
 float measure_read_bandwidth(cudaStream_t s, int sms) {

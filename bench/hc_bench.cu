@@ -6,40 +6,25 @@
 // iterations (1 instead of 20). The values are constants: the time does not depend on them.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/device.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
+#include "graph_timing.h"
 
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kN = 4, kD = 4096, kIters = 20, kCopies = 64, kLaunches = 64, kReplays = 15;
+constexpr int kN = 4, kD = 4096, kIters = 20, kCopies = 64, kLaunches = 64;
 
 float* dalloc(int64_t n, float value, cudaStream_t s) {
     float* p = nullptr;
     DSV4_CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(n) * sizeof(float)));
     launch_fill(p, value, n, s);
     return p;
-}
-
-// Median over kReplays of one replay of g, in microseconds per launch.
-float time_graph(cudaStream_t s, CudaGraph& g) {
-    CudaEvent a = CudaEvent::create(), b = CudaEvent::create();
-    std::vector<float> ms;
-    for (int r = 0; r < kReplays + 3; ++r) {
-        a.record(s);
-        g.launch(s);
-        b.record(s);
-        if (r >= 3) ms.push_back(CudaEvent::elapsed_ms(a, b));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2] * 1000.0f / kLaunches;
 }
 
 int run() {
@@ -93,13 +78,11 @@ int run() {
                 info.sm_count);
     for (const Variant& v : variants) {
         ops::HcPostArgs pa{f, x_prev, post, comb, x, v.T, kN, kD};
-        CudaGraph::begin_capture(s);
-        for (int r = 0; r < kLaunches; ++r) {
+        const float us = graph_us_per_launch(s, kLaunches, [&](int r) {
             const float* w = fn + (r % kCopies) * rows * width;
             if (v.head) {
-                ops::HcHeadArgs h{x, w, base, scale, y, v.T, kN, kD};
-                launch_hc_head(h, ws, s);
-                continue;
+                launch_hc_head({x, w, base, scale, y, v.T, kN, kD}, ws, s);
+                return;
             }
             ops::HcPreArgs a{x, w, base, scale, y, post, comb, v.T, kN, kD, v.iters};
             if (v.norm) {
@@ -108,10 +91,8 @@ int run() {
             }
             if (v.post) a.post_in = &pa;
             launch_hc_pre(a, ws, s);
-        }
-        CudaGraph g;
-        DSV4_CHECK_CUDA(CudaGraph::end_capture(s, &g));
-        std::printf("  %-34s %7.2f us a launch\n", v.name, time_graph(s, g));
+        });
+        std::printf("  %-34s %7.2f us a launch\n", v.name, us);
     }
     for (void* p : {static_cast<void*>(fn), static_cast<void*>(base), static_cast<void*>(scale),
                     static_cast<void*>(x), static_cast<void*>(x_prev), static_cast<void*>(f),

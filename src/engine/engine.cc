@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "backend/cpu/cpu_backend.h"
@@ -38,15 +39,14 @@ const char* finish_reason_name(FinishReason r) {
 
 namespace {
 
-// Drafts fed per step at most: kMaxDraftTokens (n-gram's default; the MTP's is 1). A rejected
-// draft at position p + j writes the window-ring row of position p + j - R, which the corrected
-// token at p + 1 still attends to unless the ring holds R >= W + k - 1 rows: the cache is laid
-// out with kMaxDraftTokens - 1 extra rows where the backend takes them
+// Drafts fed per step at most: kMaxDraftTokens (also n-gram's default; the MTP's is 1). A
+// rejected draft at position p + j writes the window-ring row of position p + j - R, which the
+// corrected token at p + 1 still attends to unless the ring holds R >= W + k - 1 rows: the cache
+// is laid out with kMaxDraftTokens - 1 extra rows where the backend takes them
 // (Backend::max_ring_extra: the CPU does, the CUDA kernels read rings of exactly W rows), and
 // a step feeds at most ring_extra + 1 drafts a row. (The MTP block's own ring gets the same
 // rows: its chained drafts write positions up to p + k - 1 ahead of the sequence, rewritten
 // before any later step reads them.)
-constexpr int kNgramDrafts = kMaxDraftTokens;
 
 // A request from submit to its end.
 struct Running {
@@ -380,7 +380,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
                       ? std::min<int64_t>(4096, cfg->max_position_embeddings)
                       : 4096;
     CacheLayout layout{options.max_seqs, context, *kv_type, *index_type, cfg->num_mtp_layers > 0};
-    layout.ring_extra = std::min(kNgramDrafts - 1, impl->backend->max_ring_extra());
+    layout.ring_extra = std::min(kMaxDraftTokens - 1, impl->backend->max_ring_extra());
     const CacheFootprint fp =
         cache_footprint(*cfg, layout.kv, layout.index, layout.mtp, layout.ring_extra);
     if (options.cache_gib > 0) {
@@ -789,7 +789,7 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
     for (size_t k = 0; k < rows.size(); ++k)
         if (owner[k]->pending >= 0) rows[k].draft_out = &out[k];
     DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, rows));
-    // Each chained row continues the previous call's row `from` (its last token).
+    // Each row's last token in the call just run: where a chained row takes its h from.
     std::vector<int32_t> last(rows.size());
     for (size_t k = 0, at = 0; k < rows.size(); ++k) {
         at += rows[k].len;
@@ -797,32 +797,33 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
     }
     std::vector<Running*> who = owner;
     for (int j = 1;; ++j) {
-        for (size_t k = 0; k < who.size(); ++k)
-            if (out[k] >= 0) who[k]->mtp_drafts.push_back(out[k]);
         std::vector<Model::MtpRow> next_rows;
         std::vector<Running*> next_who;
-        std::vector<int32_t> next_last, next_tok;
-        next_tok.reserve(who.size());
+        std::vector<int32_t> next_tok;
         for (size_t k = 0; k < who.size(); ++k) {
+            if (out[k] < 0) continue;
             Running& q = *who[k];
-            if (out[k] < 0 || j >= draft_limit(q)) continue;
-            next_tok.push_back(out[k]);
+            q.mtp_drafts.push_back(out[k]);
+            if (j >= draft_limit(q)) continue;
             Model::MtpRow m;
             m.slot = q.slot;
             m.pos0 = q.pos + j - 1;  // (the pending token's position, then each draft's)
             m.h_start = last[k];
             m.len = 1;
-            m.next = &next_tok.back();
             next_rows.push_back(m);
             next_who.push_back(&q);
-            next_last.push_back(static_cast<int32_t>(next_rows.size()) - 1);
+            next_tok.push_back(out[k]);
         }
         if (next_rows.empty()) return Status::ok();
         out.assign(next_rows.size(), -1);
-        for (size_t k = 0; k < next_rows.size(); ++k) next_rows[k].draft_out = &out[k];
+        for (size_t k = 0; k < next_rows.size(); ++k) {
+            next_rows[k].next = &next_tok[k];
+            next_rows[k].draft_out = &out[k];
+        }
         DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, next_rows, /*chained=*/true));
         who = std::move(next_who);
-        last = std::move(next_last);
+        last.resize(who.size());
+        std::iota(last.begin(), last.end(), 0);  // (chained rows are one token each)
     }
 }
 
@@ -830,7 +831,7 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
 // rings allow.
 int Engine::Impl::draft_limit(const Running& q) const {
     const int want = q.r.draft_tokens > 0                     ? q.r.draft_tokens
-                     : q.r.speculative == Speculation::kNgram ? kNgramDrafts
+                     : q.r.speculative == Speculation::kNgram ? kMaxDraftTokens
                                                               : 1;
     return std::min(want, pool->layout().ring_extra + 1);
 }

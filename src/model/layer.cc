@@ -90,19 +90,11 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                           fp8_act(w.indexer_wq_b), bf16}));
         const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi));
-        ops::IndexerTopkArgs top{ws.qi,
-                                 ws.wts,
-                                 lc.indexer.entries,
-                                 ws.topk,
-                                 st,
-                                 lc.indexer.n_entries,
-                                 Hi,
-                                 hi,
-                                 c.index_topk,
-                                 m,
-                                 lc.key_format,
-                                 /*q_rotated=*/reference(),
-                                 bf16};
+        ops::IndexerTopkArgs top{
+            ws.qi, ws.wts, lc.indexer.entries, ws.topk, st,           lc.indexer.n_entries,
+            Hi,    hi,     c.index_topk,       m,       lc.key_format};
+        top.q_rotated = reference();
+        top.round_bf16 = bf16;
         if (!reference()) {  // (no rounding between them: q's rope and w's scale fused in)
             top.q_rope = {rope.inv_freq, st.tok_pos, Hi, rd, rope.scale};
             top.w_scale = w_scale;

@@ -241,7 +241,7 @@ class CudaBackend final : public Backend {
         // expert-id kernel after the routing (MoeArgs::route).
         ring_in_attention_ = env_flag("DSV4_CUDA_RING_IN_ATTN", true);
         route_prepares_moe_ = env_flag("DSV4_CUDA_ROUTE_PREPARES_MOE", true);
-        // Measurements (docs/perf.md, session 14): =0 runs Backend branches in issue order.
+        // Measurements (docs/perf.md, session 15): =0 runs Backend branches in issue order.
         branches_ = env_flag("DSV4_CUDA_BRANCHES", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));

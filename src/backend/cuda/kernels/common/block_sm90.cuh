@@ -43,18 +43,26 @@ __device__ __forceinline__ void warp_reduce_scatter(T (&v)[32], int lane) {
     scatter_step<1>(v, lane);
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `red` is 32 elements of shared memory; the call begins and ends with a barrier so it can be
-// reused back to back.
-template <typename T>
-__device__ __forceinline__ T block_sum(T v, T* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// Sum over a group of whole warps: `size` threads (a multiple of 32, at most 1024), this one
+// ranked `rank` in it, which sync() synchronises (the block's barrier, or a named barrier of
+// the group's warps); every thread of the group gets the result. `red` is 32 elements of shared
+// memory; the call begins with a barrier so it can be reused back to back.
+template <typename T, typename Sync>
+__device__ __forceinline__ T group_sum(T v, T* red, int rank, int size, Sync&& sync) {
+    const int lane = rank & 31, warp = rank >> 5, nw = size >> 5;
     v = warp_sum(v);
-    __syncthreads();
+    sync();
     if (lane == 0) red[warp] = v;
-    __syncthreads();
+    sync();
     T s = lane < nw ? red[lane] : T(0);
     return warp_sum(s);
+}
+
+// group_sum over the whole block.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* red) {
+    return group_sum(v, red, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
+                     [] { __syncthreads(); });
 }
 
 // The reference RMSNorm's arithmetic in pieces (backend/cpu/ref/norm_rope.cc): squares added in

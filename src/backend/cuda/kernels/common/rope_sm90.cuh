@@ -43,37 +43,35 @@ __device__ __forceinline__ void rope_rotate(float* p, RopeCs cs) {
     p[1] = __fadd_rn(__fmul_rn(x0, cs.s), __fmul_rn(x1, cs.c));
 }
 
-// A fused rope (ops::FusedRope) on the float4 at column `col` (a multiple of 4) of output row
-// `row` of `dim` floats: its two pairs rotated as rope_kernel rotates them when they lie in the
-// trailing rope dims, which start on a float4 (cuda::fuse_rope); unchanged otherwise or when
-// r.inv_freq is null.
-__device__ __forceinline__ float4 rope_float4(float4 v, const ops::FusedRope& r, int64_t row,
-                                              int col, int dim) {
-    const int first = col - (dim - r.rope_dim);
-    if (r.inv_freq == nullptr || first < 0) return v;
-    const int64_t pos = r.pos[row / r.heads];
-    float p0[2] = {v.x, v.y}, p1[2] = {v.z, v.w};
-    rope_rotate(p0, rope_cos_sin(pos, r.inv_freq[first / 2], r.scale, r.inverse));
-    rope_rotate(p1, rope_cos_sin(pos, r.inv_freq[first / 2 + 1], r.scale, r.inverse));
-    return make_float4(p0[0], p0[1], p1[0], p1[1]);
-}
-
-// The cos and sin of pair i of the rope dims at position pos into cs[i], i < r.rope_dim / 2,
-// by the block's threads (a table for rope_float4_cs, read after a barrier).
-__device__ __forceinline__ void rope_table(const ops::FusedRope& r, int64_t pos, RopeCs* cs) {
-    for (int i = threadIdx.x; i < r.rope_dim / 2; i += blockDim.x)
-        cs[i] = rope_cos_sin(pos, r.inv_freq[i], r.scale, r.inverse);
-}
-
-// rope_float4 with the cos and sin from rope_table's cs (the same values, computed once).
-__device__ __forceinline__ float4 rope_float4_cs(float4 v, const RopeCs* cs, int rope_dim, int col,
-                                                 int dim) {
+// The float4 at column `col` (a multiple of 4) of a row of `dim` floats with its two pairs
+// rotated, pair i of the trailing rope dims by cs_of(i), when they lie in those dims, which
+// start on a float4 (cuda::fuse_rope); unchanged otherwise.
+template <typename CsOf>
+__device__ __forceinline__ float4 rope_float4_by(float4 v, int rope_dim, int col, int dim,
+                                                 CsOf&& cs_of) {
     const int first = col - (dim - rope_dim);
     if (first < 0) return v;
     float p0[2] = {v.x, v.y}, p1[2] = {v.z, v.w};
-    rope_rotate(p0, cs[first / 2]);
-    rope_rotate(p1, cs[first / 2 + 1]);
+    rope_rotate(p0, cs_of(first / 2));
+    rope_rotate(p1, cs_of(first / 2 + 1));
     return make_float4(p0[0], p0[1], p1[0], p1[1]);
+}
+
+// A fused rope (ops::FusedRope) on the float4 at column `col` of output row `row`: rotated as
+// rope_kernel rotates it (rope_float4_by); unchanged when r.inv_freq is null.
+__device__ __forceinline__ float4 rope_float4(float4 v, const ops::FusedRope& r, int64_t row,
+                                              int col, int dim) {
+    if (r.inv_freq == nullptr) return v;
+    return rope_float4_by(v, r.rope_dim, col, dim, [&](int i) {  // (pos read in the rope dims only)
+        return rope_cos_sin(r.pos[row / r.heads], r.inv_freq[i], r.scale, r.inverse);
+    });
+}
+
+// The cos and sin of pair i of the rope dims at position pos into cs[i], i < r.rope_dim / 2,
+// by the block's threads (a table for rope_float4_by, read after a barrier).
+__device__ __forceinline__ void rope_table(const ops::FusedRope& r, int64_t pos, RopeCs* cs) {
+    for (int i = threadIdx.x; i < r.rope_dim / 2; i += blockDim.x)
+        cs[i] = rope_cos_sin(pos, r.inv_freq[i], r.scale, r.inverse);
 }
 
 }  // namespace dsv4::cuda::dev

@@ -323,16 +323,6 @@ struct Team {
             asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
     }
 };
-// dev::block_sum over the team's threads (`red` 32 doubles of shared memory).
-__device__ double team_sum(double v, double* red, const Team& tm) {
-    const int lane = tm.rank & 31, warp = tm.rank >> 5, nw = tm.size >> 5;
-    v = dev::warp_sum(v);
-    tm.sync();
-    if (lane == 0) red[warp] = v;
-    tm.sync();
-    const double s = lane < nw ? red[lane] : 0.0;
-    return dev::warp_sum(s);
-}
 
 __device__ bool fits_regs(int D, int threads) {
     return (D & 3) == 0 && D / 4 <= kMaxVec * threads;
@@ -400,7 +390,8 @@ __device__ void collapse_norm_regs(const Team& tm, const float* x, const float* 
     double ss = 0;
 #pragma unroll
     for (int c = 0; c < kMaxVec; ++c) ss = dev::add_squares(ss, v[c]);  // (zeros past the row)
-    const float inv = dev::rms_inv(team_sum(ss, red, tm), D, eps);
+    const float inv =
+        dev::rms_inv(dev::group_sum(ss, red, tm.rank, tm.size, [&] { tm.sync(); }), D, eps);
 #pragma unroll
     for (int c = 0; c < kMaxVec; ++c) {
         const int q = rank + c * size;

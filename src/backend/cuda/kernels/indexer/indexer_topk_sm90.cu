@@ -217,7 +217,9 @@ __global__ void __launch_bounds__(kV4Threads, 1)
             // (A plain load: q comes from the previous kernel, and an __ldg, which the compiler
             // treats as invariant, could be hoisted above the PDL wait.)
             float4 v = reinterpret_cast<const float4*>(qg + h * kDim)[c];
-            if (roped) v = dev::rope_float4_cs(v, cs, a.q_rope.rope_dim, 4 * c, kDim);
+            if (roped)
+                v = dev::rope_float4_by(v, a.q_rope.rope_dim, 4 * c, kDim,
+                                        [&](int i) { return cs[i]; });
             qs[(0 * kTerms + c) * kQStride + h] = v.x;
             qs[(1 * kTerms + c) * kQStride + h] = v.y;
             qs[(2 * kTerms + c) * kQStride + h] = v.z;
