@@ -43,7 +43,7 @@ struct EngineOptions {
     std::string numerics = "float";
     // Cache row types (docs/kv-cache.md): window rings and compressed K=V "f32", "bf16" or "fp8"
     // (DeepSeek's 584-byte entry); indexer keys "f32", "bf16", "fp8" or "fp4" (Hadamard + E2M1).
-    // f32 keeps float mode equal to transformers. Other types: CPU backend only so far.
+    // f32 keeps float mode equal to transformers. Every type runs on both backends.
     std::string kv_cache = "f32";
     std::string indexer_cache = "f32";
     // Steps of up to 64 tokens whose shape repeats (decode) replay a recording of their ops (a

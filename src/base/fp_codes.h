@@ -135,6 +135,11 @@ DSV4_HD float e8m0_to_f32(uint8_t v) {
     return bits_to_f32(static_cast<uint32_t>(v) << 23);
 }
 
+// A power-of-two scale (the block scales' pow2_ceil) as its UE8M0 byte: the exponent field.
+DSV4_HD uint8_t ue8m0_of(float pow2) {
+    return static_cast<uint8_t>(f32_to_bits(pow2) >> 23);
+}
+
 // ---- E2M1 (FP4): sign in bit 3, magnitude code in bits 0..2 -> {0,.5,1,1.5,2,3,4,6}.
 DSV4_HD float e2m1_to_f32(uint8_t code) {
     const uint32_t c = code & 0x7u;
@@ -186,20 +191,28 @@ DSV4_HD float pow2_ceil(float v) {
 DSV4_HD float fp8_block_scale(float amax) {
     return pow2_ceil((amax < 1e-4f ? 1e-4f : amax) * static_cast<float>(1.0 / 448.0));
 }
-DSV4_HD float fp8_round_trip(float x, float scale) {
+// x / scale clamped to the format's range (std::clamp's order), as a code; the round trip
+// decodes it again (the cache rows store the code and the scale).
+DSV4_HD uint8_t fp8_code(float x, float scale) {
     float q = x / scale;
-    q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);  // std::clamp
-    return e4m3_to_f32(f32_to_e4m3(q)) * scale;
+    q = q < -448.0f ? -448.0f : (448.0f < q ? 448.0f : q);
+    return f32_to_e4m3(q);
+}
+DSV4_HD float fp8_round_trip(float x, float scale) {
+    return e4m3_to_f32(fp8_code(x, scale)) * scale;
 }
 
 DSV4_HD float fp4_block_scale(float amax) {
     const float lo = 6.0f * 0x1p-126f;
     return pow2_ceil((amax < lo ? lo : amax) * static_cast<float>(1.0 / 6.0));
 }
-DSV4_HD float fp4_round_trip(float x, float scale) {
+DSV4_HD uint8_t fp4_code(float x, float scale) {
     float q = x / scale;
     q = q < -6.0f ? -6.0f : (6.0f < q ? 6.0f : q);
-    return e2m1_to_f32(f32_to_e2m1(q)) * scale;
+    return f32_to_e2m1(q);
+}
+DSV4_HD float fp4_round_trip(float x, float scale) {
+    return e2m1_to_f32(fp4_code(x, scale)) * scale;
 }
 
 }  // namespace dsv4

@@ -335,14 +335,6 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (!index_type)
         return error("unknown --indexer-cache '", options.indexer_cache,
                      "' (f32, bf16, fp8 or fp4)");
-    // Typed cache rows are CPU-only so far: refused for cuda, and for auto when it picks cuda.
-    const bool typed = *kv_type != CacheType::kF32 || *index_type != CacheType::kF32;
-    auto refuse_typed = [&](const std::string& device) {
-        return error("--kv-cache ", options.kv_cache, " / --indexer-cache ", options.indexer_cache,
-                     ": typed cache rows run on the CPU backend only so far", " (use f32 on ",
-                     device, ", or --device cpu)");
-    };
-    if (typed && options.device == "cuda") return refuse_typed("cuda");
     if (options.rank_group != nullptr) {
         if (options.rank < 0 || options.rank >= options.rank_group->size())
             return error("rank ", options.rank, " of a group of ", options.rank_group->size());
@@ -360,8 +352,6 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
     if (options.rank_group != nullptr)
         impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
-    if (typed && impl->backend->name() != std::string("cpu"))
-        return refuse_typed(impl->backend->name());
     const bool synthetic = !options.synthetic.empty();
     const std::string source =
         synthetic ? "synthetic " + options.synthetic + " (" + options.synthetic_format + ")"

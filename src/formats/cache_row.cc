@@ -28,10 +28,6 @@ float amax_of(const float* x, int n) {
     for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
     return amax;
 }
-// A power-of-two scale as its UE8M0 byte (the float32 exponent field) and back.
-uint8_t ue8m0_of(float s) {
-    return static_cast<uint8_t>(f32_to_bits(s) >> 23);
-}
 
 void encode_fp8(const CacheRowFormat& f, int width, const float* x, uint8_t* out) {
     const int nope = width - f.rope_dim;
@@ -40,7 +36,7 @@ void encode_fp8(const CacheRowFormat& f, int width, const float* x, uint8_t* out
         const int n = std::min(f.block, nope - b);
         const float s = fp8_block_scale(amax_of(x + b, n));
         scales[k] = ue8m0_of(s);
-        for (int i = b; i < b + n; ++i) out[i] = f32_to_e4m3(std::clamp(x[i] / s, -448.0f, 448.0f));
+        for (int i = b; i < b + n; ++i) out[i] = fp8_code(x[i], s);
     }
     for (int i = 0; i < f.rope_dim; ++i) {
         const uint16_t h = f32_to_bf16(x[nope + i]);
@@ -73,7 +69,7 @@ void encode_fp4(const CacheRowFormat& f, int width, const float* x, uint8_t* out
         const float s = fp4_block_scale(amax_of(r.data() + b, n));
         scales[k] = ue8m0_of(s);
         for (int i = b; i < b + n; ++i) {
-            const uint8_t code = f32_to_e2m1(std::clamp(r[i] / s, -6.0f, 6.0f));
+            const uint8_t code = fp4_code(r[i], s);
             out[i / 2] |= static_cast<uint8_t>(code << (4 * (i & 1)));
         }
     }

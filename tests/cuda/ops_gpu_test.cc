@@ -441,7 +441,17 @@ struct AttentionShape {
     int64_t n_entries = 20;
     bool long_rows = false;
     std::vector<int64_t> decode_pos = {};
+    CacheRowFormat kv_format = {};  // the ring's and the entries' rows
 };
+
+// Rows of `width` floats as the cache stores them in f.
+std::vector<uint8_t> stored_rows(const CacheRowFormat& f, int width, const std::vector<float>& x) {
+    const int64_t rb = cache_row_bytes(f, width), rows = static_cast<int64_t>(x.size()) / width;
+    std::vector<uint8_t> out(rows * rb);
+    for (int64_t r = 0; r < rows; ++r)
+        encode_cache_row(f, width, x.data() + r * width, out.data() + r * rb);
+    return out;
+}
 
 void attention_case(const char* what, int H, int hd, bool with_entries, bool csa,
                     AttentionShape shape = {}) {
@@ -472,9 +482,13 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
         for (int j = 0; j < K; ++j)
             if (valid > 0 && rng() % 4 != 0) topk[t * K + j] = static_cast<int32_t>(rng() % valid);
     }
+    // The ring and the entries as the cache stores them (both sides decode the same bytes).
+    const CacheRowFormat f = shape.kv_format;
+    const std::vector<uint8_t> ring_s = stored_rows(f, hd, ring),
+                               ent_s = stored_rows(f, hd, entries);
     DevStep ds(*be, st);
-    Dev<float> dq(*be, q), dkv(*be, kv), dring(*be, ring), dent(*be, entries), dsink(*be, sink),
-        out(*be, int64_t{T} * H * hd);
+    Dev<float> dq(*be, q), dkv(*be, kv), dsink(*be, sink), out(*be, int64_t{T} * H * hd);
+    Dev<uint8_t> dring(*be, ring_s), dent(*be, ent_s);
     Dev<int32_t> dtopk(*be, topk);
     ops::AttentionArgs a;
     a.H = H;
@@ -484,20 +498,24 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     a.compress_rate = m;
     a.n_entries = n_entries;
     a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.kv_format = f;
     ops::AttentionArgs g = a, r = a;
-    g.q = dq.p, g.kv = dkv.p, g.ring = dring.p, g.sink = dsink.p, g.out = out.p, g.step = ds.view();
-    g.entries = with_entries ? dent.p : nullptr;
+    g.q = dq.p, g.kv = dkv.p, g.ring = reinterpret_cast<const float*>(dring.p), g.sink = dsink.p;
+    g.out = out.p, g.step = ds.view();
+    g.entries = with_entries ? reinterpret_cast<const float*>(dent.p) : nullptr;
     g.topk = csa ? dtopk.p : nullptr;
     std::vector<float> ref(int64_t{T} * H * hd);
-    r.q = q.data(), r.kv = kv.data(), r.ring = ring.data(), r.sink = sink.data(),
-    r.out = ref.data();
+    r.q = q.data(), r.kv = kv.data(), r.ring = reinterpret_cast<const float*>(ring_s.data());
+    r.sink = sink.data(), r.out = ref.data();
     r.step = st.view();
-    r.entries = with_entries ? entries.data() : nullptr;
+    r.entries = with_entries ? reinterpret_cast<const float*>(ent_s.data()) : nullptr;
     r.topk = csa ? topk.data() : nullptr;
     cpu_ref::attention(r);
     // Outputs are convex combinations of keys: FP32 scores and sums against the reference's
-    // double, bounded relative to the largest key value.
-    const double tol = 2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) + 2e-5 * max_abs(ring);
+    // double, bounded relative to the largest key value (typed rows: the decoded values, within
+    // a few percent of these).
+    const double tol = (2e-5 * max_abs(kv) + 2e-5 * max_abs(entries) + 2e-5 * max_abs(ring)) *
+                       (f.type == CacheType::kF32 ? 1.0 : 1.1);
     // Both kernels on every case: the cluster kernel (the split one turned off), then the
     // split kernel, which takes steps of up to kAttnSplitMaxTokens tokens with float4 rows (the
     // test's arrays are 16-byte aligned); the others stay on the cluster kernel.
@@ -521,12 +539,13 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     // Then writing the step's rows into the ring read (AttentionArgs::ring_out), by either
     // kernel: the same output, and the ring as ring_write leaves it. (The split kernel writes
     // it itself when every row is one token, the decode cases; else a ring_write launch.)
-    std::vector<float> ring_ref = ring;
-    cpu_ref::ring_write({kv.data(), ring_ref.data(), st.view(), W, hd});
+    std::vector<uint8_t> ring_ref = ring_s;
+    cpu_ref::ring_write(
+        {kv.data(), reinterpret_cast<float*>(ring_ref.data()), st.view(), W, hd, f});
     for (const bool split : {false, true}) {
-        Dev<float> dring_w(*be, ring);
+        Dev<uint8_t> dring_w(*be, ring_s);
         ops::AttentionArgs gw = g;
-        gw.ring = gw.ring_out = dring_w.p;
+        gw.ring = gw.ring_out = reinterpret_cast<float*>(dring_w.p);
         cuda_set_attention_split(*be, split);
         be->fill(out.p, std::nanf(""), out.n);
         be->attention(gw);
@@ -610,6 +629,33 @@ TEST(CudaOpsGpu, AttentionV4DecodeBatch8MixedPositions) {
                    {128, 4, 512, 2048, false, pos});
 }
 
+// Typed K=V rows (bf16; fp8: E4M3 NoPE dims with a scale per 64, bf16 RoPE dims): the ring and
+// the entries stored by the host's encoder, the step's own rows encoded by the device (a key
+// reads the same from the step as from the ring). Both kernels, odd head dims (the scalar
+// decode), V4's decode shapes (the four-value decode), a NoPE part off the 64-value blocks; the
+// ring written after the attention equal byte for byte to the CPU's.
+TEST(CudaOpsGpu, AttentionTypedRows) {
+    DSV4_REQUIRE_GPU();
+    const std::vector<int64_t> pos = {8191, 0, 3, 127, 128, 1000, 4099, 200};
+    for (const CacheType type : {CacheType::kBf16, CacheType::kFp8}) {
+        const std::string name(cache_type_name(type));
+        auto shape = [&](AttentionShape s, int rope_dim) {
+            s.kv_format = kv_row_format(type, rope_dim);
+            return s;
+        };
+        attention_case(("attention CSA H=7 hd=129 " + name).c_str(), 7, 129, true, true,
+                       shape({}, 17));
+        attention_case(("attention HCA H=5 hd=40 " + name).c_str(), 5, 40, true, false,
+                       shape({}, 8));
+        attention_case(("attention V4 decode B=1 CSA " + name).c_str(), 64, 512, true, true,
+                       shape({128, 4, 512, 2048, false, {8191}}, 64));
+        attention_case(("attention V4 decode B=8 HCA " + name).c_str(), 64, 512, true, false,
+                       shape({128, 128, 5, 80, false, pos}, 64));
+        attention_case(("attention CSA long H=64 hd=512 " + name).c_str(), 64, 512, true, true,
+                       shape({128, 4, 200, 260, true}, 64));
+    }
+}
+
 TEST(CudaOpsGpu, RingWrite) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -623,6 +669,18 @@ TEST(CudaOpsGpu, RingWrite) {
     std::vector<float> ref = ring;
     cpu_ref::ring_write({kv.data(), ref.data(), st.view(), W, hd});
     EXPECT_EQ(dring.get(), ref);
+    // Typed rows (hd 33: an odd row; fp8 with 9 RoPE dims: a NoPE part of 24 in one partial
+    // block), equal byte for byte to the CPU encoder's.
+    for (const CacheRowFormat f :
+         {kv_row_format(CacheType::kBf16, 0), kv_row_format(CacheType::kFp8, 9)}) {
+        const std::vector<uint8_t> stored = stored_rows(f, hd, ring);
+        Dev<uint8_t> dstored(*be, stored);
+        be->ring_write({dkv.p, reinterpret_cast<float*>(dstored.p), ds.view(), W, hd, f});
+        std::vector<uint8_t> want = stored;
+        cpu_ref::ring_write(
+            {kv.data(), reinterpret_cast<float*>(want.data()), st.view(), W, hd, f});
+        EXPECT_EQ(dstored.get(), want) << cache_type_name(f.type);
+    }
 }
 
 // Two consecutive steps through the compressor (the state carries over), CSA (coff 2, m 4) and
@@ -651,6 +709,44 @@ TEST(CudaOpsGpu, CompressHcaWithNormRope) {
     compress_case("compress HCA m=7 norm+rope", 1, 7, true);
 }
 
+// Typed entries: the device encodes its pooled, normed and roped entries in the cache format;
+// on these draws the pooled floats equal the CPU's (the f32 cases: 0 differences), so the stored
+// bytes must equal the CPU compressor's. K=V rows (bf16; fp8 with the RoPE dims in bf16, at a
+// NoPE part of one partial block and at V4's 448 + 64) and indexer keys (fp8 per 128; fp4 after
+// the Hadamard rotation, at 64 and V4's 128).
+TEST(CudaOpsGpu, CompressTypedEntries) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    struct Case {
+        int coff, m, hd, rd;
+        CacheRowFormat f;
+    };
+    const Case cases[] = {
+        {2, 4, 36, 12, kv_row_format(CacheType::kBf16, 12)},
+        {2, 4, 36, 12, kv_row_format(CacheType::kFp8, 12)},
+        {1, 7, 512, 64, kv_row_format(CacheType::kFp8, 64)},
+        {2, 4, 36, 12, index_key_format(CacheType::kFp8)},
+        {2, 4, 64, 16, index_key_format(CacheType::kFp4)},
+        {2, 4, 128, 64, index_key_format(CacheType::kFp4)},
+    };
+    for (const Case& c : cases) {
+        const CompressRun run = run_compress(
+            *be, {c.coff, c.m, c.hd, c.rd, true, ops::RoundTrip::kNone, c.f}, 41 + c.hd + c.coff);
+        const std::string what = "compress " + std::to_string(c.hd) + " " +
+                                 std::string(cache_type_name(c.f.type)) + " rope " +
+                                 std::to_string(c.f.rope_dim);
+        EXPECT_EQ(run.gpu_kv, run.ref_kv) << what;
+        EXPECT_EQ(run.gpu_gate, run.ref_gate) << what;
+        ASSERT_EQ(run.gpu_entries.size(), run.ref_entries.size());
+        const auto* g = reinterpret_cast<const uint8_t*>(run.gpu_entries.data());
+        const auto* r = reinterpret_cast<const uint8_t*>(run.ref_entries.data());
+        int64_t diff = 0;
+        for (size_t i = 0; i < run.ref_entries.size() * sizeof(float); ++i) diff += g[i] != r[i];
+        std::printf("[ops] %-40s %lld bytes differ\n", what.c_str(), static_cast<long long>(diff));
+        EXPECT_EQ(diff, 0) << what;
+    }
+}
+
 // Exact match, including exact ties: some keys are repeated rows (equal scores) and some are
 // -q-like so every head's dot is negative (score 0 after the ReLU).
 // The indexer's top-k on the GPU (*got) and on the CPU reference (*ref).
@@ -659,18 +755,30 @@ TEST(CudaOpsGpu, CompressHcaWithNormRope) {
 void indexer_both(Backend& be, const ops::HostStep& st, const std::vector<float>& q,
                   const std::vector<float>& w, const std::vector<float>& keys, int64_t n_entries,
                   int Hi, int hi, int K, int m, std::vector<int32_t>* got,
-                  std::vector<int32_t>* ref, int rope_dim = 0, float w_scale = 1.0f) {
+                  std::vector<int32_t>* ref, int rope_dim = 0, float w_scale = 1.0f,
+                  CacheRowFormat key_format = {}) {
     DevStep ds(be, st);
-    Dev<float> dq(be, q), dw(be, w), dk(be, keys);
+    // The keys as the cache stores them in key_format (both sides decode the same bytes).
+    const int64_t rb = cache_row_bytes(key_format, hi),
+                  rows = static_cast<int64_t>(keys.size()) / hi;
+    std::vector<uint8_t> stored(rows * rb);
+    for (int64_t e = 0; e < rows; ++e)
+        encode_cache_row(key_format, hi, keys.data() + e * hi, stored.data() + e * rb);
+    const auto* kp = reinterpret_cast<const float*>(stored.data());
+    Dev<float> dq(be, q), dw(be, w);
+    Dev<uint8_t> dk(be, stored);
     Dev<int32_t> dt(be, int64_t{st.T()} * K);
     std::vector<float> inv_freq(std::max(1, rope_dim / 2));
     for (size_t i = 0; i < inv_freq.size(); ++i)
         inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / std::max(1, rope_dim)));
     Dev<float> dinv(be, inv_freq);
-    ops::IndexerTopkArgs g{dq.p, dw.p, dk.p, dt.p, ds.view(), n_entries, Hi, hi, K, m};
+    ops::IndexerTopkArgs g{dq.p, dw.p,      reinterpret_cast<const float*>(dk.p),
+                           dt.p, ds.view(), n_entries,
+                           Hi,   hi,        K,
+                           m,    key_format};
     ref->assign(int64_t{st.T()} * K, 0);
-    ops::IndexerTopkArgs c{q.data(),  w.data(), keys.data(), ref->data(), st.view(),
-                           n_entries, Hi,       hi,          K,           m};
+    ops::IndexerTopkArgs c{q.data(), w.data(), kp, ref->data(), st.view(), n_entries,
+                           Hi,       hi,       K,  m,           key_format};
     if (rope_dim > 0) {
         g.q_rope = {dinv.p, ds.view().tok_pos, Hi, rope_dim, 0.93f};
         c.q_rope = {inv_freq.data(), st.view().tok_pos, Hi, rope_dim, 0.93f};
@@ -681,8 +789,7 @@ void indexer_both(Backend& be, const ops::HostStep& st, const std::vector<float>
     *got = dt.get();
 }
 
-TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
-    DSV4_REQUIRE_GPU();
+void indexer_generic_case(int hi, CacheRowFormat key_format, const char* what) {
     auto be = make_gpu();
     std::mt19937 rng(10);
     ops::HostStep st;
@@ -691,7 +798,7 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     st.add_row(1, 150, 33);
     st.add_row(2, 511, 1);
     st.add_row(4, 80, 9);
-    const int S = 5, Hi = 5, hi = 67, K = 37, m = 4;
+    const int S = 5, Hi = 5, K = 37, m = 4;
     const int64_t n_entries = 300;
     const int T = st.T();
     const auto q = randn(int64_t{T} * Hi * hi, rng), w = randn(int64_t{T} * Hi, rng);
@@ -701,15 +808,20 @@ TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
     for (int64_t e = 3; e < S * n_entries; e += 11)
         std::fill_n(keys.begin() + e * hi, hi, 0.0f);  // all dots 0: score exactly 0
     std::vector<int32_t> got, ref;
-    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref, 0, 1.0f, key_format);
     int64_t diff = 0;
     for (size_t i = 0; i < ref.size(); ++i) diff += got[i] != ref[i];
-    std::printf("[ops] indexer_topk T=%d K=%d: %lld of %zu indices differ\n", T, K,
+    std::printf("[ops] %s T=%d K=%d: %lld of %zu indices differ\n", what, T, K,
                 static_cast<long long>(diff), ref.size());
-    EXPECT_EQ(got, ref);
-    // With q's rope (10 of 67 dims) and w's scale fused in.
-    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref, 10, 0.37f);
-    EXPECT_EQ(got, ref) << "fused rope and scale";
+    EXPECT_EQ(got, ref) << what;
+    // With q's rope (10 dims) and w's scale fused in.
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref, 10, 0.37f, key_format);
+    EXPECT_EQ(got, ref) << what << ", fused rope and scale";
+}
+
+TEST(CudaOpsGpu, IndexerTopkMatchesExactly) {
+    DSV4_REQUIRE_GPU();
+    indexer_generic_case(67, {}, "indexer_topk hi=67");
 }
 
 // Prints how many of the indices differ and expects none to.
@@ -725,7 +837,8 @@ void expect_same_topk(const std::vector<int32_t>& got, const std::vector<int32_t
 // V4-Flash's indexer shapes (64 heads x 128: the V4 kernel), top 512, on 6 slots of 2049
 // entries: exact ties (repeated keys; zero keys score exactly 0), the cut inside a run of tied
 // zeros (slot 3: one entry in 5 nonzero, its tokens' weights positive), for the tokens of `st`.
-void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what) {
+void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what,
+                     CacheRowFormat key_format = {}) {
     auto be = make_gpu();
     std::mt19937 rng(seed);
     const int S = 6, Hi = 64, hi = 128, K = 512, m = 4;
@@ -745,12 +858,12 @@ void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what) {
         if (st.tok_row[t] == 3)
             for (int h = 0; h < Hi; ++h) w[t * Hi + h] = std::fabs(w[t * Hi + h]);
     std::vector<int32_t> got, ref;
-    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
+    indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref, 0, 1.0f, key_format);
     expect_same_topk(got, ref, what);
     // With q's rope (V4's 64 dims) and w's scale (V4's 1 / sqrt(Hi hi)) fused in.
     std::vector<int32_t> got_f, ref_f;
     indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got_f, &ref_f, 64,
-                 static_cast<float>(1.0 / std::sqrt(8192.0)));
+                 static_cast<float>(1.0 / std::sqrt(8192.0)), key_format);
     expect_same_topk(got_f, ref_f, "  fused rope and scale");
     // The cut in the sparse slot falls among the zeros (the test's premise): some are taken.
     for (int t = 0; t < T; ++t) {
@@ -765,8 +878,7 @@ void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what) {
 // A step of 11 tokens (the cluster kernel: more than 8): slices and key tiles cut short, tokens
 // of a row at mixed valid counts, tokens keeping fewer than K (some blocks of the cluster with
 // no entry, none valid at all).
-TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
-    DSV4_REQUIRE_GPU();
+ops::HostStep indexer_cluster_step() {
     ops::HostStep st;
     st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
     st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
@@ -774,14 +886,13 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
     st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
     st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
     st.add_row(5, 2, 2);     // 0 (all -1), then 1
-    indexer_v4_case(st, 11, "indexer_topk V4 shapes K=512, 11 tokens (cluster)");
+    return st;
 }
 
 // A decode step of 6 rows (the split kernel: S blocks a token through the scratch, the last to
 // finish selecting): 2048 entries (~32 a block), 1250, 526, 2001 in the sparse slot, 25 (most
 // blocks empty), 0 (all -1).
-TEST(CudaOpsGpu, IndexerTopkV4ShapesDecodeRows) {
-    DSV4_REQUIRE_GPU();
+ops::HostStep indexer_decode_step() {
     ops::HostStep st;
     st.add_row(1, 8191, 1);
     st.add_row(0, 5000, 1);
@@ -789,7 +900,19 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesDecodeRows) {
     st.add_row(3, 8006, 1);
     st.add_row(4, 99, 1);
     st.add_row(5, 2, 1);
-    indexer_v4_case(st, 13, "indexer_topk V4 shapes K=512, 6 decode rows (split)");
+    return st;
+}
+
+TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {
+    DSV4_REQUIRE_GPU();
+    indexer_v4_case(indexer_cluster_step(), 11,
+                    "indexer_topk V4 shapes K=512, 11 tokens (cluster)");
+}
+
+TEST(CudaOpsGpu, IndexerTopkV4ShapesDecodeRows) {
+    DSV4_REQUIRE_GPU();
+    indexer_v4_case(indexer_decode_step(), 13,
+                    "indexer_topk V4 shapes K=512, 6 decode rows (split)");
 }
 
 // The longest slot the CUDA indexer holds at V4 shapes (its shared-memory limit), top 1024
@@ -816,6 +939,26 @@ TEST(CudaOpsGpu, IndexerTopkV4ShapesLongestSlot) {
     std::vector<int32_t> got, ref;
     indexer_both(*be, st, q, w, keys, n_entries, Hi, hi, K, m, &got, &ref);
     expect_same_topk(got, ref, "indexer_topk V4 shapes, longest slot, K=1024");
+}
+
+// Typed indexer keys (formats/cache_row.h: bf16, fp8 with a scale per 128, fp4 after a Hadamard
+// rotation, q then rotated the same way inside the kernel): the keys stored by the host's
+// encoder, both sides decoding the same bytes; the V4 kernel through its split (6 decode rows)
+// and cluster (11 tokens) launches, the generic kernel at hi 64 (fp4 needs a power of two) and
+// 67. Every index equal to the CPU op's.
+TEST(CudaOpsGpu, IndexerTopkTypedKeys) {
+    DSV4_REQUIRE_GPU();
+    const ops::HostStep decode = indexer_decode_step(), cluster = indexer_cluster_step();
+    for (const CacheType type : {CacheType::kBf16, CacheType::kFp8, CacheType::kFp4}) {
+        const CacheRowFormat f = index_key_format(type);
+        const std::string name(cache_type_name(type));
+        indexer_v4_case(decode, 13, ("indexer_topk V4 " + name + " keys, 6 decode rows").c_str(),
+                        f);
+        indexer_v4_case(cluster, 11, ("indexer_topk V4 " + name + " keys, 11 tokens").c_str(), f);
+        indexer_generic_case(64, f, ("indexer_topk hi=64 " + name + " keys").c_str());
+        if (type != CacheType::kFp4)
+            indexer_generic_case(67, f, ("indexer_topk hi=67 " + name + " keys").c_str());
+    }
 }
 
 TEST(CudaOpsGpu, SampleMatchesExactly) {

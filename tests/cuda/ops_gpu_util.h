@@ -144,6 +144,9 @@ struct CompressCase {
     int coff = 1, m = 4, hd = 36, rope_dim = 12;
     bool with_norm = true;
     ops::RoundTrip entry_round_trip = ops::RoundTrip::kNone;
+    // The entries' cache format: typed rows are stored cache_row_bytes apart in the entry
+    // vectors' storage (never wider than float32 rows), the rest of it zeros.
+    CacheRowFormat entry_format{};
 };
 
 // States and entries after two consecutive compressor steps from empty states (mixed_step(),
@@ -187,6 +190,7 @@ inline CompressRun run_compress(Backend& be, const CompressCase& c, uint32_t see
         a.rope_dim = rd;
         a.rope_scale = 1.0f;
         a.entry_round_trip = c.entry_round_trip;
+        a.entry_format = c.entry_format;
         ops::CompressArgs g = a, r = a;
         g.kv = dkv.p, g.gate = dgate.p, g.ape = dape.p, g.norm = c.with_norm ? dnorm.p : nullptr;
         g.inv_freq = dinv.p, g.state_kv = dskv.p, g.state_gate = dsgate.p, g.entries = dent.p;

@@ -91,7 +91,6 @@ INSTANTIATE_TEST_SUITE_P(
              "without speculative decoding"},
         Case{"kv_cache_unknown", gen + " --kv-cache fp4", 2, "--kv-cache"},
         Case{"indexer_cache_unknown", gen + " --indexer-cache int8", 2, "--indexer-cache"},
-        Case{"typed_cache_on_cuda", gen + " --device cuda --kv-cache fp8", 1, "CPU backend only"},
         Case{"max_seqs_zero", gen + " --max-seqs 0", 2, "--max-seqs"},
         Case{"cache_budget_too_small", gen + " --cache-gib 0.0000001", 1, "holds no sequence"},
         Case{"device_unknown", gen + " --device tpu", 2, "--device"},

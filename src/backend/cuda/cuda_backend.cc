@@ -672,6 +672,14 @@ class CudaBackend final : public Backend {
                                   try_alloc(cuda::attention_scratch_bytes(info_.sm_count)));
             attn_ws_ = cuda::attention_scratch(p, info_.sm_count);
         }
+        // A step's own K=V rows as typed cache rows store them (no typed row is wider than
+        // float32's).
+        if (const int64_t rows = max_rows * 4 * cuda::kAttnMaxHeadDim; rows > attn_ws_.rows_bytes) {
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(rows)));
+            free(attn_ws_.rows);
+            attn_ws_.rows = static_cast<uint8_t*>(p);
+            attn_ws_.rows_bytes = rows;
+        }
         if (gemm_min_rows_ > 0 && !gemm_.ready()) DSV4_RETURN_IF_ERROR(start_gemm());
         const int64_t floats = max_rows * max_cols_;
         if (floats <= act_floats_) return Status::ok();
@@ -865,35 +873,30 @@ class CudaBackend final : public Backend {
     }
     DSV4_CUDA_OP(add_to_streams, AddToStreamsArgs, launch_add_to_streams)
     DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
-    // Cache rows are f32 here (typed rows are CPU-only so far; Engine::create refuses them).
     void attention(const ops::AttentionArgs& a) override {
         const auto prof = profile_.scope("attention", recording_);
-        DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA attention: f32 cache rows only");
         DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
                     "CUDA attention: rings of W rows only (max_ring_extra)");
         DSV4_ASSERT(a.ring_out == nullptr || a.ring_out == a.ring,
                     "CUDA attention: ring_out must be the ring read");
         uses(kAttentionScratch);
-        if (cuda::launch_attention(a, attn_split_ ? attn_ws_ : cuda::AttentionScratch{}, cur(),
-                                   ring_in_attention_))
-            ++attn_split_runs_;
+        cuda::AttentionScratch ws = attn_ws_;
+        if (!attn_split_) ws.part = nullptr;  // (the cluster kernel for every step)
+        if (cuda::launch_attention(a, ws, cur(), ring_in_attention_)) ++attn_split_runs_;
     }
     void ring_write(const ops::RingWriteArgs& a) override {
         const auto prof = profile_.scope("ring_write", recording_);
-        DSV4_ASSERT(a.kv_format.type == CacheType::kF32, "CUDA ring_write: f32 cache rows only");
         DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
                     "CUDA ring_write: rings of W rows only");
         cuda::launch_ring_write(a, cur());
     }
     void compress(const ops::CompressArgs& a) override {
         const auto prof = profile_.scope("compress", recording_);
-        DSV4_ASSERT(a.entry_format.type == CacheType::kF32, "CUDA compress: f32 entries only");
         cuda::launch_compress(a, cur());
     }
     void indexer_topk(const ops::IndexerTopkArgs& a) override {
         const auto prof = profile_.scope("indexer_topk", recording_);
         uses(kIndexerScratch);
-        DSV4_ASSERT(a.key_format.type == CacheType::kF32, "CUDA indexer: f32 keys only");
         cuda::launch_indexer_topk(a, indexer_ws_, cur());
     }
     // Fused (a dense gate: the product inside the routing kernel, one launch), else two

@@ -24,6 +24,10 @@ struct AttentionScratch {
     unsigned* arrivals = nullptr;  // [max_blocks], zero
     int max_blocks = 0;
     int sm_count = 1;  // the split grid is at most two blocks an SM
+    // Either kernel: a step's own K=V rows encoded, when the cache rows are typed
+    // (AttentionArgs::kv_format; f32 rows need none).
+    uint8_t* rows = nullptr;
+    int64_t rows_bytes = 0;
 };
 // Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved from p (that many
 // zeroed bytes).

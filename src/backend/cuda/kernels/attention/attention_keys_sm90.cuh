@@ -9,6 +9,7 @@
 
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/common/cache_row_sm90.cuh"
 #include "ops/attention.h"
 
 namespace dsv4::cuda {
@@ -22,48 +23,58 @@ __host__ __device__ constexpr int padded_hd(int hd) {
     return (hd + kChunk - 1) / kChunk * kChunk;
 }
 
+// How the kernels read key rows (launch_attention fills it): the ring's and the entries'
+// format, and the step's own rows in that format (a.kv itself for f32 rows; else their encoding,
+// made by the launcher: a key reads the same from the step as later from the ring).
+struct KeyRows {
+    RowCodec codec;
+    const uint8_t* chunk = nullptr;  // [T, codec.bytes]
+};
+
 // Where token t's keys live: j < n_ring: the slot's ring; then the chunk's own tokens; then the
 // compressed entries (HCA: e = j - n_win for e < n_ent; CSA: topk[t][j - n_win], -1 = none).
 struct KeyList {
-    const float* ring;
-    const float* chunk;
-    const float* entries;
+    const uint8_t* ring;
+    const uint8_t* chunk;
+    const uint8_t* entries;
     const int32_t* topk;
     int64_t first_row, n_ring, n_win, n_total;  // first_row: the ring row of key 0
-    int W, hd;
+    int64_t rb;                                 // bytes a row
+    int W;
 
     // The CSA list value key j needs (0 where it needs none), read a tile ahead of key().
     __device__ int32_t index(int64_t j) const { return topk && j >= n_win ? topk[j - n_win] : 0; }
-    __device__ const float* key(int64_t j, int32_t idx) const {
+    __device__ const uint8_t* key(int64_t j, int32_t idx) const {
         if (j < n_ring) {  // first_row < W and j < W: no modulo
             const int64_t r = first_row + j;
-            return ring + (r < W ? r : r - W) * hd;
+            return ring + (r < W ? r : r - W) * rb;
         }
-        if (j < n_win) return chunk + (j - n_ring) * hd;
+        if (j < n_win) return chunk + (j - n_ring) * rb;
         const int64_t e = topk ? idx : j - n_win;
-        return e < 0 ? nullptr : entries + e * hd;
+        return e < 0 ? nullptr : entries + e * rb;
     }
 };
 
 // Token t's keys from the step descriptor: the window (the slot's ring before the row's chunk,
 // then the chunk's own tokens up to t), then the compressed entries.
-__device__ inline KeyList key_list(const ops::AttentionArgs& a, int t) {
+__device__ inline KeyList key_list(const ops::AttentionArgs& a, const KeyRows& kr, int t) {
     const ops::StepDesc& st = a.step;
     const int b = st.tok_row[t];
     const int64_t p = st.tok_pos[t], pos0 = st.row_pos0[b];
     const int64_t slot = st.row_slot[b];
-    const int hd = a.hd;
+    const int64_t rb = kr.codec.bytes;
     KeyList kl;
     kl.W = a.W;
-    kl.hd = hd;
-    kl.ring = a.ring + slot * a.W * hd;
+    kl.rb = rb;
+    kl.ring = reinterpret_cast<const uint8_t*>(a.ring) + slot * a.W * rb;
     const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
     kl.first_row = first % a.W;
     kl.n_ring = pos0 > first ? pos0 - first : 0;
     const int64_t chunk_first = first > pos0 ? first : pos0;
-    kl.chunk = a.kv + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * hd;
+    kl.chunk = kr.chunk + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * rb;
     kl.n_win = kl.n_ring + (p - chunk_first + 1);
-    kl.entries = a.entries ? a.entries + slot * a.n_entries * hd : nullptr;
+    kl.entries =
+        a.entries ? reinterpret_cast<const uint8_t*>(a.entries) + slot * a.n_entries * rb : nullptr;
     kl.topk = a.entries && a.topk ? a.topk + static_cast<int64_t>(t) * a.K : nullptr;
     const int64_t n_ent = a.entries == nullptr ? 0 : (a.topk ? a.K : (p + 1) / a.compress_rate);
     kl.n_total = kl.n_win + n_ent;
@@ -99,27 +110,53 @@ __device__ __forceinline__ float dot4(const float4& a, const float4& b, float s)
     return fmaf(a.w, b.w, s);
 }
 
-// One warp fills a shared row of hdp floats from a global row of hd floats (nullptr: zeros),
-// zero padded. vec: every global row is 16-byte aligned (hd % 4 == 0 and aligned bases): then
-// asynchronously (cp.async, completed by the caller's wait), else with plain loads.
-__device__ __forceinline__ void stage_row(float* dst, const float* src, int hd, int hdp, bool vec,
+// One warp fills a shared row of hdp floats from a stored row of hd values (nullptr: zeros),
+// zero padded. f32 rows (!kTyped) with vec (every row 16-byte aligned: hd % 4 == 0 and aligned
+// bases) go asynchronously (cp.async, completed by the caller's wait), other f32 rows with plain
+// loads; typed rows are decoded (four values a lane at a time when the codec allows). The
+// kernels are instantiated per kTyped, so the f32 kernels carry no decoding code.
+template <bool kTyped>
+__device__ __forceinline__ void stage_row(float* dst, const uint8_t* src_bytes,
+                                          const RowCodec& codec, int hd, int hdp, bool vec,
                                           int lane) {
-    if (src != nullptr && vec) {
-        for (int d = lane * 4; d < hdp; d += kChunk) {
-            if (d < hd)
-                ptx::cp_async_16(ptx::smem_addr(dst + d), src + d);
-            else
-                f4(dst + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (!kTyped) {
+        const float* src = reinterpret_cast<const float*>(src_bytes);
+        if (src != nullptr && vec) {
+            for (int d = lane * 4; d < hdp; d += kChunk) {
+                if (d < hd)
+                    ptx::cp_async_16(ptx::smem_addr(dst + d), src + d);
+                else
+                    f4(dst + d) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        } else {
+            for (int d = lane; d < hdp; d += 32) dst[d] = src != nullptr && d < hd ? src[d] : 0.0f;
         }
+    } else if (codec.vec4) {
+        for (int d = lane * 4; d < hdp; d += kChunk)
+            f4(dst + d) = src_bytes != nullptr && d < hd ? dev::decode4(codec, src_bytes, d)
+                                                         : make_float4(0.f, 0.f, 0.f, 0.f);
     } else {
-        for (int d = lane; d < hdp; d += 32) dst[d] = src != nullptr && d < hd ? src[d] : 0.0f;
+        for (int d = lane; d < hdp; d += 32)
+            dst[d] = src_bytes != nullptr && d < hd ? dev::decode_value(codec, src_bytes, d) : 0.0f;
+    }
+}
+
+// The threads of a block copy one stored row (bytes % 4 == 0; both rows 16-byte aligned when
+// bytes % 16 == 0), 16 bytes at a time where they can.
+__device__ __forceinline__ void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes) {
+    if (bytes % 16 == 0) {
+        for (int64_t i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+            reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < bytes / 4; i += blockDim.x)
+            reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(src)[i];
     }
 }
 
 // The split kernel for a decode step (attention_split_sm90.cu); false (nothing launched) when
 // the step is too large, the rows are not float4-aligned (vec) or there is no scratch.
-bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch& ws, bool vec,
-                            cudaStream_t stream);
+bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
+                            const AttentionScratch& ws, bool vec, cudaStream_t stream);
 
 }  // namespace attn
 }  // namespace dsv4::cuda

@@ -136,8 +136,9 @@ __device__ __forceinline__ float4 load_q(const float* src, int c, int hd, bool v
     return v;
 }
 
+template <bool kTyped>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_kernel(ops::AttentionArgs a, bool vec, int groups, ops::FusedRope rope) {
+    attention_kernel(ops::AttentionArgs a, KeyRows kr, bool vec, int groups, ops::FusedRope rope) {
     dev::pdl_enter();
     extern __shared__ float4 smem4[];
     cg::cluster_group cluster = cg::this_cluster();
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
     }
 
-    const KeyList kl = key_list(a, t);
+    const KeyList kl = key_list(a, kr, t);
     // This block's slice: a multiple of 8 keys (whole batches), empty for the last ranks of a
     // short list.
     const int64_t per = ((kl.n_total + C - 1) / C + kBatch - 1) / kBatch * kBatch;
@@ -196,8 +197,8 @@ __global__ void __launch_bounds__(kThreads, 2)
             if (k >= my_rows) break;
             const int r = warp + k * kWarps;
             const int64_t j = j0 + r;
-            const float* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
-            stage_row(sm.tiles + (buf * rows + r) * hdp, src, hd, hdp, vec, lane);
+            const uint8_t* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
+            stage_row<kTyped>(sm.tiles + (buf * rows + r) * hdp, src, kr.codec, hd, hdp, vec, lane);
             if (lane == 0) sm.ok[buf * kMaxRows + r] = src != nullptr;
         }
         ptx::cp_async_commit();
@@ -394,18 +395,39 @@ __global__ void __launch_bounds__(kThreads, 2)
     cluster.sync();  // the other blocks have read this block's partials: it may exit
 }
 
-// One block per token; only each row's last min(len, W) tokens are written.
-__global__ void ring_write_kernel(ops::RingWriteArgs a) {
+// One block per token (or row of x); only each row's last min(len, W) tokens are written, in
+// the ring's format (f32 rows copied, typed rows encoded through shared memory).
+constexpr int kRowThreads = 128;
+
+__global__ void __launch_bounds__(kRowThreads) ring_write_kernel(ops::RingWriteArgs a, RowCodec c) {
     dev::pdl_enter();
+    __shared__ float row[kAttnMaxHeadDim];
     const ops::StepDesc& st = a.step;
     const int t = blockIdx.x;
     const int b = st.tok_row[t];
     const int i = t - st.row_start[b];
-    if (i < st.row_len[b] - a.W) return;
-    float* dst =
-        a.ring + (static_cast<int64_t>(st.row_slot[b]) * a.W + (st.row_pos0[b] + i) % a.W) * a.hd;
+    if (i < st.row_len[b] - a.W) return;  // (block-uniform)
+    const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
+    uint8_t* dst = reinterpret_cast<uint8_t*>(a.ring) +
+                   (static_cast<int64_t>(st.row_slot[b]) * R + (st.row_pos0[b] + i) % R) * c.bytes;
     const float* src = a.kv + static_cast<int64_t>(t) * a.hd;
-    for (int d = threadIdx.x; d < a.hd; d += blockDim.x) dst[d] = src[d];
+    if (c.type == CacheType::kF32) {
+        float* d = reinterpret_cast<float*>(dst);
+        for (int k = threadIdx.x; k < a.hd; k += blockDim.x) d[k] = src[k];
+        return;
+    }
+    for (int k = threadIdx.x; k < a.hd; k += blockDim.x) row[k] = src[k];
+    dev::block_encode_row(c, row, dst);
+}
+
+// x [T, width] -> out [T, c.bytes], a block a row (the step's own keys as the cache stores them).
+__global__ void __launch_bounds__(kRowThreads)
+    encode_rows_kernel(const float* x, uint8_t* out, RowCodec c) {
+    dev::pdl_enter();
+    __shared__ float row[kAttnMaxHeadDim];
+    const int64_t t = blockIdx.x;
+    for (int k = threadIdx.x; k < c.width; k += blockDim.x) row[k] = x[t * c.width + k];
+    dev::block_encode_row(c, row, out + t * c.bytes);
 }
 
 bool aligned16(const void* p) {
@@ -438,10 +460,24 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
     DSV4_ASSERT(!a.round_bf16, "CUDA attention: no bf16 reference mode (round_bf16)");
     if (a.step.T == 0) return false;
+    // Typed rows: the step's own rows encoded first (into the scratch), read back like the ring's.
+    attn::KeyRows kr;
+    kr.codec = row_codec(a.kv_format, a.hd);
+    const bool typed = kr.codec.type != CacheType::kF32;
+    if (typed) {
+        DSV4_ASSERT(a.step.T * kr.codec.bytes <= ws.rows_bytes, "CUDA attention: ", a.step.T,
+                    " typed rows of ", kr.codec.bytes, " bytes need more scratch than ",
+                    ws.rows_bytes, " (prepare_steps)");
+        launch_pdl(encode_rows_kernel, static_cast<unsigned>(a.step.T), kRowThreads, 0, stream, 1,
+                   a.kv, ws.rows, kr.codec);
+        kr.chunk = ws.rows;
+    } else {
+        kr.chunk = reinterpret_cast<const uint8_t*>(a.kv);
+    }
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
-    const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.kv) && aligned16(a.ring) &&
-                     aligned16(a.entries) && aligned16(a.out);
-    if (attn::launch_attention_split(a, ws, vec, stream)) {
+    const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) &&
+                     (typed || (aligned16(a.kv) && aligned16(a.ring) && aligned16(a.entries)));
+    if (attn::launch_attention_split(a, kr, ws, vec, stream)) {
         if (a.ring_out == nullptr) ring_after();
         return true;
     }
@@ -462,21 +498,25 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
         cluster /= 2;
     // The attributes are host-side settings (not stream operations): allowed during capture.
     static const cudaError_t attr = [] {
-        const cudaError_t e =
-            cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(attention_smem(kAttnMaxHeadDim, kMaxGroups)));
-        if (e != cudaSuccess) return e;
-        return cudaFuncSetAttribute(attention_kernel,
-                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        cudaError_t e = cudaSuccess;
+        for (auto* k : {attention_kernel<false>, attention_kernel<true>}) {
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(
+                    k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                    static_cast<int>(attention_smem(kAttnMaxHeadDim, kMaxGroups)));
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }
+        return e;
     }();
     DSV4_CHECK_CUDA(attr);
     ops::AttentionArgs args = a;
     args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
     const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, vec, "attention out");
-    launch_pdl(attention_kernel,
+    launch_pdl(typed ? attention_kernel<true> : attention_kernel<false>,
                dim3(static_cast<unsigned>(T * cluster), static_cast<unsigned>(groups)), kThreads,
-               attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, vec,
-               key_groups, rope.in_kernel);
+               attention_smem(a.hd, key_groups), stream, static_cast<unsigned>(cluster), args, kr,
+               vec, key_groups, rope.in_kernel);
     rope.launch_after(a.out, T * a.H, a.hd, stream);
     ring_after();
     return false;
@@ -484,7 +524,9 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
 
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream) {
     if (a.step.T == 0) return;
-    launch_pdl(ring_write_kernel, static_cast<unsigned>(a.step.T), 128, 0, stream, 1, a);
+    DSV4_ASSERT(a.hd <= kAttnMaxHeadDim, "ring_write: head_dim ", a.hd);
+    launch_pdl(ring_write_kernel, static_cast<unsigned>(a.step.T), kRowThreads, 0, stream, 1, a,
+               row_codec(a.kv_format, a.hd));
 }
 
 }  // namespace dsv4::cuda

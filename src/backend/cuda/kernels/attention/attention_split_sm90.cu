@@ -8,7 +8,8 @@
 //  - grid (S key splits, G head groups x T tokens): a block takes 8 heads of one token and a
 //    contiguous slice of its keys; S (host-known: T, H, W, K, n_entries, the SM count, never the
 //    positions, so a CUDA graph replays it) fills up to two blocks an SM, at most kMaxSplits;
-//  - 8 warps; the 8 heads' queries and a tile of 32 keys in shared memory (cp.async);
+//  - 8 warps; the 8 heads' queries and a tile of 32 keys in shared memory (cp.async; typed
+//    cache rows decoded as staged, in the kernel's typed instantiation);
 //  - scores: warp (quad, octet) dots 4 heads x 8 keys over the head dim, one 128-dim chunk per
 //    loop pass (4 + 8 float4 reads feed 128 FMAs), then a warp reduce-scatter leaves score
 //    (head lane / 8, key lane % 8) on lane l;
@@ -64,8 +65,9 @@ size_t split_smem(int hd) {
            kTile * sizeof(int);
 }
 
+template <bool kTyped>
 __global__ void __launch_bounds__(kThreads, 2)
-    attention_split_kernel(ops::AttentionArgs a, ops::FusedRope rope, float* part,
+    attention_split_kernel(ops::AttentionArgs a, KeyRows kr, ops::FusedRope rope, float* part,
                            unsigned* arrivals, int S, int G) {
     dev::pdl_enter();
     extern __shared__ float4 smem4[];
@@ -83,13 +85,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     // The fused ring write (a step of one token a row: the launcher's condition): token t's K=V
     // row into its slot's ring row pos % R, which holds position pos - R, a key no token of this
-    // step reads (token t reads positions > pos - W >= pos - R; other rows other slots).
+    // step reads (token t reads positions > pos - W >= pos - R; other rows other slots). The
+    // row as stored: kr.chunk's row t.
     if (a.ring_out != nullptr && s == 0 && g == 0) {
         const int b = a.step.tok_row[t];
-        const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
-        float* dst = a.ring_out + (a.step.row_slot[b] * R + a.step.tok_pos[t] % R) * hd;
-        const float* src = a.kv + static_cast<int64_t>(t) * hd;
-        for (int i = threadIdx.x * 4; i < hd; i += kThreads * 4) f4(dst + i) = f4(src + i);
+        const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W, rb = kr.codec.bytes;
+        copy_row(reinterpret_cast<uint8_t*>(a.ring_out) +
+                     (a.step.row_slot[b] * R + a.step.tok_pos[t] % R) * rb,
+                 kr.chunk + static_cast<int64_t>(t) * rb, rb);
     }
 
     // The block's queries (zeros past hd and for heads >= H), copied asynchronously: the first
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             f4(sq + h * hdp + d) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
 
-    const KeyList kl = key_list(a, t);
+    const KeyList kl = key_list(a, kr, t);
     const int64_t per = (kl.n_total + S - 1) / S;
     const int64_t j_begin = s * per < kl.n_total ? s * per : kl.n_total;
     const int64_t j_end = j_begin + per < kl.n_total ? j_begin + per : kl.n_total;
@@ -131,8 +134,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int k = 0; k < kTile / kWarps; ++k) {
             const int r = warp + k * kWarps;
             const int64_t j = j0 + r;
-            const float* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
-            stage_row(sk + r * hdp, src, hd, hdp, true, lane);
+            const uint8_t* src = j < j_end ? kl.key(j, idx[k]) : nullptr;
+            stage_row<kTyped>(sk + r * hdp, src, kr.codec, hd, hdp, true, lane);
             if (lane == 0) sok[r] = src != nullptr;
         }
         ptx::cp_async_commit();
@@ -280,8 +283,8 @@ AttentionScratch attention_scratch(void* p, int sm_count) {
 
 namespace attn {
 
-bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch& ws, bool vec,
-                            cudaStream_t stream) {
+bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
+                            const AttentionScratch& ws, bool vec, cudaStream_t stream) {
     const int64_t T = a.step.T;
     if (ws.part == nullptr || !vec || T > kAttnSplitMaxTokens) return false;
     const int64_t G = (a.H + kHeads - 1) / kHeads;
@@ -289,15 +292,22 @@ bool launch_attention_split(const ops::AttentionArgs& a, const AttentionScratch&
     const int64_t by_grid = std::max<int64_t>(1, 2 * ws.sm_count / (T * G));
     const int S = static_cast<int>(std::min<int64_t>({kMaxSplits, tiles, by_grid}));
     if (T * G * S > ws.max_blocks) return false;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(attention_split_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(split_smem(kAttnMaxHeadDim)));
+    static const cudaError_t attr = [] {
+        cudaError_t e = cudaSuccess;
+        for (auto* k : {attention_split_kernel<false>, attention_split_kernel<true>})
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(split_smem(kAttnMaxHeadDim)));
+        return e;
+    }();
     DSV4_CHECK_CUDA(attr);
     const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, true, "attention out");
     ops::AttentionArgs args = a;
     args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
-    launch_pdl(attention_split_kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)),
-               kThreads, split_smem(a.hd), stream, 1, args, rope.in_kernel, ws.part, ws.arrivals, S,
+    launch_pdl(kr.codec.type == CacheType::kF32 ? attention_split_kernel<false>
+                                                : attention_split_kernel<true>,
+               dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)), kThreads,
+               split_smem(a.hd), stream, 1, args, kr, rope.in_kernel, ws.part, ws.arrivals, S,
                static_cast<int>(G));
     rope.launch_after(a.out, T * a.H, a.hd, stream);
     return true;

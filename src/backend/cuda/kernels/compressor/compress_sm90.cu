@@ -3,11 +3,13 @@
 // the state the completion read). Per token: the state row p % m (CSA: m + p % m) takes kv and
 // gate + ape; when p % m == m - 1 entry p / m is pooled per channel (softmax over the state rows
 // of the gate, in double like the reference's pool_entry), RMS-normed and roped at e * m,
-// round-tripped (reference numerics), and a CSA state shifts its open block into the previous-block
-// rows. Layout and order as in backend/cpu/ref/compressor.cc.
+// round-tripped (reference numerics), stored in the entry format (typed entries are computed in
+// shared memory and encoded by the block: cache_row_sm90.cuh), and a CSA state shifts its open
+// block into the previous-block rows. Layout and order as in backend/cpu/ref/compressor.cc.
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/cache_row_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/compressor/compress.h"
 #include "backend/cuda/kernels/quant/round_trip_sm90.cuh"
@@ -17,10 +19,12 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxTypedWidth = 512;  // typed entries: V4's head_dim
 
-__global__ void compress_kernel(ops::CompressArgs a) {
+__global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
     dev::pdl_enter();
     __shared__ double red[32];
+    __shared__ float typed_entry[kMaxTypedWidth];  // a typed entry before its encoding
     const ops::StepDesc& st = a.step;
     const int b = blockIdx.x;
     const int m = a.m, hd = a.hd, width = a.coff * a.hd, slots = a.coff * m;
@@ -28,7 +32,8 @@ __global__ void compress_kernel(ops::CompressArgs a) {
     const int64_t slot = st.row_slot[b];
     float* skv = a.state_kv + slot * state_size;
     float* sgate = a.state_gate + slot * state_size;
-    float* entries = a.entries + slot * a.n_entries * hd;
+    const bool typed = codec.type != CacheType::kF32;
+    uint8_t* entries = reinterpret_cast<uint8_t*>(a.entries) + slot * a.n_entries * codec.bytes;
     const float neg_inf = -__int_as_float(0x7f800000);
     for (int i = 0; i < st.row_len[b]; ++i) {
         const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
@@ -44,7 +49,8 @@ __global__ void compress_kernel(ops::CompressArgs a) {
         if (j != m - 1) continue;  // block-uniform
         const int64_t e = p / m;
         if (e >= a.n_entries) __trap();  // the cache was sized for fewer entries (a bug)
-        float* entry = entries + e * hd;
+        // f32 entries are computed in place; typed ones in shared memory, then encoded.
+        float* entry = typed ? typed_entry : reinterpret_cast<float*>(entries + e * codec.bytes);
         for (int c = threadIdx.x; c < hd; c += blockDim.x) {
             // State row s feeds channel c from column c, or hd + c for a CSA open-block row.
             auto at = [&](int s) { return s * width + (a.coff == 2 && s >= m ? hd + c : c); };
@@ -78,6 +84,7 @@ __global__ void compress_kernel(ops::CompressArgs a) {
             dev::block_round_trip_row(entry, hd, hd - a.rope_dim, 64, ops::RoundTrip::kFp8);
         else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
             dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
+        if (typed) dev::block_encode_row(codec, entry, entries + e * codec.bytes);
         if (a.coff == 2) {
             for (int k = threadIdx.x; k < m * width; k += blockDim.x) {
                 skv[k] = skv[m * width + k];
@@ -99,8 +106,13 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kHadamardFp4 ||
                     ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
                 "compress: Hadamard entry round trip of width ", a.hd);
+    const RowCodec c = row_codec(a.entry_format, a.hd);
+    DSV4_ASSERT(c.type == CacheType::kF32 || a.hd <= kMaxTypedWidth, "compress: typed entries of ",
+                a.hd, " values (at most ", kMaxTypedWidth, ")");
+    DSV4_ASSERT(c.type != CacheType::kFp4 || a.entry_round_trip == ops::RoundTrip::kNone,
+                "compress: fp4 entries rotate once: no Hadamard round trip before them");
     if (a.step.B == 0) return;
-    launch_pdl(compress_kernel, static_cast<unsigned>(a.step.B), kThreads, 0, stream, 1, a);
+    launch_pdl(compress_kernel, static_cast<unsigned>(a.step.B), kThreads, 0, stream, 1, a, c);
 }
 
 }  // namespace dsv4::cuda

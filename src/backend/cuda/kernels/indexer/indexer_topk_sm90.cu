@@ -7,8 +7,9 @@
 // of the token's valid entries; block 0 then selects the keep = min(K, valid) largest scores
 // with ties to the lower index (dev::block_topk_threshold's radix select over order-preserving
 // keys, then a scan in index order that also yields the output sorted by entry index), padded
-// with -1. The kernel reads f32 keys only (the backend refuses other key formats, so q is never
-// rotated here) and ignores round_bf16 (Model refuses the bf16 reference mode on CUDA). A fused
+// with -1. Keys of any cache format are decoded as loaded (cache_row_sm90.cuh); with fp4 keys
+// q is Hadamard-rotated after its rope, unless q_rotated. round_bf16 is ignored (Model refuses
+// the bf16 reference mode on CUDA). A fused
 // rope on q (IndexerTopkArgs::q_rope) rotates the staged queries with the rope kernel's arithmetic
 // (rope_sm90.cuh), the pairs' cos and sin computed once a block, and the weights' w_scale is one
 // rounded multiply, as the scale op's: the scores are those of rope, scale, then this kernel.
@@ -54,6 +55,7 @@
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
+#include "backend/cuda/kernels/common/cache_row_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "base/check.h"
@@ -119,9 +121,12 @@ static_assert(kTile * kDim / 4 % kV4Threads == 0);
 // cluster), the scores through `scores` ([T][n_entries] floats of global scratch), the last
 // block of the token to finish (dev::last_to_arrive on `arrivals`, [T] zeros) copies them into
 // its shared memory and selects.
-template <bool kSplit>
+template <bool kSplit, bool kTyped>
 __global__ void __launch_bounds__(kV4Threads, 1)
-    indexer_topk_v4_kernel(ops::IndexerTopkArgs a, float* scores, unsigned* arrivals, int S) {
+    indexer_topk_v4_kernel(ops::IndexerTopkArgs a, RowCodec c, bool rotate_q_arg, float* scores,
+                           unsigned* arrivals, int S) {
+    // (Instantiated per kTyped: the f32 kernels carry no decoding or rotation code.)
+    const bool rotate_q = kTyped && rotate_q_arg;
     dev::pdl_enter();
     extern __shared__ __align__(16) double smem[];
     const int blocks = kSplit ? S : kCluster;
@@ -136,7 +141,8 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     }
     const ops::StepDesc& st = a.step;
     const int64_t valid = (st.tok_pos[t] + 1) / a.m;
-    const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * kDim;
+    const uint8_t* keys = reinterpret_cast<const uint8_t*>(a.keys) +
+                          st.row_slot[st.tok_row[t]] * a.n_entries * c.bytes;
     double* key_s = smem;
     double* part = key_s + kKeyDoubles;
     double* p_s = part + kPartDoubles;
@@ -161,11 +167,22 @@ __global__ void __launch_bounds__(kV4Threads, 1)
     float4 pre[kTileF4];
     auto load_tile = [&](int tile) {
         const int e0 = tile * kTile, n = n_b - e0 < kTile ? n_b - e0 : kTile;
-        const float4* src = reinterpret_cast<const float4*>(keys + (e_begin + e0) * kDim);
+        const uint8_t* src = keys + (e_begin + e0) * c.bytes;
+        if constexpr (!kTyped) {
 #pragma unroll
-        for (int m = 0; m < kTileF4; ++m) {
-            const int f = tid + kV4Threads * m;
-            pre[m] = f / kTerms < n ? __ldg(src + f) : make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int m = 0; m < kTileF4; ++m) {
+                const int f = tid + kV4Threads * m;
+                pre[m] = f / kTerms < n ? __ldg(reinterpret_cast<const float4*>(src) + f)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        } else {  // (typed keys: decoded as loaded; the launcher checked c.vec4)
+#pragma unroll
+            for (int m = 0; m < kTileF4; ++m) {
+                const int f = tid + kV4Threads * m;
+                pre[m] = f / kTerms < n
+                             ? dev::decode4(c, src + (f / kTerms) * c.bytes, 4 * (f % kTerms))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
     };
     auto store_tile = [&] {
@@ -211,15 +228,29 @@ __global__ void __launch_bounds__(kV4Threads, 1)
             dev::rope_table(a.q_rope, a.q_rope.pos[t], cs);
             __syncthreads();
         }
-        for (int x = tid; x < kHeads * kTerms; x += kV4Threads) {
-            const int wx = x >> 5, lx = x & 31;
-            const int h = 2 * (wx >> 1) + (lx >> 4), c = 16 * (wx & 1) + (lx & 15);
+        auto load_q = [&](int h, int c) {
             // (A plain load: q comes from the previous kernel, and an __ldg, which the compiler
             // treats as invariant, could be hoisted above the PDL wait.)
             float4 v = reinterpret_cast<const float4*>(qg + h * kDim)[c];
             if (roped)
                 v = dev::rope_float4_by(v, a.q_rope.rope_dim, 4 * c, kDim,
                                         [&](int i) { return cs[i]; });
+            return v;
+        };
+        // fp4 keys are Hadamard-rotated: q too (after its rope), [head][dim] in the key tile's
+        // buffer (unused until the first tile is stored).
+        float* const qr = reinterpret_cast<float*>(key_s);
+        if (rotate_q) {
+            for (int x = tid; x < kHeads * kTerms; x += kV4Threads)
+                *reinterpret_cast<float4*>(qr + (x / kTerms) * kDim + 4 * (x % kTerms)) =
+                    load_q(x / kTerms, x % kTerms);
+            dev::block_hadamard(qr, kDim, kHeads, kDim);
+        }
+        for (int x = tid; x < kHeads * kTerms; x += kV4Threads) {
+            const int wx = x >> 5, lx = x & 31;
+            const int h = 2 * (wx >> 1) + (lx >> 4), c = 16 * (wx & 1) + (lx & 15);
+            const float4 v =
+                rotate_q ? *reinterpret_cast<const float4*>(qr + h * kDim + 4 * c) : load_q(h, c);
             qs[(0 * kTerms + c) * kQStride + h] = v.x;
             qs[(1 * kTerms + c) * kQStride + h] = v.y;
             qs[(2 * kTerms + c) * kQStride + h] = v.z;
@@ -325,7 +356,7 @@ __device__ __forceinline__ double dot_ref(const float* a, const float* b, int n)
 }
 
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
-    indexer_topk_kernel(ops::IndexerTopkArgs a) {
+    indexer_topk_kernel(ops::IndexerTopkArgs a, RowCodec c, bool rotate_q) {
     dev::pdl_enter();
     extern __shared__ double dyn[];
     __shared__ int red[32];
@@ -335,7 +366,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     const ops::StepDesc& st = a.step;
     const int64_t t = blockIdx.x / kCluster;
     const int64_t valid = (st.tok_pos[t] + 1) / a.m;
-    const float* keys = a.keys + st.row_slot[st.tok_row[t]] * a.n_entries * a.hi;
+    const uint8_t* keys = reinterpret_cast<const uint8_t*>(a.keys) +
+                          st.row_slot[st.tok_row[t]] * a.n_entries * c.bytes;
     const int Hi = a.Hi, hi = a.hi, ld = hi + 1;
     const int ldd = Hi + 1;                                       // (rows padded: banks)
     double* d_s = dyn;                                            // [kKeyTile][ldd]
@@ -356,6 +388,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
                              dev::rope_cos_sin(r.pos[t], r.inv_freq[p], r.scale, r.inverse));
         }
     }
+    if (rotate_q) dev::block_hadamard(q_s, hi, Hi, ld);  // (fp4 keys are rotated)
     // This block's slice of the entries.
     const int64_t per = (valid + kCluster - 1) / kCluster;
     const int64_t e_begin = rank * per, e_end = valid < e_begin + per ? valid : e_begin + per;
@@ -364,7 +397,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
         const int n = static_cast<int>(e_end - e0 < kKeyTile ? e_end - e0 : kKeyTile);
         __syncthreads();  // the previous tile's keys and dots are consumed
         for (int i = threadIdx.x; i < n * hi; i += blockDim.x)
-            k_s[(i / hi) * ld + i % hi] = keys[(e0 + i / hi) * hi + i % hi];
+            k_s[(i / hi) * ld + i % hi] =
+                dev::decode_value(c, keys + (e0 + i / hi) * c.bytes, i % hi);
         __syncthreads();
         if (lane < n)
             for (int h = warp; h < Hi; h += warps)
@@ -436,10 +470,15 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
                            a.q_rope.rope_dim % 2 == 0),
                 "indexer_topk: a fused rope of ", a.q_rope.heads, " heads x ", a.q_rope.rope_dim,
                 " dims on ", a.Hi, " x ", a.hi);
+    const RowCodec c = row_codec(a.key_format, a.hi);
+    const bool typed = c.type != CacheType::kF32;
+    const bool rotate_q = c.type == CacheType::kFp4 && !a.q_rotated;
+    DSV4_ASSERT(!v4_shapes(a.Hi, a.hi) || c.vec4, "indexer_topk: keys of ", a.hi, " values");
     if (a.step.T == 0) return;
     static const cudaError_t attr = [] {
         cudaError_t e = cudaSuccess;
-        for (auto* k : {indexer_topk_v4_kernel<false>, indexer_topk_v4_kernel<true>}) {
+        for (auto* k : {indexer_topk_v4_kernel<false, false>, indexer_topk_v4_kernel<true, false>,
+                        indexer_topk_v4_kernel<false, true>, indexer_topk_v4_kernel<true, true>}) {
             // The opt-in limit counts static and dynamic shared memory together.
             cudaFuncAttributes fa{};
             if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, k);
@@ -450,7 +489,10 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
                                          static_cast<int>(kMaxSmem - kV4StaticBytes));
         }
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false>,
+            e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false, false>,
+                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false, true>,
                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(indexer_topk_kernel,
@@ -472,7 +514,7 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
     if (!v4_shapes(a.Hi, a.hi)) {
         // (Compile-time cluster dims: the grid is a whole number of clusters.)
         launch_pdl(indexer_topk_kernel, static_cast<unsigned>(T * kCluster), kThreads, smem, stream,
-                   1, a);
+                   1, a, c, rotate_q);
         return;
     }
     if (T <= kSplitMaxTokens && ws.scores != nullptr) {
@@ -480,13 +522,14 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
         const int64_t by_entries = std::max<int64_t>(1, (a.n_entries + kTile - 1) / kTile);
         const int64_t by_grid = std::max<int64_t>(1, ws.sm_count / T);
         const int S = static_cast<int>(std::min(by_entries, by_grid));
-        launch_pdl(indexer_topk_v4_kernel<true>,
+        launch_pdl(typed ? indexer_topk_v4_kernel<true, true> : indexer_topk_v4_kernel<true, false>,
                    dim3(static_cast<unsigned>(S), static_cast<unsigned>(T)), kV4Threads, smem,
-                   stream, 1, a, ws.scores, ws.arrivals, S);
+                   stream, 1, a, c, rotate_q, ws.scores, ws.arrivals, S);
         return;
     }
-    launch_pdl(indexer_topk_v4_kernel<false>, static_cast<unsigned>(T * kCluster), kV4Threads, smem,
-               stream, static_cast<unsigned>(kCluster), a, static_cast<float*>(nullptr),
+    launch_pdl(typed ? indexer_topk_v4_kernel<false, true> : indexer_topk_v4_kernel<false, false>,
+               static_cast<unsigned>(T * kCluster), kV4Threads, smem, stream,
+               static_cast<unsigned>(kCluster), a, c, rotate_q, static_cast<float*>(nullptr),
                static_cast<unsigned*>(nullptr), kCluster);
 }
 
