@@ -17,6 +17,7 @@
 #endif
 #include "base/thread_pool.h"
 #include "formats/safetensors.h"
+#include "model/backend_fit.h"
 #include "model/model.h"
 
 namespace dsv4 {
@@ -360,6 +361,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     auto cfg =
         synthetic ? synth_config(synth) : load_model_config(options.model_dir + "/config.json");
     if (!cfg) return cfg.status().with_context("loading " + source);
+    if (std::string why =
+            shape_beyond_limits(*cfg, *kv_type, *index_type, impl->backend->shape_limits());
+        !why.empty())
+        return error(source, ": the ", impl->backend->name(), " backend's kernels take no ", why);
     // The cache first: its size is the one most likely not to fit, and checking it needs
     // only the config.
     // The MTP block's caches when the config has one (a checkpoint without its tensors then

@@ -46,6 +46,15 @@ struct TransferCounts {
     int64_t uploads = 0, downloads = 0, synchronizes = 0, replays = 0;
 };
 
+// Shapes a backend's kernels take at most (Backend::shape_limits; the CPU reference: none).
+struct ShapeLimits {
+    int head_dim = INT32_MAX;           // attention's K=V rows
+    int typed_row_width = INT32_MAX;    // a typed cache row a compressor writes (hd or hi)
+    int hc_streams = INT32_MAX;         // mHC residual streams
+    int experts_per_token = INT32_MAX;  // routed experts a token picks
+    int routed_experts = INT32_MAX;     // a layer's routed experts
+};
+
 class Backend {
   public:
     virtual ~Backend() = default;
@@ -92,6 +101,9 @@ class Backend {
         (void)Hi, (void)hi;
         return INT64_MAX;
     }
+    // The model shapes the backend's kernels take (the CUDA kernels' fixed shared-memory and
+    // register layouts); Engine::create refuses a model beyond them with one line.
+    virtual ShapeLimits shape_limits() const { return {}; }
     // The most rows a window ring may hold beyond the window (AttentionArgs::ring_rows - W), which
     // steps with several speculative drafts need; the engine lays the cache out within it.
     virtual int max_ring_extra() const { return INT32_MAX; }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "model/backend_fit.h"
+
 namespace dsv4 {
 namespace {
 
@@ -254,6 +256,42 @@ TEST(ConfigErrors, MissingFile) {
     auto c = load_model_config("/nonexistent/dir/config.json");
     ASSERT_FALSE(c.has_value());
     EXPECT_HAS(c.status().message(), "/nonexistent/dir/config.json");
+}
+
+// A backend's kernel limits (ShapeLimits, checked by Engine::create): the first field
+// beyond one is named; typed cache rows bound the widths the compressor encodes; no limits (the
+// CPU backend) and V4's shapes under the CUDA kernels' pass.
+TEST(BackendFit, NamesTheFirstShapeBeyondTheLimits) {
+    const ModelConfig c = load_ok("tiny-mix");
+    ASSERT_GT(c.head_dim, 8);
+    const CacheType f32 = CacheType::kF32, fp8 = CacheType::kFp8;
+    EXPECT_EQ(shape_beyond_limits(c, fp8, fp8, ShapeLimits{}), "");
+    ShapeLimits l;
+    l.head_dim = c.head_dim - 1;
+    EXPECT_NE(shape_beyond_limits(c, f32, f32, l).find("head_dim " + std::to_string(c.head_dim)),
+              std::string::npos);
+    l = {};
+    l.typed_row_width = c.head_dim - 1;
+    EXPECT_EQ(shape_beyond_limits(c, f32, f32, l), "");
+    EXPECT_NE(shape_beyond_limits(c, fp8, f32, l).find("typed K=V rows"), std::string::npos);
+    l = {};
+    l.hc_streams = c.hc_mult - 1;
+    EXPECT_NE(shape_beyond_limits(c, f32, f32, l).find("hc_mult"), std::string::npos);
+    l = {};
+    l.experts_per_token = c.num_experts_per_tok - 1;
+    EXPECT_NE(shape_beyond_limits(c, f32, f32, l).find("num_experts_per_tok"), std::string::npos);
+    l = {};
+    l.routed_experts = c.n_routed_experts - 1;
+    EXPECT_NE(shape_beyond_limits(c, f32, f32, l).find("n_routed_experts"), std::string::npos);
+    // Typed indexer keys wider than a typed row, on a model with CSA layers.
+    bool csa = false;
+    for (const auto& layer : c.layers) csa |= layer.kind == LayerKind::kCsa;
+    if (csa) {
+        l = {};
+        l.typed_row_width = c.index_head_dim - 1;
+        EXPECT_NE(shape_beyond_limits(c, f32, fp8, l).find("index_head_dim"), std::string::npos);
+        EXPECT_EQ(shape_beyond_limits(c, f32, f32, l).find("index_head_dim"), std::string::npos);
+    }
 }
 
 }  // namespace

@@ -203,9 +203,8 @@ const char* linear_label(ops::WeightRole r) {
         cuda::launch(a, cur());                            \
     }
 
-// Step rows the scratch holds before prepare_steps asks for more; the widest mHC it holds.
+// Step rows the scratch holds before prepare_steps asks for more.
 constexpr int64_t kDefaultStepRows = 256;
-constexpr int kMaxHcStreams = 8;
 
 // An on/off switch from the environment: unset or empty gives dflt, "0" off, anything else on.
 bool env_flag(const char* name, bool dflt) {
@@ -410,6 +409,10 @@ class CudaBackend final : public Backend {
         if (!branch_pending_) return;
         DSV4_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), join_, 0));
         branch_pending_ = false;
+    }
+    ShapeLimits shape_limits() const override {
+        return {cuda::kAttnMaxHeadDim, cuda::kCompressMaxTypedWidth, cuda::kHcMaxStreams,
+                cuda::kRouteMaxK, cuda::kRouteMaxExperts};
     }
     int64_t max_indexer_entries(int Hi, int hi) const override {
         return cuda::indexer_max_entries(Hi, hi);
@@ -653,7 +656,7 @@ class CudaBackend final : public Backend {
     // partial sums (grown, never shrunk); the decode indexer's (fixed size, ~1 MB) and the
     // decode attention's (fixed size, ~4.3 MB on an H200).
     Status prepare_steps(int64_t max_rows) override {
-        const int64_t hc = cuda::hc_scratch_doubles(max_rows, kMaxHcStreams, info_.sm_count);
+        const int64_t hc = cuda::hc_scratch_doubles(max_rows, cuda::kHcMaxStreams, info_.sm_count);
         if (hc > hc_ws_.doubles || max_rows > hc_ws_.max_tokens) {
             // The partials, then the arrival counters (zeroed by try_alloc).
             const size_t bytes = static_cast<size_t>(hc) * sizeof(double) +

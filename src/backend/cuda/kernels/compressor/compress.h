@@ -9,6 +9,9 @@
 
 namespace dsv4::cuda {
 
+// The widest typed entry the compressor encodes (V4: head_dim 512, index_head_dim 128).
+inline constexpr int kCompressMaxTypedWidth = 512;
+
 void launch_compress(const ops::CompressArgs& a, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

@@ -19,12 +19,11 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxTypedWidth = 512;  // typed entries: V4's head_dim
 
 __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
     dev::pdl_enter();
     __shared__ double red[32];
-    __shared__ float typed_entry[kMaxTypedWidth];  // a typed entry before its encoding
+    __shared__ float typed_entry[kCompressMaxTypedWidth];  // a typed entry before its encoding
     const ops::StepDesc& st = a.step;
     const int b = blockIdx.x;
     const int m = a.m, hd = a.hd, width = a.coff * a.hd, slots = a.coff * m;
@@ -107,8 +106,9 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
                     ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
                 "compress: Hadamard entry round trip of width ", a.hd);
     const RowCodec c = row_codec(a.entry_format, a.hd);
-    DSV4_ASSERT(c.type == CacheType::kF32 || a.hd <= kMaxTypedWidth, "compress: typed entries of ",
-                a.hd, " values (at most ", kMaxTypedWidth, ")");
+    DSV4_ASSERT(c.type == CacheType::kF32 || a.hd <= kCompressMaxTypedWidth,
+                "compress: typed entries of ", a.hd, " values (at most ", kCompressMaxTypedWidth,
+                ")");
     DSV4_ASSERT(c.type != CacheType::kFp4 || a.entry_round_trip == ops::RoundTrip::kNone,
                 "compress: fp4 entries rotate once: no Hadamard round trip before them");
     if (a.step.B == 0) return;

@@ -12,6 +12,9 @@
 
 namespace dsv4::cuda {
 
+// The most residual streams the mHC kernels take (V4: 4).
+inline constexpr int kHcMaxStreams = 8;
+
 // Device scratch for the mixing product's per-split partial sums and the per-token arrival
 // counters of the blocks (zeroed once at allocation; every launch leaves them zero).
 struct HcScratch {

@@ -36,7 +36,7 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxN = 8;                      // residual streams (V4: 4)
+constexpr int kMaxN = kHcMaxStreams;          // residual streams (V4: 4)
 constexpr int kMaxMix = (2 + kMaxN) * kMaxN;  // mixing rows
 constexpr int kRowChunk = 24;                 // rows summed per pass (V4's (2 + 4) * 4)
 static_assert(kRowChunk < 32, "the rows and the squares reduce-scatter over one warp");

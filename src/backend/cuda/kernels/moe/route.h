@@ -11,6 +11,9 @@
 namespace dsv4::cuda {
 
 inline constexpr int kRouteMaxK = 32;
+// The most routed experts a layer may have: the routing and the expert grouping keep two values
+// an expert in the default 48 KB of shared memory.
+inline constexpr int kRouteMaxExperts = 48 * 1024 / 8;
 
 // The gate product done inside the routing kernel: logits[t, e] = x[t] . w[e] (f32 sums, lanes
 // striding over D, a warp reduction: the dense linear kernel's order).

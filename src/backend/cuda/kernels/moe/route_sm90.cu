@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate,
                   const MoePrep* prep) {
-    DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E, "route: k ", a.k, " of ", a.E);
+    DSV4_ASSERT(a.k >= 1 && a.k <= kRouteMaxK && a.k <= a.E && a.E <= kRouteMaxExperts, "route: k ",
+                a.k, " of ", a.E);
     DSV4_ASSERT(gate == nullptr || gate->logits == a.logits, "route: fused gate logits");
     if (a.T == 0) return;
     unsigned clear_blocks = 0;
