@@ -13,13 +13,28 @@
 #   SKIPTEST  non-empty: no `ctest --preset gpu`
 #   PRE       a command run (eval) after the tests, e.g. "build-gpu/bench/hc_bench"
 #   BUDGET    seconds after which no further bench starts (default 480: the tool's 600 s limit)
+#   BASE      a tarball of another commit's sources, made before the call, e.g.
+#             `git archive -o .devrun/base.tar HEAD -- . ':!models' ':!tests/data'`: its dsv4 is
+#             built beside the working tree's (/tmp/base), and a variant with SIDE=base benches
+#             it (e.g. VARIANTS="X=1 SIDE=base X=1 SIDE=base": a change against its parent)
 # Logs under $OUT (bench1.log, ...); prints each bench's table row.
 set -o pipefail
 t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
 export DSV4_EXPECT_GPU=1
+jobs=16
+if [ -n "${BASE:-}" ]; then  # the other commit's dsv4, built alongside (half the cores each)
+  jobs=8
+  root=$PWD
+  rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf "$BASE" -C /tmp/base
+  ( cd /tmp/base && DEBS=$root/.devrun/debs bash tools/gpu/configure.sh gpu > "$OUT/cfg-base.log" 2>&1 &&
+      cmake --build --preset gpu --target dsv4 -j$jobs > "$OUT/build-base.log" 2>&1 ) &
+fi
 bash tools/gpu/configure.sh gpu > "$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
-cmake --build --preset gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+cmake --build --preset gpu -j$jobs > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+if [ -n "${BASE:-}" ]; then
+  wait $! || { tail -20 "$OUT/cfg-base.log" "$OUT/build-base.log"; exit 1; }
+fi
 echo "build done $(el)s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -n "${FILTER:-}" ]; then
@@ -39,7 +54,9 @@ for v in ${VARIANTS:-}; do
   if [ "$(el)" -gt "${BUDGET:-480}" ]; then echo "skip $v (time)"; continue; fi
   (
     export $(echo "$v" | tr '+' ' ')
-    timeout 200 build-gpu/src/cli/dsv4 bench --device cuda --synthetic v4-flash --context 8192 \
+    bin=build-gpu/src/cli/dsv4
+    [ "${SIDE:-}" = base ] && bin=/tmp/base/build-gpu/src/cli/dsv4
+    timeout 200 $bin bench --device cuda --synthetic v4-flash --context 8192 \
       --prompt-len 512 --max-chunk 512 --repeats 1 --decode 24 --format "${FORMAT:-nvfp4}" \
       --batch "${BATCH:-1}" ${EXTRA:-} > "$OUT/bench$i.log" 2>&1
   )
