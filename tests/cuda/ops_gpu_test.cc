@@ -759,11 +759,7 @@ void indexer_both(Backend& be, const ops::HostStep& st, const std::vector<float>
                   CacheRowFormat key_format = {}) {
     DevStep ds(be, st);
     // The keys as the cache stores them in key_format (both sides decode the same bytes).
-    const int64_t rb = cache_row_bytes(key_format, hi),
-                  rows = static_cast<int64_t>(keys.size()) / hi;
-    std::vector<uint8_t> stored(rows * rb);
-    for (int64_t e = 0; e < rows; ++e)
-        encode_cache_row(key_format, hi, keys.data() + e * hi, stored.data() + e * rb);
+    const std::vector<uint8_t> stored = stored_rows(key_format, hi, keys);
     const auto* kp = reinterpret_cast<const float*>(stored.data());
     Dev<float> dq(be, q), dw(be, w);
     Dev<uint8_t> dk(be, stored);

@@ -396,8 +396,16 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // One block per token (or row of x); only each row's last min(len, W) tokens are written, in
-// the ring's format (f32 rows copied, typed rows encoded through shared memory).
+// the ring's format.
 constexpr int kRowThreads = 128;
+
+// The block stores the global row src [c.width] at out in the cache format, through sx
+// [c.width] (shared memory).
+__device__ __forceinline__ void block_store_row(const RowCodec& c, const float* src, float* sx,
+                                                uint8_t* out) {
+    for (int k = threadIdx.x; k < c.width; k += blockDim.x) sx[k] = src[k];
+    dev::block_encode_row(c, sx, out);
+}
 
 __global__ void __launch_bounds__(kRowThreads) ring_write_kernel(ops::RingWriteArgs a, RowCodec c) {
     dev::pdl_enter();
@@ -410,14 +418,7 @@ __global__ void __launch_bounds__(kRowThreads) ring_write_kernel(ops::RingWriteA
     const int64_t R = a.ring_rows > 0 ? a.ring_rows : a.W;
     uint8_t* dst = reinterpret_cast<uint8_t*>(a.ring) +
                    (static_cast<int64_t>(st.row_slot[b]) * R + (st.row_pos0[b] + i) % R) * c.bytes;
-    const float* src = a.kv + static_cast<int64_t>(t) * a.hd;
-    if (c.type == CacheType::kF32) {
-        float* d = reinterpret_cast<float*>(dst);
-        for (int k = threadIdx.x; k < a.hd; k += blockDim.x) d[k] = src[k];
-        return;
-    }
-    for (int k = threadIdx.x; k < a.hd; k += blockDim.x) row[k] = src[k];
-    dev::block_encode_row(c, row, dst);
+    block_store_row(c, a.kv + static_cast<int64_t>(t) * a.hd, row, dst);
 }
 
 // x [T, width] -> out [T, c.bytes], a block a row (the step's own keys as the cache stores them).
@@ -426,8 +427,7 @@ __global__ void __launch_bounds__(kRowThreads)
     dev::pdl_enter();
     __shared__ float row[kAttnMaxHeadDim];
     const int64_t t = blockIdx.x;
-    for (int k = threadIdx.x; k < c.width; k += blockDim.x) row[k] = x[t * c.width + k];
-    dev::block_encode_row(c, row, out + t * c.bytes);
+    block_store_row(c, x + t * c.width, row, out + t * c.bytes);
 }
 
 bool aligned16(const void* p) {
