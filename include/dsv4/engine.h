@@ -162,7 +162,7 @@ struct Request {
     Speculation speculative = Speculation::kNone;
     // Drafts fed a step at most, 0..kMaxDraftTokens (0: the source's default, the MTP's 1 and
     // n-gram's 4). MTP drafts after the first come from the block applied to its own output.
-    // The cache rings may allow fewer (EngineInfo::max_draft_tokens: 1 on CUDA today).
+    // The cache rings may allow fewer (EngineInfo::max_draft_tokens).
     int draft_tokens = 0;
 };
 inline constexpr int kMaxDraftTokens = 4;

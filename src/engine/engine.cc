@@ -44,8 +44,7 @@ namespace {
 // rejected draft at position p + j writes the window-ring row of position p + j - R, which the
 // corrected token at p + 1 still attends to unless the ring holds R >= W + k - 1 rows: the cache
 // is laid out with kMaxDraftTokens - 1 extra rows where the backend takes them
-// (Backend::max_ring_extra: the CPU does, the CUDA kernels read rings of exactly W rows), and
-// a step feeds at most ring_extra + 1 drafts a row. (The MTP block's own ring gets the same
+// (Backend::max_ring_extra: both do), and a step feeds at most ring_extra + 1 drafts a row. (The MTP block's own ring gets the same
 // rows: its chained drafts write positions up to p + k - 1 ahead of the sequence, rewritten
 // before any later step reads them.)
 

@@ -148,8 +148,9 @@ TEST(CudaEngineGpu, GreedyRequestsTogetherMatchAlone) {
     }
 }
 
-// Speculative decoding on CUDA: MTP drafts (dsref-pub-a carries the MTP block) and n-gram
-// drafts give exactly the plain greedy tokens; verification runs in the CUDA sampler.
+// Speculative decoding on CUDA: MTP drafts (dsref-pub-a carries the MTP block; one a step, then
+// three chained) and n-gram drafts (four a step) give exactly the plain greedy tokens;
+// verification runs in the CUDA sampler. Several drafts a step need rings of W + k - 1 rows.
 TEST(CudaEngineGpu, SpeculativeGreedyIsPlainGreedy) {
     DSV4_REQUIRE_GPU();
     EngineOptions o;
@@ -160,11 +161,13 @@ TEST(CudaEngineGpu, SpeculativeGreedyIsPlainGreedy) {
     ASSERT_TRUE(e.has_value()) << e.status().message();
     Engine& engine = **e;
     ASSERT_TRUE(engine.info().has_mtp);
+    EXPECT_EQ(engine.info().max_draft_tokens, kMaxDraftTokens);
     const std::vector<int32_t> prompt = random_ids(17, engine.info().vocab_size, 7);
-    auto run = [&](Speculation spec, Engine::GenerateStats* stats) {
+    auto run = [&](Speculation spec, Engine::GenerateStats* stats, int drafts = 0) {
         auto s = engine.new_session();
         EXPECT_TRUE(s.has_value());
-        auto got = engine.generate(**s, prompt, 40, SamplingParams{}, false, nullptr, spec, stats);
+        auto got =
+            engine.generate(**s, prompt, 40, SamplingParams{}, false, nullptr, spec, stats, drafts);
         EXPECT_TRUE(got.has_value()) << got.status().message();
         return got ? *got : std::vector<int32_t>{};
     };
@@ -177,6 +180,9 @@ TEST(CudaEngineGpu, SpeculativeGreedyIsPlainGreedy) {
                     spec == Speculation::kMtp ? "mtp" : "ngram", stats.accepted, stats.drafted);
         EXPECT_GT(stats.drafted, 0);
     }
+    Engine::GenerateStats chained;
+    EXPECT_EQ(run(Speculation::kMtp, &chained, 3), plain) << "3 MTP drafts";
+    EXPECT_GT(chained.drafted_at[2], 0);  // third drafts fed
 }
 
 // Temperature sampling over the whole vocabulary (top_k 0) on CUDA: the same seed gives the

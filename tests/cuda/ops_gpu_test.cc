@@ -442,6 +442,7 @@ struct AttentionShape {
     bool long_rows = false;
     std::vector<int64_t> decode_pos = {};
     CacheRowFormat kv_format = {};  // the ring's and the entries' rows
+    int ring_rows = 0;              // R >= W (speculative drafts' extra rows); 0: W
 };
 
 // Rows of `width` floats as the cache stores them in f.
@@ -471,10 +472,11 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
             st.add_row(static_cast<int32_t>(i), shape.decode_pos[i], 1);
     }
     const int S = std::max(5, st.B()), W = shape.W, m = shape.m, K = shape.K;
+    const int R = shape.ring_rows > 0 ? shape.ring_rows : W;
     const int64_t n_entries = shape.n_entries;
     const int T = st.T();
     const auto q = randn(int64_t{T} * H * hd, rng), kv = randn(int64_t{T} * hd, rng),
-               ring = randn(int64_t{S} * W * hd, rng), entries = randn(S * n_entries * hd, rng),
+               ring = randn(int64_t{S} * R * hd, rng), entries = randn(S * n_entries * hd, rng),
                sink = randn(H, rng);
     std::vector<int32_t> topk(int64_t{T} * K, -1);
     for (int t = 0; t < T; ++t) {
@@ -499,6 +501,7 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     a.n_entries = n_entries;
     a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
     a.kv_format = f;
+    a.ring_rows = shape.ring_rows;
     ops::AttentionArgs g = a, r = a;
     g.q = dq.p, g.kv = dkv.p, g.ring = reinterpret_cast<const float*>(dring.p), g.sink = dsink.p;
     g.out = out.p, g.step = ds.view();
@@ -540,8 +543,8 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
     // kernel: the same output, and the ring as ring_write leaves it. (The split kernel writes
     // it itself when every row is one token, the decode cases; else a ring_write launch.)
     std::vector<uint8_t> ring_ref = ring_s;
-    cpu_ref::ring_write(
-        {kv.data(), reinterpret_cast<float*>(ring_ref.data()), st.view(), W, hd, f});
+    cpu_ref::ring_write({kv.data(), reinterpret_cast<float*>(ring_ref.data()), st.view(), W, hd, f,
+                         shape.ring_rows});
     for (const bool split : {false, true}) {
         Dev<uint8_t> dring_w(*be, ring_s);
         ops::AttentionArgs gw = g;
@@ -656,6 +659,23 @@ TEST(CudaOpsGpu, AttentionTypedRows) {
     }
 }
 
+// Rings of R = W + 3 rows (a step feeding four speculative drafts a row: AttentionArgs::
+// ring_rows): the keys of the window read from rows pos % R, the ring write into them; decode
+// steps at mixed positions (wrapping the ring at R, not W) through both kernels, a mixed
+// prefill step, and typed rows.
+TEST(CudaOpsGpu, AttentionRingsOfMoreThanWRows) {
+    DSV4_REQUIRE_GPU();
+    const std::vector<int64_t> pos = {8191, 0, 3, 127, 128, 130, 131, 4099};
+    AttentionShape dec{128, 4, 512, 2048, false, pos};
+    dec.ring_rows = 131;
+    attention_case("attention V4 decode B=8 CSA, R=131", 64, 512, true, true, dec);
+    AttentionShape mixed{};
+    mixed.ring_rows = 11;
+    attention_case("attention sliding H=3 hd=72, R=11", 3, 72, false, false, mixed);
+    dec.kv_format = kv_row_format(CacheType::kFp8, 64);
+    attention_case("attention V4 decode B=8 CSA fp8, R=131", 64, 512, true, true, dec);
+}
+
 TEST(CudaOpsGpu, RingWrite) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -681,6 +701,14 @@ TEST(CudaOpsGpu, RingWrite) {
             {kv.data(), reinterpret_cast<float*>(want.data()), st.view(), W, hd, f});
         EXPECT_EQ(dstored.get(), want) << cache_type_name(f.type);
     }
+    // Rings of R = W + 3 rows (speculative drafts): a row's tokens into rows pos % R.
+    const int R = W + 3;
+    const auto ring_r = randn(S * R * hd, rng);
+    Dev<float> dring_r(*be, ring_r);
+    be->ring_write({dkv.p, dring_r.p, ds.view(), W, hd, {}, R});
+    std::vector<float> ref_r = ring_r;
+    cpu_ref::ring_write({kv.data(), ref_r.data(), st.view(), W, hd, {}, R});
+    EXPECT_EQ(dring_r.get(), ref_r);
 }
 
 // Two consecutive steps through the compressor (the state carries over), CSA (coff 2, m 4) and

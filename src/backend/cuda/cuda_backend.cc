@@ -417,8 +417,6 @@ class CudaBackend final : public Backend {
     int64_t max_indexer_entries(int Hi, int hi) const override {
         return cuda::indexer_max_entries(Hi, hi);
     }
-    // The attention and ring-write kernels read rings of exactly W rows.
-    int max_ring_extra() const override { return 0; }
     // Ops inside others (the MoE's shared expert, the router's gate, a linear's FP8 copy) also
     // count in their parent's time.
     // The profiled steps are also the profiler's capture range (cudaProfilerStart/Stop), so
@@ -878,8 +876,6 @@ class CudaBackend final : public Backend {
     DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
     void attention(const ops::AttentionArgs& a) override {
         const auto prof = profile_.scope("attention", recording_);
-        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
-                    "CUDA attention: rings of W rows only (max_ring_extra)");
         DSV4_ASSERT(a.ring_out == nullptr || a.ring_out == a.ring,
                     "CUDA attention: ring_out must be the ring read");
         uses(kAttentionScratch);
@@ -889,8 +885,6 @@ class CudaBackend final : public Backend {
     }
     void ring_write(const ops::RingWriteArgs& a) override {
         const auto prof = profile_.scope("ring_write", recording_);
-        DSV4_ASSERT(a.ring_rows == 0 || a.ring_rows == a.W,
-                    "CUDA ring_write: rings of W rows only");
         cuda::launch_ring_write(a, cur());
     }
     void compress(const ops::CompressArgs& a) override {

@@ -40,14 +40,14 @@ struct KeyList {
     const int32_t* topk;
     int64_t first_row, n_ring, n_win, n_total;  // first_row: the ring row of key 0
     int64_t rb;                                 // bytes a row
-    int W;
+    int64_t R;                                  // rows a ring (AttentionArgs::ring_rows)
 
     // The CSA list value key j needs (0 where it needs none), read a tile ahead of key().
     __device__ int32_t index(int64_t j) const { return topk && j >= n_win ? topk[j - n_win] : 0; }
     __device__ const uint8_t* key(int64_t j, int32_t idx) const {
-        if (j < n_ring) {  // first_row < W and j < W: no modulo
+        if (j < n_ring) {  // first_row < R and j < W <= R: no modulo
             const int64_t r = first_row + j;
-            return ring + (r < W ? r : r - W) * rb;
+            return ring + (r < R ? r : r - R) * rb;
         }
         if (j < n_win) return chunk + (j - n_ring) * rb;
         const int64_t e = topk ? idx : j - n_win;
@@ -64,11 +64,11 @@ __device__ inline KeyList key_list(const ops::AttentionArgs& a, const KeyRows& k
     const int64_t slot = st.row_slot[b];
     const int64_t rb = kr.codec.bytes;
     KeyList kl;
-    kl.W = a.W;
+    kl.R = a.ring_rows > 0 ? a.ring_rows : a.W;
     kl.rb = rb;
-    kl.ring = reinterpret_cast<const uint8_t*>(a.ring) + slot * a.W * rb;
+    kl.ring = reinterpret_cast<const uint8_t*>(a.ring) + slot * kl.R * rb;
     const int64_t first = p - a.W + 1 > 0 ? p - a.W + 1 : 0;
-    kl.first_row = first % a.W;
+    kl.first_row = first % kl.R;
     kl.n_ring = pos0 > first ? pos0 - first : 0;
     const int64_t chunk_first = first > pos0 ? first : pos0;
     kl.chunk = kr.chunk + (static_cast<int64_t>(st.row_start[b]) + (chunk_first - pos0)) * rb;
