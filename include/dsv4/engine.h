@@ -28,6 +28,7 @@ struct EngineOptions {
     std::string synthetic;
     int synthetic_layers = 0;
     std::string synthetic_format = "nvfp4";
+    bool synthetic_mtp = false;  // the synthetic model with the config's MTP block
     // "cpu", "cuda", or "auto" (the CLI's default): cuda when this build has the CUDA backend
     // and a usable GPU is present; cpu otherwise.
     std::string device = "cpu";
@@ -210,10 +211,15 @@ class Engine {
     // Bytes allocated through the backend (weights it copied, cache pool, workspaces).
     size_t memory_in_use() const;
 
-    // The bytes a decode step of `batch` rows at `context` tokens each reads. Batch 1 reads k
-    // experts per layer; a larger batch the expected number of distinct experts when each row
-    // picks k of E uniformly: E (1 - (1 - k/E)^batch).
-    StepBytes decode_step_bytes(int batch, int64_t context) const;
+    // The bytes a decode step of `batch` sequences at `context` tokens each reads. Batch 1 reads
+    // k experts per layer; more rows the expected number of distinct experts when each row
+    // picks k of E uniformly: E (1 - (1 - k/E)^rows). Speculative steps: `drafts` draft rows a
+    // sequence ride along on average (rows = batch (1 + drafts); the cache is read once a
+    // sequence), and the MTP block and the head are read `mtp_runs` times more on average (its
+    // draft in the step, each further draft chained on it; the block's experts for `batch`
+    // rows).
+    StepBytes decode_step_bytes(int batch, int64_t context, double drafts = 0,
+                                double mtp_runs = 0) const;
     // The device's read bandwidth in bytes/s, measured now by a pure streaming read of a buffer
     // far larger than the caches (the roofline's denominator); an error on a backend that does
     // not measure it.

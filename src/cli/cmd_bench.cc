@@ -29,6 +29,7 @@ struct BenchArgs {
     bool context_given = false;  // --max-context on the command line: kept as given
     bool seqs_given = false;     // --max-seqs likewise
     bool profile = false;
+    SpeculativeArgs spec;  // the decode requests' (tokens/s counts what the steps yielded)
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -63,13 +64,22 @@ struct DecodeRow {
     int64_t context = 0;
     int batch = 0;
     double ms_per_step = 0;
+    double tokens_per_step = 0;  // over the batch (speculative steps may yield more)
     StepBytes bytes;
 };
 
-// `batch` requests decode `steps` tokens from copies of `src`; the mean time of the steps after
-// the first two (the first runs a new step shape op by op, the second records it).
-Expected<double> time_decode(Engine& engine, Session& src, std::vector<Session*>& sessions,
-                             int batch, int steps) {
+struct DecodeTiming {
+    double ms_per_step = 0;
+    double tokens_per_step = 0;  // over the timed steps, all sequences
+    int steps = 0;               // all of them
+    int drafted = 0, accepted = 0;
+};
+
+// `batch` requests decode `steps` tokens from copies of `src` (speculative: fewer steps when
+// drafts are kept); the mean time of the steps after the first two (the first runs a new step
+// shape op by op, the second records it) and the tokens those steps yielded.
+Expected<DecodeTiming> time_decode(Engine& engine, Session& src, std::vector<Session*>& sessions,
+                                   int batch, int steps, Speculation spec, int draft_tokens) {
     const int vocab = engine.info().vocab_size;
     for (int i = 0; i < batch; ++i) {
         DSV4_RETURN_IF_ERROR(sessions[i]->copy_from(src));
@@ -78,23 +88,40 @@ Expected<double> time_decode(Engine& engine, Session& src, std::vector<Session*>
         r.max_tokens = steps;
         r.stop_at_eos = false;
         r.session = sessions[i];
+        r.speculative = spec;
+        r.draft_tokens = draft_tokens;
         DSV4_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(r)));
         (void)id;
     }
     std::vector<double> step_s;
+    std::vector<int> step_tokens;
     std::vector<TokenEvent> events;
+    DecodeTiming out;
     while (!engine.idle()) {
         events.clear();
         const auto t0 = clock_type::now();
         DSV4_RETURN_IF_ERROR(engine.step(&events));
         step_s.push_back(seconds_since(t0));
-        for (const TokenEvent& e : events)
+        int tokens = 0;
+        for (const TokenEvent& e : events) {
             if (e.finish == FinishReason::kError) return error("decode failed: ", e.error);
+            tokens += e.token >= 0;
+            out.drafted += e.drafted;
+            out.accepted += e.accepted;
+        }
+        step_tokens.push_back(tokens);
     }
     const int skip = std::min<int>(2, static_cast<int>(step_s.size()) - 1);
-    double sum = 0;
-    for (size_t i = skip; i < step_s.size(); ++i) sum += step_s[i];
-    return 1e3 * sum / static_cast<double>(step_s.size() - skip);
+    double sum = 0, tokens = 0;
+    for (size_t i = skip; i < step_s.size(); ++i) {
+        sum += step_s[i];
+        tokens += step_tokens[i];
+    }
+    const double n = static_cast<double>(step_s.size() - skip);
+    out.steps = static_cast<int>(step_s.size());
+    out.ms_per_step = 1e3 * sum / n;
+    out.tokens_per_step = tokens / n;
+    return out;
 }
 
 // How evenly the routing spread over the experts (a benchmark whose tokens all go to a few
@@ -169,6 +196,11 @@ int run_bench(BenchArgs a) {
     }
     Engine& e = **engine;
     const ModelInfo& info = e.info();
+    if (a.spec.speculation() == Speculation::kMtp && !info.has_mtp) {
+        std::fprintf(stderr, "error: --speculative mtp: the model has no MTP block%s\n",
+                     a.engine.synthetic.empty() ? "" : " (add --synthetic-mtp)");
+        return kExitUsage;
+    }
     auto fail = [](const Status& st) {
         print_error(st);
         return kExitError;
@@ -217,7 +249,16 @@ int run_bench(BenchArgs a) {
         std::printf("read bandwidth (pure streaming read, this run): %.0f GB/s\n", *bw / 1e9);
     else
         std::printf("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
+    // Speculative decoding: the drafts a step feeds a sequence (the request's default when
+    // --draft-tokens is 0, within what the cache rings allow).
+    const Speculation spec = a.spec.speculation();
+    int drafts = 0;
+    if (spec != Speculation::kNone) {
+        drafts = a.spec.draft_tokens > 0 ? a.spec.draft_tokens : spec == Speculation::kMtp ? 1 : 4;
+        drafts = std::min(drafts, info.max_draft_tokens);
+    }
     std::vector<DecodeRow> rows;
+    int drafted = 0, accepted = 0;
     for (size_t ci = 0; ci < contexts->size(); ++ci) {
         const int64_t ctx = (*contexts)[ci];
         src.reset();
@@ -239,23 +280,39 @@ int run_bench(BenchArgs a) {
         std::printf("context %lld: prefilled in %.2f s (%.1f tokens/s)\n",
                     static_cast<long long>(ctx), prefill_s, ctx / prefill_s);
         for (int64_t b : *batches) {
-            auto ms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens);
-            if (!ms) return fail(ms.status());
-            rows.push_back(
-                {ctx, static_cast<int>(b), *ms, e.decode_step_bytes(static_cast<int>(b), ctx)});
+            auto tm = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
+                                  a.spec.draft_tokens);
+            if (!tm) return fail(tm.status());
+            drafted += tm->drafted;
+            accepted += tm->accepted;
+            // The bytes at the drafts the steps fed on average (a draft that would complete a
+            // compressed block is not fed); the MTP block and the head run every step, once a
+            // draft made.
+            const double fed = static_cast<double>(tm->drafted) / (tm->steps * b);
+            rows.push_back({ctx, static_cast<int>(b), tm->ms_per_step, tm->tokens_per_step,
+                            e.decode_step_bytes(static_cast<int>(b), ctx, fed,
+                                                spec == Speculation::kMtp ? drafts : 0)});
             if (a.profile && ci == 0 && b == batches->front()) {
                 // The same decode again, op by op with device events around each op.
                 e.profile_ops(true);
-                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens);
+                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
+                                       a.spec.draft_tokens);
                 e.profile_ops(false);
                 if (!pms) return fail(pms.status());
                 std::printf(
                     "op profile, context %lld, batch %lld, %d steps op by op (%.3f ms/step):\n%s",
-                    static_cast<long long>(ctx), static_cast<long long>(b), a.decode_tokens, *pms,
-                    e.op_profile().c_str());
+                    static_cast<long long>(ctx), static_cast<long long>(b), a.decode_tokens,
+                    pms->ms_per_step, e.op_profile().c_str());
             }
         }
     }
+    if (spec != Speculation::kNone)
+        std::printf(
+            "speculative (%s, up to %d draft(s) a step): %d drafts, %d accepted (%.1f%%); GB "
+            "read/step counts the draft rows fed%s\n",
+            a.spec.mode.c_str(), drafts, drafted, accepted,
+            drafted ? 100.0 * accepted / drafted : 0.0,
+            spec == Speculation::kMtp ? " and the MTP block + head once a draft made" : "");
     std::printf(
         "\n| context | batch | ms/step | tokens/s | GB read/step (weights + cache) | experts/layer "
         "| GB/s | roofline |\n|---|---|---|---|---|---|---|---|\n");
@@ -265,8 +322,9 @@ int run_bench(BenchArgs a) {
         if (bw) std::snprintf(roof, sizeof roof, "%.1f%%", 100.0 * gbs * 1e9 / *bw);
         std::printf("| %lld | %d | %.3f | %.1f | %.3f (%.3f + %.3f) | %.1f | %.0f | %s |\n",
                     static_cast<long long>(r.context), r.batch, r.ms_per_step,
-                    r.batch * 1e3 / r.ms_per_step, r.bytes.total() / 1e9, r.bytes.weights / 1e9,
-                    r.bytes.cache / 1e9, r.bytes.experts_per_layer, gbs, roof);
+                    r.tokens_per_step * 1e3 / r.ms_per_step, r.bytes.total() / 1e9,
+                    r.bytes.weights / 1e9, r.bytes.cache / 1e9, r.bytes.experts_per_layer, gbs,
+                    roof);
     }
     return 0;
 }
@@ -295,6 +353,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--profile", args->profile,
                   "Also prefill once and decode the first context at the first batch op by op "
                   "with device time per op (CUDA), and print the breakdowns");
+    add_speculative_options(cmd, args->spec);
     cmd->add_option("--repeats", args->repeats, "Prefill runs; the best is reported")
         ->capture_default_str()
         ->check(whole_number(1, 1000));

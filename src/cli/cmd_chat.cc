@@ -126,7 +126,8 @@ void add_chat_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("chat", "Interactive chat with the DeepSeek-V4 encoding");
     cmd->footer("Example: dsv4 chat --model DIR --think --effort max");
     add_engine_options(cmd, args->engine);
-    cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json or a folder holding one (default: the model folder's)");
+    cmd->add_option("--tokenizer", args->tokenizer,
+                    "tokenizer.json or a folder holding one (default: the model folder's)");
     cmd->add_option("--system", args->system, "System prompt");
     cmd->add_flag("--think,!--no-think", args->think, "Thinking mode (default: chat mode)");
     cmd->add_option("--effort", args->effort, "Reasoning effort in thinking mode: high or max")

@@ -23,8 +23,7 @@ struct GenerateArgs {
     int max_tokens = 32;
     SamplingParams sampling;
     bool ignore_eos = false;
-    std::string speculative = "off";
-    int draft_tokens = 0;
+    SpeculativeArgs spec;
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -99,10 +98,7 @@ int run_generate(const GenerateArgs& a) {
             std::fflush(stdout);
             return true;
         },
-        a.speculative == "mtp"     ? Speculation::kMtp
-        : a.speculative == "ngram" ? Speculation::kNgram
-                                   : Speculation::kNone,
-        &spec, a.draft_tokens);
+        a.spec.speculation(), &spec, a.spec.draft_tokens);
     if (stream) std::fputs(stream->flush().c_str(), stdout);
     std::printf("\n");
     std::fflush(stdout);
@@ -117,9 +113,9 @@ int run_generate(const GenerateArgs& a) {
         "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
         secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
         n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
-    if (a.speculative != "off") {
+    if (a.spec.mode != "off") {
         std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%); by place:",
-                     a.speculative.c_str(), spec.drafted, spec.accepted,
+                     a.spec.mode.c_str(), spec.drafted, spec.accepted,
                      spec.drafted ? 100.0 * spec.accepted / spec.drafted : 0.0);
         for (int j = 0; j < kMaxDraftTokens && spec.drafted_at[j] > 0; ++j)
             std::fprintf(stderr, " %d/%d", spec.accepted_at[j], spec.drafted_at[j]);
@@ -149,19 +145,7 @@ void add_generate_command(CLI::App& app) {
         ->check(whole_number(1, 1 << 30));
     add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
-    cmd->add_option(
-           "--speculative", args->speculative,
-           "Speculative decoding (fewer steps; greedy gives the same tokens, sampling the same "
-           "distribution): drafts from the checkpoint's MTP block (mtp) or from the text "
-           "itself (ngram)")
-        ->capture_default_str()
-        ->check(CLI::IsMember({"off", "mtp", "ngram"}));
-    cmd->add_option("--draft-tokens", args->draft_tokens,
-                    "Speculative drafts a step feeds at most (0: mtp 1, ngram 4); mtp drafts "
-                    "after the first apply the MTP block to its own output; the cache rings "
-                    "may allow fewer (dsv4 info; CUDA: 1)")
-        ->capture_default_str()
-        ->check(whole_number(0, kMaxDraftTokens));
+    add_speculative_options(cmd, args->spec);
     cmd->callback([args] { set_exit_code(run_generate(*args)); });
 }
 

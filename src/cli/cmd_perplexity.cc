@@ -1,9 +1,10 @@
 // `dsv4 perplexity`: sliding-window perplexity of a text file, computed the way transformers'
 // guide "Perplexity of fixed-length models" does, so the two can be compared number for number.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -120,12 +121,14 @@ int run_perplexity(PerplexityArgs a) {
         if (end == n) break;
     }
     if (!a.no_progress && tty) std::fputc('\n', stderr);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double mean = nll_sum / static_cast<double>(weight);
-    std::printf("perplexity %.4f  mean NLL %.6f nats over %lld scored tokens (%lld tokens, %lld "
-                "windows of %d, stride %d)\n",
-                std::exp(mean), mean, static_cast<long long>(weight), static_cast<long long>(n),
-                static_cast<long long>(windows), a.context, a.stride);
+    std::printf(
+        "perplexity %.4f  mean NLL %.6f nats over %lld scored tokens (%lld tokens, %lld "
+        "windows of %d, stride %d)\n",
+        std::exp(mean), mean, static_cast<long long>(weight), static_cast<long long>(n),
+        static_cast<long long>(windows), a.context, a.stride);
     std::fprintf(stderr, "%.1f s, %.0f tokens/s\n", secs, fed / std::max(secs, 1e-9));
     return kExitOk;
 }

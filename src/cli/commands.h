@@ -32,6 +32,13 @@ void add_serve_command(CLI::App& app);       // cmd_serve.cc
 void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic = false);
 // --temperature, --top-k, --top-p, --seed, each range-checked.
 void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k = true);
+// --speculative off|mtp|ngram and --draft-tokens (a Request's speculative and draft_tokens).
+struct SpeculativeArgs {
+    std::string mode = "off";
+    int draft_tokens = 0;
+    Speculation speculation() const;
+};
+void add_speculative_options(CLI::App* cmd, SpeculativeArgs& s);
 
 // Validators whose messages are one short line (CLI11's own print the bounds in full).
 CLI::Validator whole_number(long long lo, long long hi);

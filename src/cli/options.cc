@@ -83,6 +83,10 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic) {
                         "(everything but embed and head, as dsv4 quantize --all)")
             ->capture_default_str()
             ->check(CLI::IsMember({"release", "nvfp4"}));
+        cmd->add_flag("--synthetic-mtp", e.synthetic_mtp,
+                      "Synthetic model: with the config's MTP block (random: its drafts are "
+                      "rarely accepted; for timing --speculative mtp)")
+            ->needs(synth);
     } else {
         model->required();
     }
@@ -125,6 +129,28 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic) {
     cmd->add_option("--threads", e.threads, "CPU threads (0 = all)")
         ->capture_default_str()
         ->check(whole_number(0, 4096));
+}
+
+Speculation SpeculativeArgs::speculation() const {
+    return mode == "mtp"     ? Speculation::kMtp
+           : mode == "ngram" ? Speculation::kNgram
+                             : Speculation::kNone;
+}
+
+void add_speculative_options(CLI::App* cmd, SpeculativeArgs& s) {
+    cmd->add_option(
+           "--speculative", s.mode,
+           "Speculative decoding (fewer steps; greedy gives the same tokens, sampling the same "
+           "distribution): drafts from the checkpoint's MTP block (mtp) or from the text "
+           "itself (ngram)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"off", "mtp", "ngram"}));
+    cmd->add_option("--draft-tokens", s.draft_tokens,
+                    "Speculative drafts a step feeds at most (0: mtp 1, ngram 4); mtp drafts "
+                    "after the first apply the MTP block to its own output; the cache rings "
+                    "may allow fewer (dsv4 info)")
+        ->capture_default_str()
+        ->check(whole_number(0, kMaxDraftTokens));
 }
 
 void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k) {

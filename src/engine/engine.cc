@@ -44,9 +44,9 @@ namespace {
 // rejected draft at position p + j writes the window-ring row of position p + j - R, which the
 // corrected token at p + 1 still attends to unless the ring holds R >= W + k - 1 rows: the cache
 // is laid out with kMaxDraftTokens - 1 extra rows where the backend takes them
-// (Backend::max_ring_extra: both do), and a step feeds at most ring_extra + 1 drafts a row. (The MTP block's own ring gets the same
-// rows: its chained drafts write positions up to p + k - 1 ahead of the sequence, rewritten
-// before any later step reads them.)
+// (Backend::max_ring_extra: both do), and a step feeds at most ring_extra + 1 drafts a row. (The
+// MTP block's own ring gets the same rows: its chained drafts write positions up to p + k - 1 ahead
+// of the sequence, rewritten before any later step reads them.)
 
 // A request from submit to its end.
 struct Running {
@@ -357,9 +357,13 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
         synthetic ? "synthetic " + options.synthetic + " (" + options.synthetic_format + ")"
                   : options.model_dir;
     SynthSpec synth{options.synthetic, options.synthetic_layers, options.synthetic_format};
+    synth.mtp = options.synthetic_mtp;
     auto cfg =
         synthetic ? synth_config(synth) : load_model_config(options.model_dir + "/config.json");
     if (!cfg) return cfg.status().with_context("loading " + source);
+    if (options.synthetic_mtp && (!synthetic || cfg->num_mtp_layers == 0))
+        return error(synthetic ? source + " has no MTP block (num_nextn_predict_layers)"
+                               : std::string("synthetic_mtp without a synthetic model"));
     if (std::string why =
             shape_beyond_limits(*cfg, *kv_type, *index_type, impl->backend->shape_limits());
         !why.empty())
@@ -856,14 +860,16 @@ size_t Engine::memory_in_use() const {
     return impl_->backend->memory_in_use();
 }
 
-StepBytes Engine::decode_step_bytes(int batch, int64_t context) const {
+StepBytes Engine::decode_step_bytes(int batch, int64_t context, double drafts,
+                                    double mtp_runs) const {
     const Model& m = *impl_->model;
     const ModelConfig& c = m.config();
     const ModelWeights& w = m.weights();
     const CacheLayout& layout = impl_->pool->layout();
     const double E = c.n_routed_experts, k = c.num_experts_per_tok;
+    auto experts = [&](double rows) { return rows == 1 ? k : E * (1 - std::pow(1 - k / E, rows)); };
     StepBytes out;
-    out.experts_per_layer = batch == 1 ? k : E * (1 - std::pow(1 - k / E, batch));
+    out.experts_per_layer = experts(batch * (1 + drafts));
     const CacheRowFormat kv = kv_row_format(layout.kv, c.rope_dim);
     const CacheRowFormat keys = index_key_format(layout.index);
     const double kv_row = static_cast<double>(cache_row_bytes(kv, c.head_dim));
@@ -886,6 +892,12 @@ StepBytes Engine::decode_step_bytes(int batch, int64_t context) const {
         out.cache += batch * rows * kv_row;
     }
     out.weights += static_cast<double>(w.bytes_head);
+    if (mtp_runs > 0 && !w.mtp.empty()) {
+        const MtpWeights& mw = w.mtp[0];
+        out.weights += mtp_runs * (static_cast<double>(mw.block.bytes_dense + mw.bytes_proj) +
+                                   experts(batch) * static_cast<double>(mw.block.bytes_expert) +
+                                   static_cast<double>(w.bytes_head));
+    }
     return out;
 }
 

@@ -100,11 +100,14 @@ Expected<ModelConfig> synth_config(const SynthSpec& spec) {
         return error("--layers ", spec.layers, " outside [1, ", L, "] for ", spec.base);
     const int keep = spec.layers == 0 ? L : spec.layers;
     j["num_hidden_layers"] = keep;
-    j["num_nextn_predict_layers"] = 0;
+    const bool mtp = spec.mtp && j.value("num_nextn_predict_layers", 0) > 0;
+    j["num_nextn_predict_layers"] = mtp ? 1 : 0;
     for (const char* list : {"compress_ratios", "layer_types", "mlp_layer_types"})
         if (j.contains(list) && j[list].is_array() && static_cast<int>(j[list].size()) >= keep) {
             json cut = json::array();
             for (int l = 0; l < keep; ++l) cut.push_back(j[list][l]);
+            // (compress_ratios' entry past the decoder layers is the MTP block's.)
+            if (mtp && static_cast<int>(j[list].size()) > L) cut.push_back(j[list][L]);
             j[list] = cut;
         }
     if (j.contains("num_hash_layers") && j["num_hash_layers"].is_number_integer())
@@ -151,9 +154,11 @@ double synth_bytes_per_value(WeightFormat f) {
     return 4;
 }
 
-double synth_layer_bytes(const ModelConfig& c, const std::string& format, int l) {
+namespace {
+
+// One decoder block of `spec`'s kind as stored.
+double block_bytes(const ModelConfig& c, const std::string& format, const LayerSpec& spec) {
     using R = ops::WeightRole;
-    const LayerSpec& spec = c.layers[l];
     const double D = c.hidden_size, hd = c.head_dim, Rq = c.q_lora_rank,
                  I = c.moe_intermediate_size;
     const double H = c.num_heads, E = c.n_routed_experts, hi = c.index_head_dim,
@@ -180,9 +185,22 @@ double synth_layer_bytes(const ModelConfig& c, const std::string& format, int l)
     return b;
 }
 
+}  // namespace
+
+double synth_layer_bytes(const ModelConfig& c, const std::string& format, int l) {
+    return block_bytes(c, format, c.layers[l]);
+}
+
 double synth_fixed_bytes(const ModelConfig& c, const std::string& format) {
-    return 2.0 * c.vocab_size * c.hidden_size *
-           synth_bytes_per_value(synth_format(format, ops::WeightRole::kHead, "head"));
+    double b = 2.0 * c.vocab_size * c.hidden_size *
+               synth_bytes_per_value(synth_format(format, ops::WeightRole::kHead, "head"));
+    if (c.num_mtp_layers > 0) {  // its block, e_proj and h_proj (model/weights.cc)
+        const double D = c.hidden_size;
+        b += block_bytes(c, format, c.mtp_spec) +
+             2 * D * D *
+                 synth_bytes_per_value(synth_format(format, ops::WeightRole::kAttention, "proj"));
+    }
+    return b;
 }
 
 QuantWeight SynthSource::matrix(const std::string& prefix, int64_t rows, int64_t cols,

@@ -25,16 +25,19 @@ struct SynthSpec {
     std::string format =
         "nvfp4";  // "release" (FP8 + MXFP4 + BF16) or "nvfp4" (dsv4 quantize --all)
     uint64_t seed = 1;
+    // With the base's MTP block (random weights: the model's drafts are as good as a guess, so
+    // speculative decoding measures what a verifying step costs, not a trained acceptance).
+    bool mtp = false;
 };
 
 // The base config cut to spec.layers decoder layers (their compress ratios and hash routing as
-// in the base), without the MTP block.
+// in the base), with the MTP block only when spec.mtp asks for it (and the base has one).
 Expected<ModelConfig> synth_config(const SynthSpec& spec);
 
 // The format a synthetic matrix of `role` gets (prefix: its name, for the release's
 // exceptions), and estimates of a synthetic model's bytes as stored: one decoder layer (the
-// matrices bind_layer binds, model/weights.cc), and the embedding + head (for choosing how many
-// layers fit before anything is allocated).
+// matrices bind_layer binds, model/weights.cc), and the embedding + head + the MTP block when
+// the config has one (for choosing how many layers fit before anything is allocated).
 WeightFormat synth_format(const std::string& format, ops::WeightRole role,
                           const std::string& prefix);
 double synth_layer_bytes(const ModelConfig& cfg, const std::string& format, int layer);

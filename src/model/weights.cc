@@ -150,9 +150,10 @@ class Binder {
         for (const std::string& n : store_.names())
             if (n.rfind(prefix, 0) == 0) used_.insert(n);
     }
-    // (A synthetic model has a head of its own and no MTP block.)
+    // (A synthetic model has a head of its own, and an MTP block when its spec asks for one.)
     bool has(const std::string& name) const {
-        return synth_ ? name == "head.weight" : store_.find(name) != nullptr;
+        if (synth_ == nullptr) return store_.find(name) != nullptr;
+        return name == "head.weight" || (name == "mtp.0.e_proj.weight" && synth_->spec().mtp);
     }
 
     // Bookkeeping of weights made by the backend itself (synthetic experts).
@@ -354,8 +355,10 @@ Expected<ModelWeights> bind_weights(TensorStore& store, const ModelConfig& c, Ba
         const std::string p = "mtp.0.";
         const ops::WeightPlacement at{ops::WeightRole::kAttention, c.num_layers};
         DSV4_RETURN_IF_ERROR(bind_layer(b, c, p, c.mtp_spec, c.num_layers, m.block));
+        const size_t proj0 = b.bytes();
         DSV4_BIND(m.e_proj, b.matrix(p + "e_proj", D, D, at));
         DSV4_BIND(m.h_proj, b.matrix(p + "h_proj", D, D, at));
+        m.bytes_proj = b.bytes() - proj0;
         DSV4_BIND(m.enorm, b.vec(p + "enorm.weight", {D}));
         DSV4_BIND(m.hnorm, b.vec(p + "hnorm.weight", {D}));
         DSV4_BIND(m.norm, b.vec(p + "norm.weight", {D}));

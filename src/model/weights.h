@@ -68,6 +68,7 @@ struct LayerWeights {
 struct MtpWeights {
     LayerWeights block;
     Weight e_proj, h_proj;         // [D, D]
+    size_t bytes_proj = 0;         // e_proj + h_proj as stored
     const float* enorm = nullptr;  // [D]
     const float* hnorm = nullptr;  // [D]
     const float* norm = nullptr;   // [D]

@@ -83,6 +83,64 @@ TEST(Synthetic, ReleaseAndNvfp4ModelsRunOnTheCpu) {
     }
 }
 
+TEST(Synthetic, MtpBlockOnRequest) {
+    const std::string dsref_a = std::string(DSV4_DSREF_DIR) + "/dsref-pub-a/config.json";
+    SynthSpec spec{dsref_a, 0, "nvfp4"};
+    auto plain = synth_config(spec);
+    ASSERT_TRUE(plain.has_value()) << plain.status().message();
+    EXPECT_EQ(plain->num_mtp_layers, 0);
+    spec.mtp = true;
+    auto with = synth_config(spec);
+    ASSERT_TRUE(with.has_value()) << with.status().message();
+    EXPECT_EQ(with->num_mtp_layers, 1);
+    EXPECT_EQ(with->mtp_spec.kind, LayerKind::kSliding);  // (the config's trailing 0)
+    EXPECT_GT(synth_fixed_bytes(*with, "nvfp4"), synth_fixed_bytes(*plain, "nvfp4"));
+    // Cut to fewer layers, V4-Flash keeps its MTP block's entry.
+    auto flash = synth_config({"v4-flash", 5, "nvfp4", 1, true});
+    ASSERT_TRUE(flash.has_value()) << flash.status().message();
+    EXPECT_EQ(flash->num_layers, 5);
+    EXPECT_EQ(flash->num_mtp_layers, 1);
+
+    // The engine with it: speculative greedy decoding gives plain greedy's tokens, and a step
+    // with a draft row and the MTP block reads more.
+    EngineOptions o;
+    o.synthetic = dsref_a;
+    o.synthetic_mtp = true;
+    o.max_context = 128;
+    auto e = Engine::create(o);
+    ASSERT_TRUE(e.has_value()) << e.status().message();
+    EXPECT_TRUE((*e)->info().has_mtp);
+    auto s = (*e)->new_session();
+    ASSERT_TRUE(s.has_value());
+    const std::vector<int32_t> prompt = {5, 17, 42, 9, 100, 7, 55, 21};
+    SamplingParams greedy;
+    auto base = (*e)->generate(**s, prompt, 12, greedy, false, nullptr);
+    ASSERT_TRUE(base.has_value()) << base.status().message();
+    (*s)->reset();
+    Engine::GenerateStats stats;
+    auto spec_out =
+        (*e)->generate(**s, prompt, 12, greedy, false, nullptr, Speculation::kMtp, &stats);
+    ASSERT_TRUE(spec_out.has_value()) << spec_out.status().message();
+    EXPECT_EQ(*spec_out, *base);
+    EXPECT_GT(stats.drafted, 0);
+    const StepBytes b1 = (*e)->decode_step_bytes(1, 64);
+    const StepBytes b_draft = (*e)->decode_step_bytes(1, 64, 1.0, 0);
+    const StepBytes b_mtp = (*e)->decode_step_bytes(1, 64, 1.0, 1);
+    EXPECT_GT(b_draft.experts_per_layer, b1.experts_per_layer);
+    EXPECT_GT(b_draft.weights, b1.weights);
+    EXPECT_DOUBLE_EQ(b_draft.cache, b1.cache);  // (one sequence's cache, read once)
+    EXPECT_GT(b_mtp.weights, b_draft.weights);
+
+    // A base without an MTP block, or the flag without a synthetic model: one-line errors.
+    o.synthetic = golden("fmt-official") + "/config.json";
+    auto none = Engine::create(o);
+    ASSERT_FALSE(none.has_value());
+    EXPECT_NE(none.status().message().find("has no MTP block"), std::string::npos);
+    o.synthetic.clear();
+    o.model_dir = golden("small-rates");
+    EXPECT_FALSE(Engine::create(o).has_value());
+}
+
 TEST(Session, CopyFromContinuesTheSameSequence) {
     EngineOptions o;
     o.model_dir = golden("small-rates");
