@@ -6,11 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define DSV4_HD __host__ __device__ __forceinline__
-#else
-#define DSV4_HD inline
-#endif
+#include "base/host_device.h"
 
 namespace dsv4 {
 

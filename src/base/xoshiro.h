@@ -5,20 +5,16 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DSV4_XOSHIRO_HD __host__ __device__ __forceinline__
-#else
-#define DSV4_XOSHIRO_HD inline
-#endif
+#include "base/host_device.h"
 
 namespace dsv4 {
 
-DSV4_XOSHIRO_HD uint64_t xoshiro_rotl(uint64_t x, int k) {
+DSV4_HD uint64_t xoshiro_rotl(uint64_t x, int k) {
     return (x << k) | (x >> (64 - k));
 }
 
 // Advances the state and returns a uniform draw in [0, 1).
-DSV4_XOSHIRO_HD double xoshiro_uniform(uint64_t* s) {
+DSV4_HD double xoshiro_uniform(uint64_t* s) {
     const uint64_t result = xoshiro_rotl(s[1] * 5, 7) * 9;
     const uint64_t t = s[1] << 17;
     s[2] ^= s[0];

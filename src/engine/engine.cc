@@ -607,9 +607,9 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.sampled = -1;
         q.fed_tokens = {q.pending};
         // Drafts: up to draft_limit n-gram tokens, or the MTP's. Each goes at the next
-        // position while it fits the step, the context and max_tokens and does not complete a
-        // block of a compressed layer (so a rejected draft leaves nothing the right token does
-        // not rewrite).
+        // position while it fits the step, the context and max_tokens; one that completes a
+        // block of a compressed layer is the last (so a rejected draft leaves nothing the
+        // right token does not rewrite).
         std::vector<int32_t> want;
         if (q.r.speculative == Speculation::kNgram)
             want = ngram_drafts(q.history, draft_limit(q));
@@ -619,11 +619,11 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         for (int32_t d : want) {
             const int64_t p = q.pos + static_cast<int64_t>(q.fed_tokens.size());
             if (spare <= 0 || p + 1 > max_context ||
-                q.generated + static_cast<int64_t>(q.fed_tokens.size()) >= q.r.max_tokens ||
-                completes_block(p))
+                q.generated + static_cast<int64_t>(q.fed_tokens.size()) >= q.r.max_tokens)
                 break;
             q.fed_tokens.push_back(d);
             --spare;
+            if (completes_block(p)) break;
         }
         const int32_t len = static_cast<int32_t>(q.fed_tokens.size());
         StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), len));
@@ -835,9 +835,11 @@ int Engine::Impl::draft_limit(const Running& q) const {
 }
 
 // Whether feeding position p completes a block of some compressed layer: a speculative draft
-// is not placed there, so a rejected draft leaves only what the right token at its position
-// rewrites (its window ring row and its open-block state row), and no pooled entry or shifted
-// overlap state (docs/engine.md, "Speculative decoding").
+// there is the last of its step, so a rejected draft leaves only what the right token at its
+// position rewrites before anything reads it (its window ring row, its state row and the
+// entry it pooled; a completion moves no state, ops/compressor.h), and no later draft writes a
+// row of the next block over a row the re-pooling reads (docs/engine.md, "Speculative
+// decoding").
 bool Engine::Impl::completes_block(int64_t p) const {
     for (const LayerSpec& l : model->config().layers)
         if (l.kind != LayerKind::kSliding && (p + 1) % l.compress_rate == 0) return true;

@@ -8,16 +8,13 @@
 #include <memory>
 #include <vector>
 
+#include "base/host_device.h"
 #include "formats/quant_weight.h"
 
 namespace dsv4 {
 
 // splitmix64 of a counter: 64 random bits for (seed, i), the same on host and device.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-    inline uint64_t
-    synth_bits(uint64_t seed, uint64_t i) {
+DSV4_HD uint64_t synth_bits(uint64_t seed, uint64_t i) {
     uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

@@ -4,15 +4,27 @@
 // `norm` and roped at the position of its block's first token (entry * m). Which tokens
 // complete a block is decided inside the op from the step descriptor. A finished entry is
 // encoded in `entry_format` (formats/cache_row.h).
+//
+// State rows: HCA keeps the open block in rows [0, m). CSA keeps the last two blocks by
+// parity (compress_state_row): entry e pools block e - 1's rows (their first-half channels)
+// then block e's (the second half), and a completion moves no state, so only the completing
+// token's own row differs after a wrong token there (speculative drafts, docs/engine.md).
 #pragma once
 
 #include <cstdint>
 
+#include "base/host_device.h"
 #include "formats/cache_row.h"
 #include "ops/quant.h"
 #include "ops/step.h"
 
 namespace dsv4::ops {
+
+// CSA's state row of position j of block `block` (block -1: the rows a sequence starts with,
+// empty).
+DSV4_HD int compress_state_row(int64_t block, int j, int m) {
+    return static_cast<int>(block & 1) * m + j;
+}
 
 struct CompressArgs {
     const float* kv = nullptr;        // [T, coff*hd] value candidates C_j
@@ -20,7 +32,7 @@ struct CompressArgs {
     const float* ape = nullptr;       // [m, coff*hd] position-in-block bias
     const float* norm = nullptr;      // [hd] entry RMSNorm weight; nullptr: pooled only
     const float* inv_freq = nullptr;  // [rope_dim / 2] rope of the entries (with norm)
-    float* state_kv = nullptr;        // [S, coff*m, coff*hd] persistent per slot
+    float* state_kv = nullptr;        // [S, coff*m, coff*hd] persistent per slot (rows above)
     float* state_gate = nullptr;      // [S, coff*m, coff*hd] persistent; -inf = empty slot
     float* entries = nullptr;         // [S, n_entries, hd] in entry_format (see AttentionArgs)
     StepDesc step;

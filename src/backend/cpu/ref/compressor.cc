@@ -1,8 +1,11 @@
-// Reference KV compressor with the reference's buffer layout: HCA keeps the open block in
-// slots [0, m); CSA keeps the previous complete block in [0, m) (only its first-half
-// channels are read) and the open block in [m, 2m). A completed entry is pooled, then
-// RMS-normed and roped by the plain reference ops (the fused op is their composition), and
-// stored in the entry format.
+// Reference KV compressor. HCA keeps the open block in state rows [0, m). CSA keeps two
+// blocks by parity: block e in rows [(e % 2) m, (e % 2) m + m), so the previous complete block
+// (only its first-half channels are read) is the other half, and completing a block moves
+// nothing (DeepSeek's buffer shifts the open block into the previous-block rows instead; the
+// pooled entries are the same). Nothing but the completing token's own row then changes at a
+// completion, so a rejected speculative draft there leaves only what the right token rewrites
+// (docs/engine.md). A completed entry is pooled, then RMS-normed and roped by the plain
+// reference ops (the fused op is their composition), and stored in the entry format.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -14,24 +17,29 @@
 namespace dsv4::cpu_ref {
 namespace {
 
-// Per-channel softmax pooling of one entry from one slot's state rows.
-void pool_entry(const ops::CompressArgs& a, const float* state_kv, const float* state_gate,
-                float* entry) {
+// Per-channel softmax pooling of entry e from one slot's state rows, in the reference's order
+// (CSA: the previous block's rows, then the open block's).
+void pool_entry(const ops::CompressArgs& a, int64_t e, const float* state_kv,
+                const float* state_gate, float* entry) {
     const int m = a.m, hd = a.hd, width = a.coff * hd;
     const int slots = a.coff * m;
-    // Column of state row s feeding channel c: CSA reads the previous block's Ca, the open
-    // block's Cb; HCA the one block.
-    auto col = [&](int s, int c) { return a.coff == 2 && s >= m ? hd + c : c; };
+    // Element of the s-th pooled row feeding channel c: CSA reads the previous block's Ca, the
+    // open block's Cb; HCA the one block.
+    auto at = [&](int s, int c) {
+        return a.coff == 2 ? ops::compress_state_row(e + (s >= m ? 0 : -1), s % m, m) * width +
+                                 (s >= m ? hd : 0) + c
+                           : s * width + c;
+    };
     for (int c = 0; c < hd; ++c) {
         float mx = -std::numeric_limits<float>::infinity();
-        for (int s = 0; s < slots; ++s) mx = std::max(mx, state_gate[s * width + col(s, c)]);
+        for (int s = 0; s < slots; ++s) mx = std::max(mx, state_gate[at(s, c)]);
         double denom = 0, acc = 0;
         for (int s = 0; s < slots; ++s) {
-            const float g = state_gate[s * width + col(s, c)];
+            const float g = state_gate[at(s, c)];
             if (g == -std::numeric_limits<float>::infinity()) continue;
-            const double e = std::exp(static_cast<double>(g) - mx);
-            denom += e;
-            acc += e * state_kv[s * width + col(s, c)];
+            const double ex = std::exp(static_cast<double>(g) - mx);
+            denom += ex;
+            acc += ex * state_kv[at(s, c)];
         }
         entry[c] = static_cast<float>(acc / denom);
     }
@@ -63,7 +71,7 @@ void compress(const ops::CompressArgs& a) {
             for (int i = 0; i < st.row_len[b]; ++i) {
                 const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
                 const int j = static_cast<int>(p % m);
-                const int row = a.coff == 2 ? m + j : j;
+                const int row = a.coff == 2 ? ops::compress_state_row(p / m, j, m) : j;
                 const float* kv = a.kv + t * width;
                 const float* gate = a.gate + t * width;
                 for (int c = 0; c < width; ++c) {
@@ -74,7 +82,7 @@ void compress(const ops::CompressArgs& a) {
                 const int64_t e = p / m;
                 DSV4_ASSERT(e < a.n_entries, "entry ", e, " past the slot's ", a.n_entries);
                 float* x = entry.data();
-                pool_entry(a, skv, sgate, x);
+                pool_entry(a, e, skv, sgate, x);
                 if (a.round_bf16) round_trip({x, 1, a.hd, a.hd, 1, ops::RoundTrip::kBf16});
                 if (a.norm != nullptr) {
                     rms_norm({x, a.norm, x, 1, a.hd, a.eps, a.round_bf16});
@@ -88,10 +96,6 @@ void compress(const ops::CompressArgs& a) {
                 else if (a.entry_round_trip != ops::RoundTrip::kNone)
                     round_trip({x, 1, a.hd, a.hd, 32, a.entry_round_trip});
                 encode_cache_row(a.entry_format, a.hd, x, entries + e * rb);
-                if (a.coff == 2) {
-                    std::copy(skv + m * width, skv + 2 * m * width, skv);
-                    std::copy(sgate + m * width, sgate + 2 * m * width, sgate);
-                }
             }
         }
     });

@@ -1,11 +1,11 @@
 // Fused compressor (compress.h): one block per row (rows are distinct slots: independent), the
 // row's tokens consumed in order (each may complete its slot's block, and the next token writes
-// the state the completion read). Per token: the state row p % m (CSA: m + p % m) takes kv and
-// gate + ape; when p % m == m - 1 entry p / m is pooled per channel (softmax over the state rows
-// of the gate, in double like the reference's pool_entry), RMS-normed and roped at e * m,
-// round-tripped (reference numerics), stored in the entry format (typed entries are computed in
-// shared memory and encoded by the block: cache_row_sm90.cuh), and a CSA state shifts its open
-// block into the previous-block rows. Layout and order as in backend/cpu/ref/compressor.cc.
+// the state the completion read). Per token: the state row p % m (CSA: the block's parity half,
+// ops::compress_state_row) takes kv and gate + ape; when p % m == m - 1 entry p / m is pooled
+// per channel (softmax over the state rows of the gate, in double like the reference's
+// pool_entry), RMS-normed and roped at e * m, round-tripped (reference numerics) and stored in
+// the entry format (typed entries are computed in shared memory and encoded by the block:
+// cache_row_sm90.cuh). Layout and order as in backend/cpu/ref/compressor.cc.
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
@@ -37,7 +37,7 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
     for (int i = 0; i < st.row_len[b]; ++i) {
         const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
         const int j = static_cast<int>(p % m);
-        const int row = a.coff == 2 ? m + j : j;
+        const int row = a.coff == 2 ? ops::compress_state_row(p / m, j, m) : j;
         const float* kv = a.kv + t * width;
         const float* gate = a.gate + t * width;
         for (int c = threadIdx.x; c < width; c += blockDim.x) {
@@ -51,8 +51,14 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
         // f32 entries are computed in place; typed ones in shared memory, then encoded.
         float* entry = typed ? typed_entry : reinterpret_cast<float*>(entries + e * codec.bytes);
         for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-            // State row s feeds channel c from column c, or hd + c for a CSA open-block row.
-            auto at = [&](int s) { return s * width + (a.coff == 2 && s >= m ? hd + c : c); };
+            // The s-th pooled row (CSA: block e - 1's rows, then block e's) feeds channel c
+            // from column c, or hd + c for a CSA open-block row.
+            auto at = [&](int s) {
+                return a.coff == 2
+                           ? ops::compress_state_row(e + (s >= m ? 0 : -1), s % m, m) * width +
+                                 (s >= m ? hd : 0) + c
+                           : s * width + c;
+            };
             float mx = neg_inf;
             for (int s = 0; s < slots; ++s) mx = fmaxf(mx, sgate[at(s)]);
             double denom = 0, acc = 0;
@@ -84,13 +90,6 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
         else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
             dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
         if (typed) dev::block_encode_row(codec, entry, entries + e * codec.bytes);
-        if (a.coff == 2) {
-            for (int k = threadIdx.x; k < m * width; k += blockDim.x) {
-                skv[k] = skv[m * width + k];
-                sgate[k] = sgate[m * width + k];
-            }
-            __syncthreads();
-        }
     }
 }
 
