@@ -22,6 +22,11 @@ struct ServerOptions {
     size_t max_body_bytes = 4u << 20;  // larger bodies get 413
     int http_threads = 0;              // 0: enough for max_seqs + max_queue streaming clients
     std::string encoding = "v4";       // chat encoding: v4 or v4-flash-0731
+    // Speculative decoding for every request (Request::speculative / draft_tokens): the same
+    // outputs (greedy: the same tokens), fewer steps when drafts are kept; /metrics counts the
+    // drafts fed and accepted by their place in the step.
+    Speculation speculative = Speculation::kNone;
+    int draft_tokens = 0;
 };
 
 class Server {

@@ -59,6 +59,7 @@ int run_serve(const ServerOptions& options) {
 
 void add_serve_command(CLI::App& app) {
     auto o = std::make_shared<ServerOptions>();
+    auto spec = std::make_shared<SpeculativeArgs>();
     o->engine.max_seqs = 16;
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
     cmd->footer(
@@ -85,7 +86,12 @@ void add_serve_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--encoding", o->encoding, "Chat encoding: v4 or v4-flash-0731")
         ->capture_default_str();
-    cmd->callback([o] { set_exit_code(run_serve(*o)); });
+    add_speculative_options(cmd, *spec);
+    cmd->callback([o, spec] {
+        o->speculative = spec->speculation();
+        o->draft_tokens = spec->draft_tokens;
+        set_exit_code(run_serve(*o));
+    });
 }
 
 }  // namespace dsv4::cli

@@ -70,8 +70,8 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
         }
         // The engine's own queue limit gives a plain error; checking first makes it a 429.
         if (engine_.queued() >= max_queue_) {
-            job.channel->push(rejected(server_error(
-                429, "the request queue is full; retry later", "queue_full")));
+            job.channel->push(rejected(
+                server_error(429, "the request queue is full; retry later", "queue_full")));
             continue;
         }
         const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
@@ -113,6 +113,7 @@ void EngineLoop::deliver(const TokenEvent& ev) {
         a.channel->push(std::move(out));
         return;
     }
+    metrics_.add_drafts(ev.drafted_at, ev.accepted_at);
     out.kind = ChannelEvent::Kind::kFinished;
     out.finish = a.failure.empty() ? ev.finish : FinishReason::kError;
     out.error = a.failure.empty() ? ev.error : a.failure;
@@ -136,9 +137,8 @@ void EngineLoop::run() {
         bool stopping = false;
         {
             std::unique_lock<std::mutex> lock(mu_);
-            cv_.wait(lock, [&] {
-                return stopping_ || woken_ || !inbox_.empty() || !engine_.idle();
-            });
+            cv_.wait(lock,
+                     [&] { return stopping_ || woken_ || !inbox_.empty() || !engine_.idle(); });
             jobs.swap(inbox_);
             stopping = stopping_;
             if (stopping) stopped_ = true;  // post() refuses from now on

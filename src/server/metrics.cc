@@ -33,7 +33,8 @@ void Histogram::render(const std::string& name, std::string& out) const {
     uint64_t cumulative = 0;
     for (size_t b = 0; b < bounds_.size(); ++b) {
         cumulative += counts_[b];
-        out += name + "_bucket{le=\"" + number(bounds_[b]) + "\"} " + std::to_string(cumulative) + "\n";
+        out += name + "_bucket{le=\"" + number(bounds_[b]) + "\"} " + std::to_string(cumulative) +
+               "\n";
     }
     out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
     out += name + "_sum " + number(sum_) + "\n";
@@ -65,6 +66,15 @@ void Metrics::add_generated_tokens(int64_t n) {
     generated_tokens_ += static_cast<uint64_t>(n);
 }
 
+void Metrics::add_drafts(const std::array<int, kMaxDraftTokens>& drafted,
+                         const std::array<int, kMaxDraftTokens>& accepted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int j = 0; j < kMaxDraftTokens; ++j) {
+        drafted_[j] += static_cast<uint64_t>(drafted[j]);
+        accepted_[j] += static_cast<uint64_t>(accepted[j]);
+    }
+}
+
 void Metrics::observe_ttft(double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
     ttft_.observe(seconds);
@@ -83,18 +93,30 @@ void Metrics::set_engine(const EngineGauges& g) {
 std::string Metrics::render() const {
     std::lock_guard<std::mutex> lock(mu_);
     std::string out;
-    header(out, "dsv4_requests_total", "counter", "Generation requests by endpoint and HTTP status.");
+    header(out, "dsv4_requests_total", "counter",
+           "Generation requests by endpoint and HTTP status.");
     for (const auto& [key, n] : requests_)
         out += "dsv4_requests_total{endpoint=\"" + key.first + "\",status=\"" +
                std::to_string(key.second) + "\"} " + std::to_string(n) + "\n";
     header(out, "dsv4_requests_finished_total", "counter",
            "Accepted requests by how they ended (stop, length, tool_calls, cancelled, error).");
     for (const auto& [reason, n] : finishes_)
-        out += "dsv4_requests_finished_total{reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
+        out +=
+            "dsv4_requests_finished_total{reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
     header(out, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
     out += "dsv4_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
     header(out, "dsv4_generated_tokens_total", "counter", "Tokens sampled by the engine.");
     out += "dsv4_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
+    header(out, "dsv4_speculative_drafts_total", "counter",
+           "Speculative drafts fed, by place in the step (0: the first after the fed token).");
+    for (int j = 0; j < kMaxDraftTokens; ++j)
+        out += "dsv4_speculative_drafts_total{position=\"" + std::to_string(j) + "\"} " +
+               std::to_string(drafted_[j]) + "\n";
+    header(out, "dsv4_speculative_accepted_total", "counter",
+           "Speculative drafts kept, by place in the step.");
+    for (int j = 0; j < kMaxDraftTokens; ++j)
+        out += "dsv4_speculative_accepted_total{position=\"" + std::to_string(j) + "\"} " +
+               std::to_string(accepted_[j]) + "\n";
     header(out, "dsv4_queue_depth", "gauge", "Requests waiting for a cache slot.");
     out += "dsv4_queue_depth " + std::to_string(engine_.queued) + "\n";
     header(out, "dsv4_running_requests", "gauge", "Requests in the running batch.");

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/engine.h"
+
 namespace dsv4::server {
 
 class Histogram {
@@ -43,6 +45,10 @@ class Metrics {
     void count_finish(const std::string& reason);
     void add_prompt_tokens(int64_t n);
     void add_generated_tokens(int64_t n);
+    // A speculative request's drafts at its finish, by their place in the step
+    // (TokenEvent::drafted_at / accepted_at).
+    void add_drafts(const std::array<int, kMaxDraftTokens>& drafted,
+                    const std::array<int, kMaxDraftTokens>& accepted);
     void observe_ttft(double seconds);
     void observe_inter_token(double seconds);
     void set_engine(const EngineGauges& g);
@@ -54,6 +60,7 @@ class Metrics {
     std::map<std::string, uint64_t> finishes_;
     uint64_t prompt_tokens_ = 0;
     uint64_t generated_tokens_ = 0;
+    std::array<uint64_t, kMaxDraftTokens> drafted_{}, accepted_{};
     Histogram ttft_;
     Histogram itl_;
     EngineGauges engine_;

@@ -34,8 +34,7 @@ struct InFlight {
     std::atomic<int>& n_;
 };
 
-void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req,
-              httplib::Response& res) {
+void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httplib::Response& res) {
     const char* label = endpoint_label(ep);
     auto fail = [&](const ApiError& e) {
         ctx.metrics.count_request(label, e.status);
@@ -44,8 +43,8 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req,
     auto spec = parse_generation_request(ep, req.body, ctx.encoding);
     if (!spec) return fail(spec.error());
     if (spec->model != ctx.model_name) {
-        ApiError e = not_found("the model '" + spec->model + "' does not exist; this server serves '" +
-                                   ctx.model_name + "'",
+        ApiError e = not_found("the model '" + spec->model +
+                                   "' does not exist; this server serves '" + ctx.model_name + "'",
                                "model_not_found");
         e.param = "model";
         return fail(e);
@@ -59,6 +58,8 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req,
     request.prompt = std::move(prompt->ids);
     request.max_tokens = prompt->max_tokens;
     request.sampling = spec->sampling;
+    request.speculative = ctx.speculative;
+    request.draft_tokens = ctx.draft_tokens;
     ctx.loop.post(Job{std::move(request), channel, std::chrono::steady_clock::now()});
     std::vector<ChannelEvent> first;
     while (!channel->wait(first, std::chrono::milliseconds(1000))) {
@@ -141,11 +142,11 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
         send_json(res, 200, list);
     });
     http.Get(R"(/v1/models/(.+))", [&ctx, model_json](const httplib::Request& req,
-                                                       httplib::Response& res) {
+                                                      httplib::Response& res) {
         if (req.matches[1] != ctx.model_name)
-            return send_error(res, not_found("the model '" + std::string(req.matches[1]) +
-                                                 "' does not exist",
-                                             "model_not_found"));
+            return send_error(
+                res, not_found("the model '" + std::string(req.matches[1]) + "' does not exist",
+                               "model_not_found"));
         send_json(res, 200, model_json());
     });
     http.Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -156,14 +157,14 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
         res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4");
     });
     // Errors httplib decides itself (no route, body too large...) get the OpenAI shape too.
-    http.set_error_handler(httplib::Server::HandlerWithResponse(
-        [&ctx](const httplib::Request& req, httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([&ctx](const httplib::Request& req,
+                                                                       httplib::Response& res) {
         if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
         ApiError e = invalid_request("");
         e.status = res.status;
         if (res.status == 413) {
-            e.message = "the request body is larger than " + std::to_string(ctx.max_body_bytes) +
-                        " bytes";
+            e.message =
+                "the request body is larger than " + std::to_string(ctx.max_body_bytes) + " bytes";
             e.code = "request_too_large";
         } else if (res.status == 404) {
             e.message = "no route for " + req.method + " " + req.path;

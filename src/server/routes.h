@@ -29,7 +29,9 @@ struct RouteContext {
     std::string api_key;
     size_t max_body_bytes = 0;
     chat::EncodingVersion encoding = chat::EncodingVersion::kV4;
-    int64_t created = 0;               // the model's "created" time (server start)
+    Speculation speculative = Speculation::kNone;  // every request's (ServerOptions)
+    int draft_tokens = 0;
+    int64_t created = 0;                // the model's "created" time (server start)
     std::atomic<bool> draining{false};  // shutting down: /health says so
     std::atomic<int> in_flight{0};      // generation responses not yet complete
     std::atomic<uint64_t> next_id{1};

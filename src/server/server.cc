@@ -41,12 +41,21 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     const auto encoding = chat::parse_encoding_version(options.encoding);
     if (!encoding) return error("unknown encoding '", options.encoding, "' (v4 or v4-flash-0731)");
     if (options.max_body_bytes == 0) return error("the body limit must be > 0 bytes");
+    if (options.draft_tokens < 0 || options.draft_tokens > kMaxDraftTokens)
+        return error("draft tokens must be in [0, ", kMaxDraftTokens, "], got ",
+                     options.draft_tokens);
+    if (options.draft_tokens > 0 && options.speculative == Speculation::kNone)
+        return error("draft tokens without speculative decoding");
     std::string note;
     auto tok = load_model_tokenizer(options.engine.model_dir, options.tokenizer, &note);
     if (!tok) return tok.status();
     auto engine = Engine::create(options.engine);
     if (!engine) return engine.status();
     const ModelInfo& info = (*engine)->info();
+    if (options.speculative == Speculation::kMtp && !info.has_mtp)
+        return error(
+            "speculative decoding with mtp needs the checkpoint's MTP block (release-layout "
+            "mtp.0.*); this model has none (ngram needs none)");
     // Every id the tokenizer can produce must be one the model has, or prompts fail later.
     if (tok->vocab_size() > info.vocab_size)
         return error("the tokenizer has ids up to ", tok->vocab_size() - 1,
@@ -64,22 +73,22 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     impl->loop = std::make_unique<EngineLoop>(*impl->engine, impl->metrics,
                                               static_cast<size_t>(options.engine.max_queue));
     impl->ctx.reset(new RouteContext{impl->tokenizer, impl->engine->info(), *impl->loop,
-                                     impl->metrics, name, options.api_key,
-                                     options.max_body_bytes, *encoding});
+                                     impl->metrics, name, options.api_key, options.max_body_bytes,
+                                     *encoding});
+    impl->ctx->speculative = options.speculative;
+    impl->ctx->draft_tokens = options.draft_tokens;
     impl->ctx->created = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     // A streaming client holds a thread for its whole response.
-    const int threads = options.http_threads > 0
-                            ? options.http_threads
-                            : std::max(64, 2 * options.engine.max_seqs + 32);
+    const int threads = options.http_threads > 0 ? options.http_threads
+                                                 : std::max(64, 2 * options.engine.max_seqs + 32);
     impl->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     impl->http.set_keep_alive_timeout(2);  // idle connections let go soon (and at shutdown)
     server::install_routes(impl->http, *impl->ctx);
-    impl->port = options.port == 0 ? impl->http.bind_to_any_port(options.host)
-                                   : (impl->http.bind_to_port(options.host, options.port)
-                                          ? options.port
-                                          : -1);
+    impl->port = options.port == 0
+                     ? impl->http.bind_to_any_port(options.host)
+                     : (impl->http.bind_to_port(options.host, options.port) ? options.port : -1);
     if (impl->port < 0)
         return error("cannot listen on ", options.host, ":", options.port,
                      " (address in use, or not a local address)");

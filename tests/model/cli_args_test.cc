@@ -83,6 +83,14 @@ INSTANTIATE_TEST_SUITE_P(
              "--synthetic"},
         Case{"bench_bad_speculative", "bench" + kModel + " --speculative eagle", 2,
              "--speculative"},
+        Case{"serve_mtp_without_block",
+             "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER +
+                 " --port 0 --speculative mtp",
+             1, "needs the checkpoint's MTP block"},
+        Case{
+            "serve_drafts_without_speculation",
+            "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER + " --port 0 --draft-tokens 2",
+            1, "without speculative decoding"},
         Case{"no_model", "bench --device cpu", 1, "no model"},
         Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
         Case{"temperature_negative", gen + " --temperature -1", 2, "--temperature"},
