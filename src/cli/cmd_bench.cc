@@ -285,9 +285,9 @@ int run_bench(BenchArgs a) {
             if (!tm) return fail(tm.status());
             drafted += tm->drafted;
             accepted += tm->accepted;
-            // The bytes at the drafts the steps fed on average (a draft that would complete a
-            // compressed block is not fed); the MTP block and the head run every step, once a
-            // draft made.
+            // The bytes at the drafts the steps fed on average (fewer than asked for: a chain
+            // ends at a block-completing position, none past max_tokens); the MTP block and
+            // the head run every step, once a draft made.
             const double fed = static_cast<double>(tm->drafted) / (tm->steps * b);
             rows.push_back({ctx, static_cast<int>(b), tm->ms_per_step, tm->tokens_per_step,
                             e.decode_step_bytes(static_cast<int>(b), ctx, fed,

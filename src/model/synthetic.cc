@@ -100,7 +100,9 @@ Expected<ModelConfig> synth_config(const SynthSpec& spec) {
         return error("--layers ", spec.layers, " outside [1, ", L, "] for ", spec.base);
     const int keep = spec.layers == 0 ? L : spec.layers;
     j["num_hidden_layers"] = keep;
-    const bool mtp = spec.mtp && j.value("num_nextn_predict_layers", 0) > 0;
+    const json& nextn =
+        j.contains("num_nextn_predict_layers") ? j["num_nextn_predict_layers"] : json(0);
+    const bool mtp = spec.mtp && nextn.is_number_integer() && nextn.get<int>() > 0;
     j["num_nextn_predict_layers"] = mtp ? 1 : 0;
     for (const char* list : {"compress_ratios", "layer_types", "mlp_layer_types"})
         if (j.contains(list) && j[list].is_array() && static_cast<int>(j[list].size()) >= keep) {
