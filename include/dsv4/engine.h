@@ -198,6 +198,12 @@ class Engine {
     // Queues a request (checked now: ids in the vocabulary, prompt within the context, queue
     // not full). It waits for a free slot, then runs in the batched steps.
     Expected<RequestId> submit(Request request);
+    // Whether requests may ask for `speculative` with `draft_tokens` (submit's own check; for a
+    // server or benchmark to refuse a setting before any request).
+    Status check_speculation(Speculation speculative, int draft_tokens) const;
+    // The drafts a step feeds a request that asks for `draft_tokens` (0: the source's default)
+    // at most: what the engine's cache rings allow of it (EngineInfo::max_draft_tokens).
+    int drafts_a_step(Speculation speculative, int draft_tokens) const;
     // Ends a request at the next step (its slot is freed then); unknown ids are ignored.
     void cancel(RequestId id);
     // One batched step: admits waiting requests while slots are free, runs every running

@@ -196,9 +196,10 @@ int run_bench(BenchArgs a) {
     }
     Engine& e = **engine;
     const ModelInfo& info = e.info();
-    if (a.spec.speculation() == Speculation::kMtp && !info.has_mtp) {
-        std::fprintf(stderr, "error: --speculative mtp: the model has no MTP block%s\n",
-                     a.engine.synthetic.empty() ? "" : " (add --synthetic-mtp)");
+    if (Status st = e.check_speculation(a.spec.speculation(), a.spec.draft_tokens); !st.is_ok()) {
+        const bool hint = !a.engine.synthetic.empty() && !info.has_mtp;
+        std::fprintf(stderr, "error: %s%s\n", st.message().c_str(),
+                     hint ? " (add --synthetic-mtp)" : "");
         return kExitUsage;
     }
     auto fail = [](const Status& st) {
@@ -249,14 +250,9 @@ int run_bench(BenchArgs a) {
         std::printf("read bandwidth (pure streaming read, this run): %.0f GB/s\n", *bw / 1e9);
     else
         std::printf("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
-    // Speculative decoding: the drafts a step feeds a sequence (the request's default when
-    // --draft-tokens is 0, within what the cache rings allow).
+    // Speculative decoding: the drafts a step feeds a sequence at most.
     const Speculation spec = a.spec.speculation();
-    int drafts = 0;
-    if (spec != Speculation::kNone) {
-        drafts = a.spec.draft_tokens > 0 ? a.spec.draft_tokens : spec == Speculation::kMtp ? 1 : 4;
-        drafts = std::min(drafts, info.max_draft_tokens);
-    }
+    const int drafts = e.drafts_a_step(spec, a.spec.draft_tokens);
     std::vector<DecodeRow> rows;
     int drafted = 0, accepted = 0;
     for (size_t ci = 0; ci < contexts->size(); ++ci) {

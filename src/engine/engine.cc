@@ -217,7 +217,7 @@ struct Engine::Impl {
 
     Status step(std::vector<TokenEvent>* events);
     bool completes_block(int64_t p) const;
-    int draft_limit(const Running& q) const;
+    int draft_limit(Speculation speculative, int draft_tokens) const;
     Status run_mtp_drafts(std::vector<Model::MtpRow>& rows, const std::vector<Running*>& owner);
 };
 
@@ -529,18 +529,7 @@ Expected<RequestId> Engine::submit(Request r) {
                      " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
-    if (r.draft_tokens < 0 || r.draft_tokens > kMaxDraftTokens)
-        return error("draft_tokens must be in [0, ", kMaxDraftTokens, "], got ", r.draft_tokens);
-    if (r.draft_tokens > 0 && r.speculative == Speculation::kNone)
-        return error("draft_tokens without speculative decoding");
-    if (r.speculative == Speculation::kMtp) {
-        if (!e.info.has_mtp)
-            return error(
-                "speculative decoding needs the checkpoint's MTP block (release-layout "
-                "mtp.0.*); this model has none");
-        if (e.model->config().mtp_spec.kind != LayerKind::kSliding)
-            return error("speculative decoding with a compressed MTP block is not implemented");
-    }
+    DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
 
     if (e.waiting.size() >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
@@ -612,7 +601,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         // right token does not rewrite).
         std::vector<int32_t> want;
         if (q.r.speculative == Speculation::kNgram)
-            want = ngram_drafts(q.history, draft_limit(q));
+            want = ngram_drafts(q.history, draft_limit(q.r.speculative, q.r.draft_tokens));
         else if (q.r.speculative == Speculation::kMtp)
             want = std::move(q.mtp_drafts);
         q.mtp_drafts.clear();
@@ -802,7 +791,7 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
             if (out[k] < 0) continue;
             Running& q = *who[k];
             q.mtp_drafts.push_back(out[k]);
-            if (j >= draft_limit(q)) continue;
+            if (j >= draft_limit(q.r.speculative, q.r.draft_tokens)) continue;
             Model::MtpRow m;
             m.slot = q.slot;
             m.pos0 = q.pos + j - 1;  // (the pending token's position, then each draft's)
@@ -827,11 +816,31 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
 
 // Drafts a step may feed `q`: its request's count (0: the source's default), within what the
 // rings allow.
-int Engine::Impl::draft_limit(const Running& q) const {
-    const int want = q.r.draft_tokens > 0                     ? q.r.draft_tokens
-                     : q.r.speculative == Speculation::kNgram ? kMaxDraftTokens
-                                                              : 1;
+int Engine::Impl::draft_limit(Speculation speculative, int draft_tokens) const {
+    const int want = draft_tokens > 0                     ? draft_tokens
+                     : speculative == Speculation::kNgram ? kMaxDraftTokens
+                                                          : 1;
     return std::min(want, pool->layout().ring_extra + 1);
+}
+
+Status Engine::check_speculation(Speculation speculative, int draft_tokens) const {
+    if (draft_tokens < 0 || draft_tokens > kMaxDraftTokens)
+        return error("draft_tokens must be in [0, ", kMaxDraftTokens, "], got ", draft_tokens);
+    if (draft_tokens > 0 && speculative == Speculation::kNone)
+        return error("draft_tokens without speculative decoding");
+    if (speculative == Speculation::kMtp) {
+        if (!impl_->info.has_mtp)
+            return error(
+                "speculative decoding needs the checkpoint's MTP block (release-layout "
+                "mtp.0.*); this model has none");
+        if (impl_->model->config().mtp_spec.kind != LayerKind::kSliding)
+            return error("speculative decoding with a compressed MTP block is not implemented");
+    }
+    return Status::ok();
+}
+
+int Engine::drafts_a_step(Speculation speculative, int draft_tokens) const {
+    return speculative == Speculation::kNone ? 0 : impl_->draft_limit(speculative, draft_tokens);
 }
 
 // Whether feeding position p completes a block of some compressed layer: a speculative draft

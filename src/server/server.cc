@@ -41,21 +41,14 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     const auto encoding = chat::parse_encoding_version(options.encoding);
     if (!encoding) return error("unknown encoding '", options.encoding, "' (v4 or v4-flash-0731)");
     if (options.max_body_bytes == 0) return error("the body limit must be > 0 bytes");
-    if (options.draft_tokens < 0 || options.draft_tokens > kMaxDraftTokens)
-        return error("draft tokens must be in [0, ", kMaxDraftTokens, "], got ",
-                     options.draft_tokens);
-    if (options.draft_tokens > 0 && options.speculative == Speculation::kNone)
-        return error("draft tokens without speculative decoding");
     std::string note;
     auto tok = load_model_tokenizer(options.engine.model_dir, options.tokenizer, &note);
     if (!tok) return tok.status();
     auto engine = Engine::create(options.engine);
     if (!engine) return engine.status();
     const ModelInfo& info = (*engine)->info();
-    if (options.speculative == Speculation::kMtp && !info.has_mtp)
-        return error(
-            "speculative decoding with mtp needs the checkpoint's MTP block (release-layout "
-            "mtp.0.*); this model has none (ngram needs none)");
+    // Every request gets the same speculation: refused now rather than each request.
+    DSV4_RETURN_IF_ERROR((*engine)->check_speculation(options.speculative, options.draft_tokens));
     // Every id the tokenizer can produce must be one the model has, or prompts fail later.
     if (tok->vocab_size() > info.vocab_size)
         return error("the tokenizer has ids up to ", tok->vocab_size() - 1,
