@@ -100,7 +100,7 @@ void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic) {
         ->check(whole_number(1, int64_t{1} << 40));
     cmd->add_option("--numerics", e.numerics,
                     "float (transformers' numerics), reference (DeepSeek's own bf16 "
-                    "configuration; cpu only) or reference-fp32 (its quantization points: FP8 "
+                    "configuration) or reference-fp32 (its quantization points: FP8 "
                     "activations, FP8 KV, Hadamard + FP4 indexer keys, in float32 otherwise)")
         ->capture_default_str()
         ->check(CLI::IsMember({"float", "reference", "reference-fp32"}));

@@ -291,8 +291,6 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     if (o.device != "cuda" && o.device != "auto")
         return error("unknown device '", o.device, "' (cpu, cuda or auto)");
 #if DSV4_WITH_CUDA
-    // DeepSeek's bf16 configuration runs on the CPU reference only: auto picks the CPU for it.
-    if (o.device == "auto" && o.numerics == "reference") return make_cpu_backend();
     if (o.device == "auto") {
         auto b = make_cuda_backend(0);
         if (b) return b;

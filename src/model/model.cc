@@ -44,13 +44,6 @@ Expected<std::unique_ptr<Model>> Model::load_synthetic(const SynthSpec& spec, Ba
 
 Status Model::init(int step_tokens, Numerics numerics, const LoadProgress& progress,
                    const std::string& label) {
-    // The bf16 configuration's roundings inside attention, the indexer, the compressors and the
-    // MoE exist in the CPU reference only.
-    if (numerics == Numerics::kReference && backend_.name() != std::string("cpu"))
-        return error(
-            "--numerics reference (DeepSeek's bf16 configuration) runs on the CPU "
-            "backend only: use --device cpu, or --numerics reference-fp32 on ",
-            backend_.name());
     numerics_ = numerics;
     DSV4_ASSIGN_OR_RETURN(w_, bind_weights(store_, cfg_, backend_, progress, synth_.get()));
     DSV4_RETURN_IF_ERROR(backend_.prepare_steps(int64_t{step_tokens} * cfg_.hc_mult));

@@ -14,7 +14,6 @@ namespace dsv4 {
 // kReference: DeepSeek's bf16 configuration itself: the same rounding points, plus bf16
 //   wherever its code holds a tensor in bf16 (activations between ops, linear outputs, the mHC
 //   streams, index scores, attention probabilities; the dsref fixtures' plain outputs).
-//   CPU backend only.
 // clang-format off
 #define DSV4_NUMERICS(X)                     \
     X(kFloat,         "float")               \

@@ -24,8 +24,6 @@ enum class RoundTrip : uint8_t {
 // Rows of `width` floats; the first `dims` of each row are rounded in blocks of `block` (the
 // rest, e.g. the RoPE dims of a KV entry, stay as they are). Hadamard needs dims == width, a
 // power of two.
-// NOTE: the CUDA backend implements kFp8 and kHadamardFp4 only (the bf16 kinds belong to the
-// bf16 reference mode, which is CPU-only).
 struct RoundTripArgs {
     float* x = nullptr;  // [rows, width]
     int64_t rows = 0;

@@ -445,15 +445,6 @@ struct AttentionShape {
     int ring_rows = 0;              // R >= W (speculative drafts' extra rows); 0: W
 };
 
-// Rows of `width` floats as the cache stores them in f.
-std::vector<uint8_t> stored_rows(const CacheRowFormat& f, int width, const std::vector<float>& x) {
-    const int64_t rb = cache_row_bytes(f, width), rows = static_cast<int64_t>(x.size()) / width;
-    std::vector<uint8_t> out(rows * rb);
-    for (int64_t r = 0; r < rows; ++r)
-        encode_cache_row(f, width, x.data() + r * width, out.data() + r * rb);
-    return out;
-}
-
 void attention_case(const char* what, int H, int hd, bool with_entries, bool csa,
                     AttentionShape shape = {}) {
     auto be = make_gpu();
@@ -897,34 +888,6 @@ void indexer_v4_case(const ops::HostStep& st, uint32_t seed, const char* what,
         EXPECT_GT(zeros, 0);
         EXPECT_LT(zeros, K);
     }
-}
-
-// A step of 11 tokens (the cluster kernel: more than 8): slices and key tiles cut short, tokens
-// of a row at mixed valid counts, tokens keeping fewer than K (some blocks of the cluster with
-// no entry, none valid at all).
-ops::HostStep indexer_cluster_step() {
-    ops::HostStep st;
-    st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
-    st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
-    st.add_row(2, 2101, 4);  // 525, 525, 526, 526
-    st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
-    st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
-    st.add_row(5, 2, 2);     // 0 (all -1), then 1
-    return st;
-}
-
-// A decode step of 6 rows (the split kernel: S blocks a token through the scratch, the last to
-// finish selecting): 2048 entries (~32 a block), 1250, 526, 2001 in the sparse slot, 25 (most
-// blocks empty), 0 (all -1).
-ops::HostStep indexer_decode_step() {
-    ops::HostStep st;
-    st.add_row(1, 8191, 1);
-    st.add_row(0, 5000, 1);
-    st.add_row(2, 2104, 1);
-    st.add_row(3, 8006, 1);
-    st.add_row(4, 99, 1);
-    st.add_row(5, 2, 1);
-    return st;
 }
 
 TEST(CudaOpsGpu, IndexerTopkV4ShapesMatchExactly) {

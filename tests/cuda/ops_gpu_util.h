@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "base/check.h"
 #include "cuda_test_util.h"
+#include "formats/cache_row.h"
 #include "ops/backend.h"
 #include "ops/step.h"
 
@@ -253,6 +254,44 @@ inline std::vector<std::vector<float>> run_linear_group(Backend& be, const ops::
     std::vector<std::vector<float>> y;
     for (const auto& d : dy) y.push_back(d->get());
     return y;
+}
+
+// Rows of `width` floats as the cache stores them in f.
+inline std::vector<uint8_t> stored_rows(const CacheRowFormat& f, int width,
+                                        const std::vector<float>& x) {
+    const int64_t rb = cache_row_bytes(f, width), rows = static_cast<int64_t>(x.size()) / width;
+    std::vector<uint8_t> out(rows * rb);
+    for (int64_t r = 0; r < rows; ++r)
+        encode_cache_row(f, width, x.data() + r * width, out.data() + r * rb);
+    return out;
+}
+
+// A step of 11 tokens (the cluster kernel: more than 8): slices and key tiles cut short, tokens
+// of a row at mixed valid counts, tokens keeping fewer than K (some blocks of the cluster with
+// no entry, none valid at all).
+inline ops::HostStep indexer_cluster_step() {
+    ops::HostStep st;
+    st.add_row(1, 8191, 1);  // 2048 entries: 128 per block, 4 full tiles of 32
+    st.add_row(0, 5000, 1);  // 1250: 79 per block (tiles of 32, 32, 15), the last block 65
+    st.add_row(2, 2101, 4);  // 525, 525, 526, 526
+    st.add_row(3, 8002, 2);  // 2000, 2001 in the sparse slot with positive weights
+    st.add_row(4, 99, 1);    // 25: 2 per block, blocks 13-15 empty
+    st.add_row(5, 2, 2);     // 0 (all -1), then 1
+    return st;
+}
+
+// A decode step of 6 rows (the split kernel: S blocks a token through the scratch, the last to
+// finish selecting): 2048 entries (~32 a block), 1250, 526, 2001 in the sparse slot, 25 (most
+// blocks empty), 0 (all -1).
+inline ops::HostStep indexer_decode_step() {
+    ops::HostStep st;
+    st.add_row(1, 8191, 1);
+    st.add_row(0, 5000, 1);
+    st.add_row(2, 2104, 1);
+    st.add_row(3, 8006, 1);
+    st.add_row(4, 99, 1);
+    st.add_row(5, 2, 1);
+    return st;
 }
 
 }  // namespace dsv4::ops_gpu_test

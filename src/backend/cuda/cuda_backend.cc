@@ -242,6 +242,9 @@ class CudaBackend final : public Backend {
         route_prepares_moe_ = env_flag("DSV4_CUDA_ROUTE_PREPARES_MOE", true);
         // Measurements (docs/perf.md, session 15): =0 runs Backend branches in issue order.
         branches_ = env_flag("DSV4_CUDA_BRANCHES", true);
+        // Measurements (docs/perf.md, session 18): =0 runs f32-activation GEMVs of up to 8
+        // tokens with hi and lo as two MMAs instead of two columns of one (GemvArgs::x_split).
+        gemv_split_x_ = env_flag("DSV4_CUDA_GEMV_SPLIT_X", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -699,8 +702,20 @@ class CudaBackend final : public Backend {
                                  cur());
     }
     void linear(const ops::LinearArgs& a) override {
-        const auto prof = profile_.scope(linear_label(cuda_weight(a.w).role), recording_);
         const CudaWeight& w = cuda_weight(a.w);
+        if (a.round_bf16) {
+            // The bf16 reference mode: the linear, then its output rounded to bf16 in place (the
+            // op's definition; y may be accumulated by several blocks, so not in the epilogue).
+            DSV4_ASSERT(a.y_type == ops::ActType::kF32, "CUDA linear: round_bf16 of a bf16 y");
+            ops::LinearArgs plain = a;
+            plain.round_bf16 = false;
+            linear(plain);
+            const int64_t cols = a.N * a.groups;
+            round_trip({static_cast<float*>(a.y), a.M, static_cast<int>(a.ldy ? a.ldy : cols),
+                        static_cast<int>(cols), 1, ops::RoundTrip::kBf16});
+            return;
+        }
+        const auto prof = profile_.scope(linear_label(w.role), recording_);
         constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
         if (a.groups > 1 &&
             (a.act_fp8 || !w.has_gemv || a.N % kQuadRows != 0 || a.row0 % kQuadRows != 0)) {
@@ -751,6 +766,7 @@ class CudaBackend final : public Backend {
                 g.y_group_stride = a.N;
             }
             g.x_f32 = a.x_type == ops::ActType::kF32;
+            g.x_split = gemv_split_x_;
             g.y_bf16 = a.y_type == ops::ActType::kBF16;
             g.ldx = ldx;
             g.ldy = ldy;
@@ -803,7 +819,7 @@ class CudaBackend final : public Backend {
         if (a.packed != nullptr && linear_packed(a)) return;
         for (int i = 0; i < a.n_out; ++i)
             linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
-                    ops::ActType::kF32, a.out[i].act_fp8});
+                    ops::ActType::kF32, a.out[i].act_fp8, a.out[i].round_bf16});
     }
     // A packed group (pack_rows) in one GEMV launch per run and 16 rows, each part's rows written
     // to its own output (the GEMV's row segments), in plain mode: no clearing of the outputs
@@ -835,6 +851,7 @@ class CudaBackend final : public Backend {
         for (const CudaWeight::Run& r : w.runs) {
             cuda::GemvArgs g = gemv_rows(r.gemv, 0, r.gemv.shape.n);
             g.x_f32 = true;
+            g.x_split = gemv_split_x_;
             g.ldx = w.cols;
             g.pdl = true;
             cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
@@ -861,16 +878,46 @@ class CudaBackend final : public Backend {
     DSV4_CUDA_OP(swiglu, SwigluArgs, launch_swiglu)
     DSV4_CUDA_OP(rms_norm, RmsNormArgs, launch_rms_norm)
     DSV4_CUDA_OP(rope, RopeArgs, launch_rope)
+    // The mHC ops in the bf16 reference mode run as their definitions' plain composition (the
+    // fused hc_post and norm as launches of their own, each rounding a round trip after the
+    // kernel that wrote it): a checking mode, where launches cost nothing that matters.
     void hc_pre(const ops::HcPreArgs& a) override {
+        if (a.round_bf16) {
+            if (a.post_in != nullptr) hc_post(*a.post_in);
+            ops::HcPreArgs plain = a;
+            plain.post_in = nullptr;
+            plain.y_norm = nullptr;
+            plain.round_bf16 = false;
+            hc_pre(plain);
+            round_bf16_rows(a.y, a.T, a.D);
+            if (a.y_norm != nullptr)
+                rms_norm({a.y, a.norm_weight, a.y_norm, a.T, a.D, a.y_norm_eps, true});
+            return;
+        }
         const auto prof = profile_.scope("hc_pre", recording_);
         uses(kHcScratch);
         cuda::launch_hc_pre(a, hc_ws_, cur());
     }
-    DSV4_CUDA_OP(hc_post, HcPostArgs, launch_hc_post)
+    void hc_post(const ops::HcPostArgs& a) override {
+        {
+            const auto prof = profile_.scope("hc_post", recording_);
+            cuda::launch_hc_post(a, cur());
+        }
+        if (a.round_bf16) round_bf16_rows(a.out, a.T, int64_t{a.n} * a.D);
+    }
     void hc_head(const ops::HcHeadArgs& a) override {
-        const auto prof = profile_.scope("hc_head", recording_);
-        uses(kHcScratch);
-        cuda::launch_hc_head(a, hc_ws_, cur());
+        {
+            const auto prof = profile_.scope("hc_head", recording_);
+            uses(kHcScratch);
+            cuda::launch_hc_head(a, hc_ws_, cur());
+        }
+        if (a.round_bf16) round_bf16_rows(a.out, a.T, a.D);
+    }
+    // x [rows, cols] rounded to bf16 in place (RoundTrip::kBf16).
+    void round_bf16_rows(float* x, int64_t rows, int64_t cols) {
+        DSV4_ASSERT(cols <= 0x7fffffff, "bf16 rounding of rows of ", cols);
+        round_trip(
+            {x, rows, static_cast<int>(cols), static_cast<int>(cols), 1, ops::RoundTrip::kBf16});
     }
     DSV4_CUDA_OP(add_to_streams, AddToStreamsArgs, launch_add_to_streams)
     DSV4_CUDA_OP(round_trip, RoundTripArgs, launch_round_trip)
@@ -945,7 +992,7 @@ class CudaBackend final : public Backend {
         // each expert's output times its routing weight straight into the output, which the
         // shared expert has written first (no combine). The sum's order differs from the
         // reference's (slot order, then the shared expert) by float rounding only.
-        const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8;
+        const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8 && !a.round_bf16;
         const bool stacked = direct && ex.shared_stacked && a.shared_w1 != nullptr;
         // The routing (MoeArgs::route) first; with the stacked shared expert below, its kernel
         // also writes the groups' ids and scales and clears h and out (cuda::MoePrep).
@@ -1004,10 +1051,14 @@ class CudaBackend final : public Backend {
         } else {
             dense_experts(x, a.k, ex.w13, h13, P, 2 * I, D, a.sel);
         }
+        // The bf16 reference mode rounds w1's and w3's outputs, the weighted SwiGLU output, each
+        // w2 output and the sum (MoeArgs::round_bf16), in launches of their own.
+        if (a.round_bf16) round_bf16_rows(h13, R, 2 * I);
         // Reference numerics (DeepSeek's order): the routing weight scales the SwiGLU output,
         // which is rounded to FP8 per 128 for w2 (in place: each warp reads its block first).
+        const bool weighted_first = a.act_fp8 || a.round_bf16;
         const float* weight_first = nullptr;
-        if (a.act_fp8) {
+        if (weighted_first) {
             weight_first = a.weight;
             if (grouped) {
                 DSV4_CHECK_CUDA(cudaMemsetAsync(row_weight, 0, R * sizeof(float), s));
@@ -1016,16 +1067,20 @@ class CudaBackend final : public Backend {
             }
         }
         cuda::launch_moe_swiglu({h13, weight_first, act, R, a.I, a.swiglu_limit}, s);
+        if (a.round_bf16) round_bf16_rows(act, R, I);
         if (a.act_fp8) cuda::launch_act_fp8_copy(act, I, act, R, I, s);
         const float* shared = nullptr;
         auto shared_expert = [&](float* y) {
             float* g = a.shared_scratch;
             float* u = g + a.T * I;
             const ops::ActType f32 = ops::ActType::kF32;
-            linear({x, a.shared_w1, g, a.T, I});  // x is already rounded under act_fp8
-            linear({x, a.shared_w3, u, a.T, I});
+            const bool r = a.round_bf16;
+            // (x is already rounded under act_fp8.)
+            linear({x, a.shared_w1, g, a.T, I, 0, 0, 0, f32, f32, false, r});
+            linear({x, a.shared_w3, u, a.T, I, 0, 0, 0, f32, f32, false, r});
             swiglu({g, u, g, a.T * I, a.swiglu_limit});
-            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8});
+            if (r) round_bf16_rows(g, a.T, I);
+            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8, r});
         };
         if (direct) {
             if (a.shared_w1 != nullptr)
@@ -1041,13 +1096,16 @@ class CudaBackend final : public Backend {
         } else {
             dense_experts(act, 1, ex.w2, y2, P, D, I, a.sel);
         }
+        if (a.round_bf16) round_bf16_rows(y2, R, D);
         if (a.shared_w1 != nullptr) {
             float* y = a.shared_scratch + 2 * a.T * I;
             shared_expert(y);
             shared = y;
         }
-        cuda::launch_moe_combine(
-            {y2, a.act_fp8 ? nullptr : a.weight, shared, a.out, a.T, a.k, D, row}, s);
+        cuda::launch_moe_combine({y2, weighted_first ? nullptr : a.weight, shared, a.out, a.T, a.k,
+                                  D, row, a.round_bf16 ? a.sel : nullptr},
+                                 s);
+        if (a.round_bf16) round_bf16_rows(a.out, a.T, D);
     }
     // Ranks over NCCL are not written yet (docs/parallel.md): Engine::create refuses a rank
     // group on this backend.
@@ -1142,6 +1200,7 @@ class CudaBackend final : public Backend {
         g.expert_ids = ids;
         g.x = x;
         g.x_f32 = true;
+        g.x_split = gemv_split_x_;
         g.m = m;
         g.ldx = ldx;
         g.x_group_stride = x_stride >= 0 ? x_stride : ldx * m;
@@ -1326,6 +1385,7 @@ class CudaBackend final : public Backend {
     bool ring_in_attention_ = true;   // false: DSV4_CUDA_RING_IN_ATTN=0
     bool route_prepares_moe_ = true;  // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
     bool branches_ = true;            // false: DSV4_CUDA_BRANCHES=0
+    bool gemv_split_x_ = true;        // false: DSV4_CUDA_GEMV_SPLIT_X=0
     cuda::CudaStream side_;           // the branches' stream
     cudaEvent_t fork_ = nullptr, join_ = nullptr;
     bool in_branch_ = false, branch_pending_ = false;

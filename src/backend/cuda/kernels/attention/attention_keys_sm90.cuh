@@ -1,6 +1,7 @@
-// What both attention kernels (attention_sm90.cu for prefill chunks and large steps,
-// attention_split_sm90.cu for decode steps) share: where a token's keys live, the float4
-// helpers, and the staging of a key row into shared memory.
+// What the attention kernels (attention_sm90.cu for prefill chunks and large steps,
+// attention_split_sm90.cu for decode steps, attention_bf16_sm90.cu for the bf16 reference mode)
+// share: where a token's keys live, the float4 helpers, and the staging of a key row into shared
+// memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -157,6 +158,10 @@ __device__ __forceinline__ void copy_row(uint8_t* dst, const uint8_t* src, int64
 // the step is too large, the rows are not float4-aligned (vec) or there is no scratch.
 bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
                             const AttentionScratch& ws, bool vec, cudaStream_t stream);
+
+// The bf16 reference mode's kernel (a.round_bf16; attention_bf16_sm90.cu), with the output rope;
+// a.ring_out is not written (the caller writes the ring after it).
+void launch_attention_bf16(const ops::AttentionArgs& a, const KeyRows& kr, cudaStream_t stream);
 
 }  // namespace attn
 }  // namespace dsv4::cuda

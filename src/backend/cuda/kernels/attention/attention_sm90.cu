@@ -49,7 +49,7 @@
 // M = max(sink, m_i), L = e^(sink - M) + sum l_i e^(m_i - M), out = sum acc_i e^(m_i - M) / L
 // (the sink in the denominator only; an empty slice, m = -inf, weighs 0 and is not read).
 // FP32 throughout; the reference (backend/cpu/ref/attention.cc) accumulates in double: tolerance
-// in docs/numerics-cuda.md. round_bf16 (the CPU-only bf16 reference mode) has no kernel here.
+// in docs/numerics-cuda.md. round_bf16 (the bf16 reference mode) takes attention_bf16_sm90.cu.
 #include <cooperative_groups.h>
 
 #include <cstdint>
@@ -458,7 +458,6 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
     DSV4_ASSERT(a.hd >= 1 && a.hd <= kAttnMaxHeadDim, "attention: head_dim ", a.hd, " (at most ",
                 kAttnMaxHeadDim, ")");
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
-    DSV4_ASSERT(!a.round_bf16, "CUDA attention: no bf16 reference mode (round_bf16)");
     if (a.step.T == 0) return false;
     // Typed rows: the step's own rows encoded first (into the scratch), read back like the ring's.
     attn::KeyRows kr;
@@ -473,6 +472,11 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
         kr.chunk = ws.rows;
     } else {
         kr.chunk = reinterpret_cast<const uint8_t*>(a.kv);
+    }
+    if (a.round_bf16) {  // the bf16 reference mode: its own kernel, then the ring write
+        attn::launch_attention_bf16(a, kr, stream);
+        ring_after();
+        return false;
     }
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
     const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) &&

@@ -28,8 +28,10 @@ void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
 struct RopeFusion {
     ops::FusedRope in_kernel;  // inv_freq null: none
     ops::FusedRope after;      // inv_freq null: none
-    // The rope kernel on out when `after` has one.
-    void launch_after(float* out, int64_t rows, int dim, cudaStream_t stream) const;
+    // The rope kernel on out when `after` has one (its rotated dims rounded to bf16 with
+    // round_bf16: RopeArgs::round_bf16).
+    void launch_after(float* out, int64_t rows, int dim, cudaStream_t stream,
+                      bool round_bf16 = false) const;
 };
 RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what);
 void launch_swiglu(const ops::SwigluArgs& a, cudaStream_t stream);

@@ -127,6 +127,32 @@ __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
     dev::block_rms_norm_row(a.x + row, a.weight, a.out + row, a.dim, a.eps, red);
 }
 
+// The bf16 reference mode (RmsNormArgs::round_bf16), one block per row, as cpu_ref::rms_norm.
+// Weighted: the plain norm, each output then rounded to bf16 (by the thread that wrote it).
+// Unweighted (the per-head q norm as torch ops on a bf16 tensor): the squares rounded to bf16
+// and summed in double (exact in any order for a row of bf16 squares, so the block reduction
+// gives the CPU's sum), then the mean, mean + eps, 1 / sqrt (a float sqrt, the division in
+// double) and each product rounded to bf16.
+__global__ void rms_norm_bf16_kernel(ops::RmsNormArgs a) {
+    dev::pdl_enter();
+    __shared__ double red[32];
+    const int64_t off = static_cast<int64_t>(blockIdx.x) * a.dim;
+    const float* x = a.x + off;
+    float* y = a.out + off;
+    if (a.weight != nullptr) {
+        dev::block_rms_norm_row(x, a.weight, y, a.dim, a.eps, red);
+        for (int i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = bf16_round(y[i]);
+        return;
+    }
+    double ss = 0;
+    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) ss += bf16_round(__fmul_rn(x[i], x[i]));
+    const double sum = dev::block_sum(ss, red);
+    const float mean = bf16_round(static_cast<float>(__ddiv_rn(sum, a.dim)));
+    const float root = __fsqrt_rn(bf16_round(__fadd_rn(mean, a.eps)));
+    const float inv = bf16_round(static_cast<float>(__ddiv_rn(1.0, root)));
+    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) y[i] = bf16_round(__fmul_rn(x[i], inv));
+}
+
 // One thread per (row, head, pair). Angle in float (pos * inv_freq), cos/sin in double rounded
 // to float, like the reference. (One thread per (row, pair) looping over the heads left a
 // batch-1 call of 64 heads on 32 threads: 26 us.)
@@ -139,7 +165,12 @@ __global__ void rope_kernel(ops::RopeArgs a) {
     const int i = static_cast<int>(idx % half);
     const dev::RopeCs cs =
         dev::rope_cos_sin(a.pos[rh / a.heads], a.inv_freq[i], a.scale, a.inverse);
-    dev::rope_rotate(a.x + rh * a.head_dim + (a.head_dim - a.rope_dim) + 2 * i, cs);
+    float* p = a.x + rh * a.head_dim + (a.head_dim - a.rope_dim) + 2 * i;
+    dev::rope_rotate(p, cs);
+    if (a.round_bf16) {
+        p[0] = bf16_round(p[0]);
+        p[1] = bf16_round(p[1]);
+    }
 }
 
 __global__ void swiglu_kernel(ops::SwigluArgs a) {
@@ -309,7 +340,7 @@ void take_clears(const ops::RmsNormArgs& a, bool with_also, ops::RmsNormArgs& d,
 
 // One norm (its `also` ignored) and its clears.
 void launch_one_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
-    const bool vec = norm_vec(a);
+    const bool vec = norm_vec(a) && !a.round_bf16;  // (the bf16 mode: its own kernel)
     ops::RmsNormArgs d = device_args(a);
     if (!vec || a.rows == 0) {
         for (const ops::RmsNormArgs::Clear& c : a.clear) {
@@ -327,13 +358,14 @@ void launch_one_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
                    norm_threads(a.dim), 0, stream, 1, d, rope.in_kernel, ops::RmsNormArgs{},
                    ops::FusedRope{});
     else
-        launch_pdl(rms_norm_kernel, static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, d);
-    rope.launch_after(a.out, a.rows, a.dim, stream);
+        launch_pdl(a.round_bf16 ? rms_norm_bf16_kernel : rms_norm_kernel,
+                   static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, d);
+    rope.launch_after(a.out, a.rows, a.dim, stream, a.round_bf16);
 }
 
 // Whether a can share a launch: the vectorised kernel with its rope (if any) in it.
 bool pairable(const ops::RmsNormArgs& a) {
-    return norm_vec(a) &&
+    return norm_vec(a) && !a.round_bf16 &&
            fuse_rope(a.rope, a.rows, a.dim, true, "rms_norm").after.inv_freq == nullptr;
 }
 
@@ -367,11 +399,12 @@ RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, c
     return f;
 }
 
-void RopeFusion::launch_after(float* out, int64_t rows, int dim, cudaStream_t stream) const {
+void RopeFusion::launch_after(float* out, int64_t rows, int dim, cudaStream_t stream,
+                              bool round_bf16) const {
     const ops::FusedRope& r = after;
     if (r.inv_freq == nullptr) return;
     launch_rope({out, r.inv_freq, r.pos, rows / r.heads, r.heads, dim, r.rope_dim, r.inverse,
-                 r.scale, false},
+                 r.scale, round_bf16},
                 stream);
 }
 

@@ -6,6 +6,13 @@
 // pool_entry), RMS-normed and roped at e * m, round-tripped (reference numerics) and stored in
 // the entry format (typed entries are computed in shared memory and encoded by the block:
 // cache_row_sm90.cuh). Layout and order as in backend/cpu/ref/compressor.cc.
+//
+// The bf16 reference mode (CompressArgs::round_bf16) is its own instantiation (kBf16; the float
+// kernel's code is unchanged): the pooled entry rounded to bf16 before its norm, the norm's output
+// (x * inv * w, then rounded, as cpu_ref::rms_norm's weighted round_bf16) and the rope's rotated
+// dims rounded to bf16, each value by the thread that computed it; then the entry round trip,
+// which there is kHadamardBf16Fp4 for the indexer's keys (dev::block_round_trip_row, the round-trip
+// kernels' device step) or kFp8 for the main entries.
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
@@ -14,12 +21,15 @@
 #include "backend/cuda/kernels/compressor/compress.h"
 #include "backend/cuda/kernels/quant/round_trip_sm90.cuh"
 #include "base/check.h"
+#include "base/fp_codes.h"
 
 namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
+// kBf16: the bf16 reference mode (above); false: float entries.
+template <bool kBf16>
 __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
     dev::pdl_enter();
     __shared__ double red[32];
@@ -69,26 +79,38 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
                 denom = __dadd_rn(denom, ex);
                 acc = __dadd_rn(acc, __dmul_rn(ex, static_cast<double>(skv[at(s)])));
             }
-            entry[c] = static_cast<float>(acc / denom);
+            const float pooled = static_cast<float>(acc / denom);
+            entry[c] = kBf16 ? bf16_round(pooled) : pooled;
         }
         __syncthreads();
         if (a.norm != nullptr) {
             const float inv = dev::block_rms_inv(entry, hd, a.eps, red);
-            for (int c = threadIdx.x; c < hd; c += blockDim.x)
-                entry[c] = __fmul_rn(__fmul_rn(entry[c], inv), a.norm[c]);
+            for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+                const float y = __fmul_rn(__fmul_rn(entry[c], inv), a.norm[c]);
+                entry[c] = kBf16 ? bf16_round(y) : y;
+            }
             __syncthreads();
             const int off = hd - a.rope_dim;
-            for (int q = threadIdx.x; q < a.rope_dim / 2; q += blockDim.x)
-                dev::rope_rotate(entry + off + 2 * q,
+            for (int q = threadIdx.x; q < a.rope_dim / 2; q += blockDim.x) {
+                float* pair = entry + off + 2 * q;
+                dev::rope_rotate(pair,
                                  dev::rope_cos_sin(e * m, a.inv_freq[q], a.rope_scale, false));
+                if constexpr (kBf16) {
+                    pair[0] = bf16_round(pair[0]);
+                    pair[1] = bf16_round(pair[1]);
+                }
+            }
             __syncthreads();
         }
         // Reference numerics: the NoPE dims to FP8 per 64 (main), Hadamard + FP4 per 32
-        // (indexer), as cpu_ref::compress.
+        // (indexer; in the bf16 mode with the rotated entry rounded to bf16 first), as
+        // cpu_ref::compress. (Constant kinds: each call compiles to its kind's steps only.)
         if (a.entry_round_trip == ops::RoundTrip::kFp8)
             dev::block_round_trip_row(entry, hd, hd - a.rope_dim, 64, ops::RoundTrip::kFp8);
         else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
             dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
+        else if (kBf16 && a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4)
+            dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardBf16Fp4);
         if (typed) dev::block_encode_row(codec, entry, entries + e * codec.bytes);
     }
 }
@@ -101,8 +123,17 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
                 " rope_dim ", a.rope_dim);
     DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kFp8 || (a.hd - a.rope_dim) % 64 == 0,
                 "compress: FP8 entry round trip of ", a.hd - a.rope_dim, " NoPE dims");
-    DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kHadamardFp4 ||
-                    ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
+    DSV4_ASSERT(a.entry_round_trip == ops::RoundTrip::kNone ||
+                    a.entry_round_trip == ops::RoundTrip::kFp8 ||
+                    a.entry_round_trip == ops::RoundTrip::kHadamardFp4 ||
+                    a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4,
+                "compress: no entry round trip of kind ", static_cast<int>(a.entry_round_trip));
+    // (Only the bf16 mode's kernel has the bf16 kind's steps: the float kernel stays as it was.)
+    DSV4_ASSERT(a.entry_round_trip != ops::RoundTrip::kHadamardBf16Fp4 || a.round_bf16,
+                "compress: the kHadamardBf16Fp4 entry round trip without round_bf16");
+    const bool hadamard = a.entry_round_trip == ops::RoundTrip::kHadamardFp4 ||
+                          a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4;
+    DSV4_ASSERT(!hadamard || ((a.hd & (a.hd - 1)) == 0 && a.hd % 32 == 0),
                 "compress: Hadamard entry round trip of width ", a.hd);
     const RowCodec c = row_codec(a.entry_format, a.hd);
     DSV4_ASSERT(c.type == CacheType::kF32 || a.hd <= kCompressMaxTypedWidth,
@@ -111,7 +142,8 @@ void launch_compress(const ops::CompressArgs& a, cudaStream_t stream) {
     DSV4_ASSERT(c.type != CacheType::kFp4 || a.entry_round_trip == ops::RoundTrip::kNone,
                 "compress: fp4 entries rotate once: no Hadamard round trip before them");
     if (a.step.B == 0) return;
-    launch_pdl(compress_kernel, static_cast<unsigned>(a.step.B), kThreads, 0, stream, 1, a, c);
+    launch_pdl(a.round_bf16 ? compress_kernel<true> : compress_kernel<false>,
+               static_cast<unsigned>(a.step.B), kThreads, 0, stream, 1, a, c);
 }
 
 }  // namespace dsv4::cuda

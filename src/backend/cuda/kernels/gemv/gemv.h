@@ -52,8 +52,12 @@ struct GemvArgs {
     const int32_t* expert_ids = nullptr;  // [n_groups] device, may be nullptr
 
     // Activations, 16-byte aligned rows.
-    const void* x = nullptr;     // [n_groups][m][k] (x_group_stride may be 0: one shared input)
-    bool x_f32 = false;          // false: bf16; true: f32 (split into bf16 hi + lo, f32-accurate)
+    const void* x = nullptr;  // [n_groups][m][k] (x_group_stride may be 0: one shared input)
+    bool x_f32 = false;       // false: bf16; true: f32 (split into bf16 hi + lo, f32-accurate)
+    // f32 x at m <= 8: a token's hi and lo parts are two columns of the same MMA (tokens 4 to
+    // an n-tile), so a k-step costs the MMAs of bf16 x; false: hi and lo as two MMAs into the
+    // same columns (kept for measurements, DSV4_CUDA_GEMV_SPLIT_X=0).
+    bool x_split = true;
     int32_t m = 1;               // tokens, 1..16
     int64_t ldx = 0;             // elements between token rows
     int64_t x_group_stride = 0;  // elements between groups

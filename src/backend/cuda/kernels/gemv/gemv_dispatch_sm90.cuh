@@ -31,6 +31,20 @@ Variant select_variant(const GemvArgs& a, int depth) {
             return {gemv_kernel<F, false, 1, false, 4>, 8};
     }
     DSV4_ASSERT(depth == 2, "gemv: depth ", depth, " is not instantiated for this variant");
+    if (a.x_f32 && a.x_split && a.m <= 8) {
+        // Split columns (GemvArgs::x_split): 4 tokens an n-tile.
+        const bool two_tiles = a.m > 4;
+        switch ((two_tiles ? 2 : 0) + (a.y_bf16 ? 1 : 0)) {
+            case 0:
+                return {gemv_kernel<F, true, 1, false, 2, true>, 9};
+            case 1:
+                return {gemv_kernel<F, true, 1, true, 2, true>, 10};
+            case 2:
+                return {gemv_kernel<F, true, 2, false, 2, true>, 11};
+            default:
+                return {gemv_kernel<F, true, 2, true, 2, true>, 12};
+        }
+    }
     const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
     switch (index) {
         case 0:
@@ -55,7 +69,7 @@ Variant select_variant(const GemvArgs& a, int depth) {
 template <GemvFormat F>
 int format_ctas_per_sm(const GemvArgs& a, int depth) {
     // Occupancy per instantiation, queried once (host-side only, capture-safe).
-    static std::atomic<int> cache[9] = {};
+    static std::atomic<int> cache[13] = {};
     const Variant v = select_variant<F>(a, depth);
     int n = cache[v.index].load(std::memory_order_relaxed);
     if (n == 0) {

@@ -39,9 +39,9 @@ struct Split {
     }
 };
 
-// Register budget: the common variant (bf16 activations, M <= 8) runs 16 warps per SM (up to
-// 128 registers a thread); the f32 / M > 8 variants carry twice the activation registers and
-// run 8.
+// Register budget: the common variant (bf16 activations, M <= 8) and the split-column f32
+// variant of M <= 4 run 16 warps per SM (up to 128 registers a thread); the other f32 / M > 8
+// variants carry twice the activation registers and run 8 (at least).
 template <bool kXF32, int kNT>
 inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 2 : 4;
 
@@ -49,9 +49,51 @@ inline constexpr int kMinCtasPerSm = (kXF32 || kNT == 2) ? 2 : 4;
 inline constexpr int kUnitBytes = kGemvQuad * kGemvTileBytes;
 inline constexpr int kStageBytes = kUnitBytes + kGemvQuad * 64;
 
-template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages>
-__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
+// The split-column mode (GemvArgs::x_split, f32 x, kSplit): lane (g, c)'s accumulators hold, for
+// rows g and g + 8, token 4 nt + c's hi-part sums (columns 2c) and lo-part sums (columns 2c + 1).
+// Joined here into the epilogues' layout (acc[r][nt][i] = rows g, g + 8 x token 8 nt + 2c + i;
+// the tokens are < 8, so n-tile 1 ends up unused): token t = 2c + i sits in lane (g, t % 4) of
+// split n-tile t / 4.
+template <int kNT>
+__device__ __forceinline__ void join_split_columns(float (&acc)[kGemvQuad][kNT][4], int lane) {
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int r = 0; r < kGemvQuad; ++r) {
+        float top[kNT], bot[kNT];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+            top[nt] = acc[r][nt][0] + acc[r][nt][1];
+            bot[nt] = acc[r][nt][2] + acc[r][nt][3];
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int t = 2 * c + i;
+            const int src = (g << 2) | (t & 3);
+            float tv = __shfl_sync(0xffffffffu, top[0], src);
+            float bv = __shfl_sync(0xffffffffu, bot[0], src);
+            if constexpr (kNT == 2) {
+                const float t1 = __shfl_sync(0xffffffffu, top[1], src);
+                const float b1 = __shfl_sync(0xffffffffu, bot[1], src);
+                if (t >= 4) {
+                    tv = t1;
+                    bv = b1;
+                }
+            }
+            acc[r][0][i] = tv;
+            acc[r][0][2 + i] = bv;
+        }
+#pragma unroll
+        for (int nt = 1; nt < kNT; ++nt) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.0f;
+        }
+    }
+}
+
+template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages, bool kSplit = false>
+__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT>))
     gemv_kernel(const __grid_constant__ GemvArgs a) {
+    static_assert(!kSplit || kXF32, "split columns are an f32-activation mode");
     constexpr int kSteps = gemv_ksteps(F);
     constexpr int kTileScale = gemv_tile_scale_bytes(F);
     constexpr int kUnitScale = kGemvQuad * kTileScale;  // 256 / 128 / 16 / 0 bytes
@@ -169,7 +211,8 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
         int x_lim[kNT];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-            const int token = g + 8 * nt;
+            // (Split columns: column g is token g / 2's hi or lo part, 4 tokens an n-tile.)
+            const int token = kSplit ? (g >> 1) + 4 * nt : g + 8 * nt;
             x_row[nt] =
                 static_cast<const char*>(a.x) +
                 (static_cast<int64_t>(c_group) * a.x_group_stride +
@@ -210,7 +253,12 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
             uint32_t xh[kNT][X::kFragWords];
             uint32_t xl[kNT][X::kFragWords];
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) x_fragments<F, kXF32>(x_cur[nt], xh[nt], xl[nt]);
+            for (int nt = 0; nt < kNT; ++nt) {
+                if constexpr (kSplit)
+                    x_fragments_split<F>(x_cur[nt], (g & 1) != 0, xh[nt]);
+                else
+                    x_fragments<F, kXF32>(x_cur[nt], xh[nt], xl[nt]);
+            }
 
             const uint32_t src = stage(c_i++);
 #pragma unroll
@@ -242,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
 #pragma unroll
                     for (int j = 0; j < kSteps; ++j) {
                         ptx::mma_bf16_16816(d, wa[j], xh[nt][2 * j], xh[nt][2 * j + 1]);
-                        if constexpr (kXF32) {
+                        if constexpr (kXF32 && !kSplit) {
                             ptx::mma_bf16_16816(d, wa[j], xl[nt][2 * j], xl[nt][2 * j + 1]);
                         }
                     }
@@ -262,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32, kNT>))
         }
 
         // ---- Quad done (for this warp).
+        if constexpr (kSplit) join_split_columns<kNT>(acc, lane);
         if (a.y_accumulate) {
             if (!y_cleared) {
                 wait_y_zeroed(a, split.warps, lane);

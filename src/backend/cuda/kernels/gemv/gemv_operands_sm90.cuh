@@ -153,4 +153,23 @@ __device__ __forceinline__ void x_fragments(const uint32_t (&raw)[XChunk<F, kXF3
     }
 }
 
+// B fragments of the split-column mode (GemvArgs::x_split): MMA column n = lane / 4 holds token
+// n / 2's hi part (n even) or lo part (n odd), so this lane's fragment is the one part of its
+// f32 chunk.
+template <GemvFormat F>
+__device__ __forceinline__ void x_fragments_split(const uint32_t (&raw)[XChunk<F, true>::kRawWords],
+                                                  bool lo_part,
+                                                  uint32_t (&b)[XChunk<F, true>::kFragWords]) {
+    using X = XChunk<F, true>;
+#pragma unroll
+    for (int p = 0; p < X::kFragWords; ++p) {
+        const float x0 = __uint_as_float(raw[2 * p]);
+        const float x1 = __uint_as_float(raw[2 * p + 1]);
+        const uint32_t hi = pack_bf16x2(x0, x1);
+        const float h0 = __uint_as_float(hi << 16);
+        const float h1 = __uint_as_float(hi & 0xffff0000u);
+        b[p] = lo_part ? pack_bf16x2(x0 - h0, x1 - h1) : hi;
+    }
+}
+
 }  // namespace dsv4::cuda::gemv_sm90

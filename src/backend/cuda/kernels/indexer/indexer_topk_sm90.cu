@@ -8,8 +8,7 @@
 // with ties to the lower index (dev::block_topk_threshold's radix select over order-preserving
 // keys, then a scan in index order that also yields the output sorted by entry index), padded
 // with -1. Keys of any cache format are decoded as loaded (cache_row_sm90.cuh); with fp4 keys
-// q is Hadamard-rotated after its rope, unless q_rotated. round_bf16 is ignored (Model refuses
-// the bf16 reference mode on CUDA). A fused
+// q is Hadamard-rotated after its rope, unless q_rotated. A fused
 // rope on q (IndexerTopkArgs::q_rope) rotates the staged queries with the rope kernel's arithmetic
 // (rope_sm90.cuh), the pairs' cos and sin computed once a block, and the weights' w_scale is one
 // rounded multiply, as the scale op's: the scores are those of rope, scale, then this kernel.
@@ -48,6 +47,14 @@
 // float shared memory (queries [Hi][hi + 1], key tiles of 32 entries), block 0 pulling the other
 // blocks' scores; exact the same way, and slow: it took 122 us a call at V4-Flash's shapes and
 // 8K context (one block per token without the cluster: 8.9 ms).
+//
+// The bf16 reference mode (IndexerTopkArgs::round_bf16) takes the generic kernel at every shape,
+// its own instantiation (kBf16; the float kernels' code is unchanged): the same double dots, then
+// the reference's bf16 steps in its order, d rounded to float then bf16, the ReLU, the product
+// with the weight in float rounded to bf16, the head-order sum in double (as the CPU's, which adds
+// the float terms to a double), rounded to float then bf16. Every step is an explicitly rounded
+// operation on the reference's operands, so the scores, and with the same tie rule the selection,
+// are bitwise the CPU's. (A reference mode: the V4 kernels' speed is not needed there.)
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -59,6 +66,7 @@
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "base/check.h"
+#include "base/fp_codes.h"
 
 namespace dsv4::cuda {
 namespace {
@@ -355,6 +363,8 @@ __device__ __forceinline__ double dot_ref(const float* a, const float* b, int n)
     return __dadd_rn(__dadd_rn(s0, s1), __dadd_rn(s2, s3));
 }
 
+// kBf16: the bf16 reference mode's scores (above); false: the float scores.
+template <bool kBf16>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
     indexer_topk_kernel(ops::IndexerTopkArgs a, RowCodec c, bool rotate_q) {
     dev::pdl_enter();
@@ -408,9 +418,18 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads)
             double s = 0;
             for (int h = 0; h < Hi; ++h) {
                 const double d = d_s[threadIdx.x * ldd + h];
-                s = __dadd_rn(s, __dmul_rn(static_cast<double>(w_s[h]), d < 0.0 ? 0.0 : d));
+                if constexpr (kBf16) {
+                    // bf16(w * max(bf16(float(d)), 0)) added to the double sum (cpu_ref's order;
+                    // `x < 0 ? 0 : x` keeps a -0 as std::max does).
+                    const float db = bf16_round(__double2float_rn(d));
+                    const float term = bf16_round(__fmul_rn(w_s[h], db < 0.0f ? 0.0f : db));
+                    s = __dadd_rn(s, static_cast<double>(term));
+                } else {
+                    s = __dadd_rn(s, __dmul_rn(static_cast<double>(w_s[h]), d < 0.0 ? 0.0 : d));
+                }
             }
-            score[e0 + threadIdx.x] = static_cast<float>(s);
+            score[e0 + threadIdx.x] =
+                kBf16 ? bf16_round(__double2float_rn(s)) : static_cast<float>(s);
         }
     }
     cluster.sync();  // every slice scored
@@ -494,17 +513,29 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(indexer_topk_v4_kernel<false, true>,
                                      cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(indexer_topk_kernel,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kMaxSmem - kStaticBytes));
-        if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(indexer_topk_kernel,
-                                     cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        for (auto* k : {indexer_topk_kernel<false>, indexer_topk_kernel<true>}) {
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kMaxSmem - kStaticBytes));
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }
         return e;
     }();
     DSV4_CHECK_CUDA(attr);
     const int64_t T = a.step.T;
+    if (a.round_bf16) {
+        // The bf16 reference mode: the generic kernel at every shape (header). At V4 shapes its
+        // shared memory is less than the V4 kernels' for the same n_entries (checked above
+        // against indexer_max_entries); asserted for any shape all the same (a host check).
+        const size_t smem =
+            fixed_bytes(a.Hi, a.hi) + static_cast<size_t>(a.n_entries) * sizeof(float);
+        DSV4_ASSERT(smem <= kMaxSmem - kStaticBytes, "indexer_topk: ", a.n_entries,
+                    " entries in the bf16 mode's kernel");
+        launch_pdl(indexer_topk_kernel<true>, static_cast<unsigned>(T * kCluster), kThreads, smem,
+                   stream, 1, a, c, rotate_q);
+        return;
+    }
     const size_t smem = smem_bytes(a.Hi, a.hi, a.n_entries);
     // (The V4 kernel ropes whole float4s, the cos and sin in its weighted-term buffer.)
     DSV4_ASSERT(!roped || !v4_shapes(a.Hi, a.hi) ||
@@ -513,8 +544,8 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
                 "indexer_topk: a fused rope of ", a.q_rope.rope_dim, " dims");
     if (!v4_shapes(a.Hi, a.hi)) {
         // (Compile-time cluster dims: the grid is a whole number of clusters.)
-        launch_pdl(indexer_topk_kernel, static_cast<unsigned>(T * kCluster), kThreads, smem, stream,
-                   1, a, c, rotate_q);
+        launch_pdl(indexer_topk_kernel<false>, static_cast<unsigned>(T * kCluster), kThreads, smem,
+                   stream, 1, a, c, rotate_q);
         return;
     }
     if (T <= kSplitMaxTokens && ws.scores != nullptr) {

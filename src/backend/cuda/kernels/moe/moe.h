@@ -42,7 +42,9 @@ struct MoeSwigluArgs {
 void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream);
 
 // out[t, :] = sum_j (weight[t, j] * y[t*k + j, :]) in j order, then + shared[t, :]: the CPU
-// reference's order. weight nullptr: the slots are already weighted.
+// reference's order. weight nullptr: the slots are already weighted. sel given: the slots are
+// summed in ascending expert id instead (ties in slot order), as DeepSeek's loop over the
+// experts does (the bf16 reference mode, MoeArgs::round_bf16).
 struct MoeCombineArgs {
     const float* y = nullptr;       // [rows, D] each slot's expert output at row(t * k + j)
     const float* weight = nullptr;  // [T, k] or nullptr
@@ -52,6 +54,7 @@ struct MoeCombineArgs {
     int k = 0;
     int64_t D = 0;
     const int32_t* row = nullptr;  // [T*k] row of each pair in y, or nullptr (identity)
+    const int32_t* sel = nullptr;  // [T*k] expert of each pair, or nullptr (slot order)
 };
 void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream);
 

@@ -84,7 +84,19 @@ __global__ void moe_combine_kernel(MoeCombineArgs a) {
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t t = i / a.D, d = i % a.D;
         float s = 0.0f;
-        for (int j = 0; j < a.k; ++j) {
+        int64_t last = -1;  // (expert id, slot) of the slot added last, as sel * k + slot
+        for (int r = 0; r < a.k; ++r) {
+            int j = r;
+            if (a.sel != nullptr) {
+                // The next slot in (expert id, slot) order: the smallest key above `last`.
+                int64_t best = INT64_MAX;
+                for (int c = 0; c < a.k; ++c) {
+                    const int64_t key = int64_t{a.sel[t * a.k + c]} * a.k + c;
+                    if (key > last && key < best) best = key;
+                }
+                last = best;
+                j = static_cast<int>(best % a.k);
+            }
             const int64_t p = t * a.k + j;
             const float y = a.y[(a.row != nullptr ? a.row[p] : p) * a.D + d];
             s = __fadd_rn(s, a.weight != nullptr ? __fmul_rn(y, a.weight[t * a.k + j]) : y);

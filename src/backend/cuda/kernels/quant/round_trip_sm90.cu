@@ -33,13 +33,11 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 void launch_round_trip(const ops::RoundTripArgs& a, cudaStream_t stream) {
     if (a.kind == ops::RoundTrip::kNone || a.rows == 0) return;
-    // The bf16 configuration's kinds run on the CPU only (Model::init refuses that mode here).
-    DSV4_ASSERT(a.kind == ops::RoundTrip::kFp8 || a.kind == ops::RoundTrip::kHadamardFp4,
-                "CUDA round trip of kind ", static_cast<int>(a.kind));
     DSV4_ASSERT(a.block > 0 && a.dims % a.block == 0 && a.dims <= a.width, "round trip of ", a.dims,
                 " dims in blocks of ", a.block);
-    DSV4_ASSERT(a.kind != ops::RoundTrip::kHadamardFp4 ||
-                    (a.dims == a.width && (a.width & (a.width - 1)) == 0),
+    const bool hadamard =
+        a.kind == ops::RoundTrip::kHadamardFp4 || a.kind == ops::RoundTrip::kHadamardBf16Fp4;
+    DSV4_ASSERT(!hadamard || (a.dims == a.width && (a.width & (a.width - 1)) == 0),
                 "Hadamard of width ", a.width);
     DSV4_ASSERT(a.rows <= 0x7fffffff, "round trip of ", a.rows, " rows");
     launch_pdl(round_trip_kernel, static_cast<unsigned>(a.rows), kRowThreads, 0, stream, 1, a);

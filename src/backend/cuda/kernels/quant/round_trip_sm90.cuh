@@ -59,14 +59,21 @@ __device__ __forceinline__ void block_hadamard(float* row, int width, int rows =
 }
 
 // The whole block rounds one row of `width` floats in place (global or shared memory): the
-// Hadamard rotation first for kHadamardFp4 (dims == width, a power of two), then the first
-// `dims` values in blocks of `block`, one warp per block. Called by every thread of the block
-// (blockDim.x a multiple of 32); begins and ends with a barrier.
+// Hadamard rotation first for the Hadamard kinds (dims == width, a power of two), the first
+// `dims` values rounded to bf16 for the bf16 kinds (kBf16 stops there), then those values in
+// blocks of `block`, one warp per block. Called by every thread of the block (blockDim.x a
+// multiple of 32); begins and ends with a barrier.
 __device__ __forceinline__ void block_round_trip_row(float* row, int width, int dims, int block,
                                                      ops::RoundTrip kind) {
     __syncthreads();
     if (kind == ops::RoundTrip::kNone) return;
-    if (kind == ops::RoundTrip::kHadamardFp4) block_hadamard(row, width);
+    if (kind == ops::RoundTrip::kHadamardFp4 || kind == ops::RoundTrip::kHadamardBf16Fp4)
+        block_hadamard(row, width);
+    if (kind == ops::RoundTrip::kHadamardBf16Fp4 || kind == ops::RoundTrip::kBf16) {
+        for (int i = threadIdx.x; i < dims; i += blockDim.x) row[i] = bf16_round(row[i]);
+        __syncthreads();
+        if (kind == ops::RoundTrip::kBf16) return;
+    }
     const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int b = warp; b < dims / block; b += warps) {
         float* p = row + b * block;
