@@ -1498,6 +1498,94 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
     }
 }
 
+// Expert parallelism on one GPU (docs/parallel.md): the routed experts split over 2 and 3
+// ranks, each rank's share uploaded alone (ExpertWeights::first), rank 0 also holding the shared
+// expert (stacked in the experts' format), each share's MoE run with the global selections
+// (the pairs of other ranks' experts add nothing), and the shares' outputs summed on the host
+// (what the NCCL sum does across GPUs): the unsplit CPU MoE within MoeEveryFormat's bound, at
+// 21 tokens (grouped by expert), 2 and 1 (the direct path; rank 0's stacked shared expert).
+TEST(CudaOpsGpu, MoeRankShares) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(57);
+    using cuda::test::TestFormat;
+    const int E = 9, I = 64, D = 256, k = 3;
+    const int64_t T = 21;
+    const auto x = randn(T * D, rng);
+    std::vector<int32_t> sel(T * k);
+    std::vector<float> wt(T * k);
+    for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> order = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int j = 0; j < k; ++j) {
+            sel[t * k + j] = order[j];
+            wt[t * k + j] = 0.2f + 0.3f * static_cast<float>(rng() % 100) / 100.0f;
+        }
+    }
+    std::vector<cuda::test::OwnedWeight> ow;
+    cpu_ref::CpuExperts ce;
+    for (int e = 0; e < E; ++e)
+        for (int p = 0; p < 3; ++p)
+            ow.push_back(
+                cuda::test::random_weight(TestFormat::kNvfp4, p == 2 ? D : I, p == 2 ? I : D, rng));
+    for (int e = 0; e < E; ++e) {
+        ce.w1.push_back(ow[e * 3].w);
+        ce.w3.push_back(ow[e * 3 + 1].w);
+        ce.w2.push_back(ow[e * 3 + 2].w);
+    }
+    std::vector<cuda::test::OwnedWeight> os;
+    for (int p = 0; p < 3; ++p)
+        os.push_back(
+            cuda::test::random_weight(TestFormat::kNvfp4, p == 2 ? D : I, p == 2 ? I : D, rng));
+    std::vector<ops::Weight> hs, rs;
+    for (const auto& o : os) {
+        auto h = be->upload_weight(o.w, {ops::WeightRole::kSharedExpert, 0});
+        ASSERT_TRUE(h.has_value()) << h.status().message();
+        hs.push_back(*h);
+        rs.push_back(cpu_ref::wrap(o.w));
+    }
+    const ops::ExpertWeights rex = cpu_ref::wrap(ce, I, D);
+    Dev<float> dx(*be, x), dwt(*be, wt), shared(*be, T * (2 * I + D)),
+        routed(*be, ops::moe_routed_scratch_floats(T, k, E, D, I)), out(*be, T * D);
+    Dev<int32_t> dsel(*be, sel);
+    for (int ranks : {2, 3}) {
+        std::vector<ops::ExpertWeights> shares;
+        for (int r = 0; r < ranks; ++r) {
+            const ops::ExpertShard sh = ops::expert_shard(E, r, ranks);
+            Backend::SharedExpert se;
+            if (r == 0) se = {&hs[0], &hs[1], &hs[2]};
+            auto ex = be->upload_experts(ce.w1.data() + sh.first, ce.w3.data() + sh.first,
+                                         ce.w2.data() + sh.first, sh.count,
+                                         {ops::WeightRole::kExperts, 0}, se);
+            ASSERT_TRUE(ex.has_value()) << ex.status().message();
+            ex->first = sh.first;
+            shares.push_back(*ex);
+        }
+        ASSERT_TRUE(be->prepare_steps(T).is_ok());
+        for (int64_t Tc : {T, int64_t{2}, int64_t{1}}) {
+            std::vector<float> sum(Tc * D, 0.0f);
+            for (int r = 0; r < ranks; ++r) {
+                const bool with_shared = r == 0;
+                be->moe({dx.p, dsel.p, dwt.p, &shares[r], with_shared ? &hs[0] : nullptr,
+                         with_shared ? &hs[1] : nullptr, with_shared ? &hs[2] : nullptr, shared.p,
+                         routed.p, out.p, Tc, D, I, E, k, 7.0f});
+                const auto got = out.get();
+                for (int64_t i = 0; i < Tc * D; ++i) sum[i] += got[i];
+            }
+            std::vector<float> ref(Tc * D), scratch(Tc * (2 * I + D));
+            cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, &rs[0], &rs[1], &rs[2],
+                          scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
+            const QuantWeight* sq[3] = {&os[0].w, &os[1].w, &os[2].w};
+            auto tol = moe_magnitude(x, sel.data(), wt.data(), ce, sq[0], sq[1], sq[2], Tc, D, I, k,
+                                     7.0f);
+            for (auto& v : tol) v *= 2e-4;
+            const std::string what =
+                "moe " + std::to_string(ranks) + " rank shares T=" + std::to_string(Tc);
+            expect_within(what.c_str(), sum, ref, tol);
+        }
+    }
+}
+
 // The MoE with its routing inside (MoeArgs::route: exactly router, then moe): NVFP4 experts
 // with the shared expert stacked (one token: the routing kernel also writes the groups' ids and
 // scales and clears h and out, cuda::MoePrep) or dense f32 (not stacked: the router runs

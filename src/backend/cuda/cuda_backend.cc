@@ -205,6 +205,8 @@ const char* linear_label(ops::WeightRole r) {
 
 // Step rows the scratch holds before prepare_steps asks for more.
 constexpr int64_t kDefaultStepRows = 256;
+// Expert pairs a row of a rank's step may hold (its top-k), for the local-id scratch.
+constexpr int64_t kMaxLocalSlots = 16;
 
 // An on/off switch from the environment: unset or empty gives dflt, "0" off, anything else on.
 bool env_flag(const char* name, bool dflt) {
@@ -685,6 +687,15 @@ class CudaBackend final : public Backend {
             attn_ws_.rows_bytes = rows;
         }
         if (gemm_min_rows_ > 0 && !gemm_.ready()) DSV4_RETURN_IF_ERROR(start_gemm());
+        // A rank's share of the experts: a step's expert pairs in its ids and their weights
+        // (moe; 128 bytes a row).
+        if (const int64_t n = max_rows * kMaxLocalSlots; n > local_slots_) {
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(n) * 8));
+            free(local_sel_);
+            local_sel_ = static_cast<int32_t*>(p);
+            local_weight_ = reinterpret_cast<float*>(local_sel_ + n);
+            local_slots_ = n;
+        }
         const int64_t floats = max_rows * max_cols_;
         if (floats <= act_floats_) return Status::ok();
         DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(static_cast<size_t>(floats) * sizeof(float)));
@@ -971,9 +982,27 @@ class CudaBackend final : public Backend {
         const auto prof = profile_.scope("moe", recording_);
         DSV4_ASSERT(a.routed_scratch != nullptr, "CUDA moe needs MoeArgs::routed_scratch");
         if (a.T == 0) return;
+        if (a.experts->first != 0 || a.experts->E != a.E) {
+            // A rank's share of the experts (docs/parallel.md; Engine::create does not make CUDA
+            // ranks yet): the routing (global ids), then the pairs in this rank's ids (the
+            // others' weights 0), then the MoE over the share alone.
+            DSV4_ASSERT(a.T * a.k <= local_slots_, "moe: ", a.T * a.k,
+                        " expert pairs on a rank (prepare_steps not called?)");
+            if (a.route != nullptr) route(*a.route, nullptr);
+            cuda::launch_moe_local_slots(a.sel, a.weight, a.T * a.k, a.experts->first, a.experts->E,
+                                         local_sel_, local_weight_, cur());
+            ops::ExpertWeights share = *a.experts;
+            share.first = 0;
+            ops::MoeArgs l = a;
+            l.sel = local_sel_;
+            l.weight = local_weight_;
+            l.E = share.E;
+            l.experts = &share;
+            l.route = nullptr;
+            moe(l);
+            return;
+        }
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
-        DSV4_ASSERT(a.experts->first == 0 && a.experts->E == a.E,
-                    "CUDA moe: a rank's share of the experts (Engine::create refuses ranks)");
         const int64_t P = a.T * a.k, D = a.D, I = a.I;
         const bool grouped = ex.has_gemv && ops::moe_grouped_by_expert(a.T, a.k, a.E);
         const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;
@@ -1386,7 +1415,10 @@ class CudaBackend final : public Backend {
     bool route_prepares_moe_ = true;  // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
     bool branches_ = true;            // false: DSV4_CUDA_BRANCHES=0
     bool gemv_split_x_ = true;        // false: DSV4_CUDA_GEMV_SPLIT_X=0
-    cuda::CudaStream side_;           // the branches' stream
+    int32_t* local_sel_ = nullptr;    // [local_slots_] a share's pairs in its expert ids
+    float* local_weight_ = nullptr;   // [local_slots_] (in the same allocation)
+    int64_t local_slots_ = 0;
+    cuda::CudaStream side_;  // the branches' stream
     cudaEvent_t fork_ = nullptr, join_ = nullptr;
     bool in_branch_ = false, branch_pending_ = false;
     unsigned branch_uses_ = 0;  // Scratch bits the open or pending branch used

@@ -25,6 +25,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/attention/attention_keys_sm90.cuh"
 #include "backend/cuda/kernels/basic/basic.h"
@@ -205,14 +206,15 @@ void launch_attention_bf16(const ops::AttentionArgs& a, const KeyRows& kr, cudaS
     args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
     args.ring_out = nullptr;  // (launch_attention writes the ring after this kernel)
     // The attributes are host-side settings (not stream operations): allowed during capture.
-    static const cudaError_t attr = [] {
+    static PerDeviceOnce set_attributes;  // (per device: ranks on several GPUs)
+    const cudaError_t attr = set_attributes([] {
         cudaError_t e = cudaSuccess;
         for (auto* k : {attention_bf16_kernel<false>, attention_bf16_kernel<true>})
             if (e == cudaSuccess)
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bf16_smem(kAttnMaxHeadDim)));
         return e;
-    }();
+    });
     DSV4_CHECK_CUDA(attr);
     launch_pdl(kr.codec.type == CacheType::kF32 ? attention_bf16_kernel<false>
                                                 : attention_bf16_kernel<true>,

@@ -56,6 +56,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/attention/attention_keys_sm90.cuh"
@@ -501,7 +502,8 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
                            static_cast<int64_t>(cluster - 1) * kBatch >= max_keys(a)))
         cluster /= 2;
     // The attributes are host-side settings (not stream operations): allowed during capture.
-    static const cudaError_t attr = [] {
+    static PerDeviceOnce set_attributes;  // (per device: ranks on several GPUs)
+    const cudaError_t attr = set_attributes([] {
         cudaError_t e = cudaSuccess;
         for (auto* k : {attention_kernel<false>, attention_kernel<true>}) {
             if (e == cudaSuccess)
@@ -512,7 +514,7 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         }
         return e;
-    }();
+    });
     DSV4_CHECK_CUDA(attr);
     ops::AttentionArgs args = a;
     args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/attention/attention_keys_sm90.cuh"
@@ -292,14 +293,15 @@ bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
     const int64_t by_grid = std::max<int64_t>(1, 2 * ws.sm_count / (T * G));
     const int S = static_cast<int>(std::min<int64_t>({kMaxSplits, tiles, by_grid}));
     if (T * G * S > ws.max_blocks) return false;
-    static const cudaError_t attr = [] {
+    static PerDeviceOnce set_attributes;  // (per device: ranks on several GPUs)
+    const cudaError_t attr = set_attributes([] {
         cudaError_t e = cudaSuccess;
         for (auto* k : {attention_split_kernel<false>, attention_split_kernel<true>})
             if (e == cudaSuccess)
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(split_smem(kAttnMaxHeadDim)));
         return e;
-    }();
+    });
     DSV4_CHECK_CUDA(attr);
     const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, true, "attention out");
     ops::AttentionArgs args = a;

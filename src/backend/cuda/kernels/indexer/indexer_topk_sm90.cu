@@ -61,6 +61,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/per_device.h"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/cache_row_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
@@ -494,7 +495,8 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
     const bool rotate_q = c.type == CacheType::kFp4 && !a.q_rotated;
     DSV4_ASSERT(!v4_shapes(a.Hi, a.hi) || c.vec4, "indexer_topk: keys of ", a.hi, " values");
     if (a.step.T == 0) return;
-    static const cudaError_t attr = [] {
+    static PerDeviceOnce set_attributes;  // (per device: ranks on several GPUs)
+    const cudaError_t attr = set_attributes([] {
         cudaError_t e = cudaSuccess;
         for (auto* k : {indexer_topk_v4_kernel<false, false>, indexer_topk_v4_kernel<true, false>,
                         indexer_topk_v4_kernel<false, true>, indexer_topk_v4_kernel<true, true>}) {
@@ -521,7 +523,7 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         }
         return e;
-    }();
+    });
     DSV4_CHECK_CUDA(attr);
     const int64_t T = a.step.T;
     if (a.round_bf16) {

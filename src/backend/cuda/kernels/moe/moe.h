@@ -67,4 +67,12 @@ void launch_moe_ids_with_shared(const int32_t* sel /*[k]*/, const float* weight 
                                 float* scale /*[k + 1]*/, float* h /*[n_h]*/, int64_t n_h,
                                 float* out /*[n_out]*/, int64_t n_out, cudaStream_t stream);
 
+// Ranks (docs/parallel.md): each of the P pairs' experts in this rank's ids, sel[p] - first when
+// the rank holds it ([first, first + count)); a pair of another rank's expert goes to expert 0
+// with weight 0, so its product adds nothing (expert 0's weights are read again, mostly from L2)
+// and the rank's sum is its own experts' part.
+void launch_moe_local_slots(const int32_t* sel /*[P]*/, const float* weight /*[P]*/, int64_t P,
+                            int first, int count, int32_t* sel_out /*[P]*/,
+                            float* weight_out /*[P]*/, cudaStream_t stream);
+
 }  // namespace dsv4::cuda
