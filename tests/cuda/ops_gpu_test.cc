@@ -1576,8 +1576,8 @@ TEST(CudaOpsGpu, MoeRankShares) {
             cpu_ref::moe({x.data(), sel.data(), wt.data(), &rex, &rs[0], &rs[1], &rs[2],
                           scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
             const QuantWeight* sq[3] = {&os[0].w, &os[1].w, &os[2].w};
-            auto tol = moe_magnitude(x, sel.data(), wt.data(), ce, sq[0], sq[1], sq[2], Tc, D, I, k,
-                                     7.0f);
+            auto tol =
+                moe_magnitude(x, sel.data(), wt.data(), ce, sq[0], sq[1], sq[2], Tc, D, I, k, 7.0f);
             for (auto& v : tol) v *= 2e-4;
             const std::string what =
                 "moe " + std::to_string(ranks) + " rank shares T=" + std::to_string(Tc);

@@ -151,8 +151,7 @@ void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream) {
 }
 
 __global__ void moe_local_slots_kernel(const int32_t* sel, const float* weight, int64_t P,
-                                       int first, int count, int32_t* sel_out,
-                                       float* weight_out) {
+                                       int first, int count, int32_t* sel_out, float* weight_out) {
     dev::pdl_enter();
     const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (p >= P) return;
@@ -165,8 +164,8 @@ __global__ void moe_local_slots_kernel(const int32_t* sel, const float* weight, 
 void launch_moe_local_slots(const int32_t* sel, const float* weight, int64_t P, int first,
                             int count, int32_t* sel_out, float* weight_out, cudaStream_t stream) {
     if (P == 0) return;
-    launch_pdl(moe_local_slots_kernel, blocks_for(P), kThreads, 0, stream, 1, sel, weight, P,
-               first, count, sel_out, weight_out);
+    launch_pdl(moe_local_slots_kernel, blocks_for(P), kThreads, 0, stream, 1, sel, weight, P, first,
+               count, sel_out, weight_out);
 }
 
 void launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
