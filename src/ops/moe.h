@@ -77,13 +77,17 @@ struct MoeArgs {
 inline bool moe_grouped_by_expert(int64_t T, int k, int E) {
     return T * k >= 4 * int64_t{E};
 }
-// Scratch for MoeArgs::routed_scratch: per row (a pair, or a padded slot of an expert's groups
-// of 16) its input, w1|w3 output, SwiGLU output, routing weight and group id, plus an int32 per
-// pair.
+// Fewer pairs (decode batches): a backend may gather one expert's pairs into groups of up to
+// this many rows, at most one group a pair.
+inline constexpr int kMoeDecodeGroupRows = 4;
+// Scratch for MoeArgs::routed_scratch: per row (a pair, or a slot of an expert's groups of 16 or
+// of kMoeDecodeGroupRows) its input, w1|w3 output, SwiGLU output, routing weight and group id,
+// plus an int32 per pair and one more (the groups formed).
 inline int64_t moe_routed_scratch_floats(int64_t T, int k, int E, int D, int I) {
     const int64_t P = T * k;
-    const int64_t rows = moe_grouped_by_expert(T, k, E) ? (P + 15) / 16 * 16 + 16 * int64_t{E} : P;
-    return rows * (D + 3 * int64_t{I} + 2) + P;
+    const int64_t rows = moe_grouped_by_expert(T, k, E) ? (P + 15) / 16 * 16 + 16 * int64_t{E}
+                                                        : P * kMoeDecodeGroupRows;
+    return rows * (D + 3 * int64_t{I} + 2) + P + 1;
 }
 
 // Expert-use counting (benchmarks' routing histogram): counts[sel[i]] += 1 for i < n.

@@ -44,6 +44,9 @@ struct Case {
     bool accumulate = false;     // y += (y starts from random values)
     bool sum_groups = false;     // every group adds into one y, scaled by a random group scale
     bool zero = false;           // with accumulate: y starts as NaN and the launch clears it
+    // > 0: the launch runs the first live_groups groups only, counted on the device
+    // (GemvArgs::n_groups_dev); the later groups' y must keep what it held.
+    int live_groups = 0;
 };
 
 std::string describe(const Case& c) {
@@ -57,7 +60,8 @@ std::string describe(const Case& c) {
                     (c.ctas_per_sm ? " ctas=" + std::to_string(c.ctas_per_sm) : "") +
                     (c.depth ? " depth=" + std::to_string(c.depth) : "") +
                     (c.ids_ready ? " ids-ready" : "") + (c.accumulate ? " accumulate" : "") +
-                    (c.sum_groups ? " sum-groups" : "") + (c.zero ? " zero" : "");
+                    (c.sum_groups ? " sum-groups" : "") + (c.zero ? " zero" : "") +
+                    (c.live_groups ? " live=" + std::to_string(c.live_groups) : "");
     return s;
 }
 
@@ -153,6 +157,11 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
         d_ids = arena->alloc_array<int32_t>(c.ids.size());
         DSV4_CHECK_CUDA(cudaMemcpy(d_ids, c.ids.data(), c.ids.size() * 4, cudaMemcpyHostToDevice));
     }
+    int32_t* d_live = nullptr;
+    if (c.live_groups > 0) {
+        d_live = arena->alloc_array<int32_t>(1);
+        DSV4_CHECK_CUDA(cudaMemcpy(d_live, &c.live_groups, 4, cudaMemcpyHostToDevice));
+    }
     float* d_group_scale = nullptr;
     if (c.sum_groups) {
         d_group_scale = arena->alloc_array<float>(static_cast<size_t>(groups));
@@ -178,6 +187,7 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
     opt.sum_groups = c.sum_groups;
     opt.group_scale = d_group_scale;
     opt.zero = c.zero;
+    opt.n_groups_dev = d_live;
 
     // CPU reference per group (summed with the group scales for sum_groups), plus y_init.
     const size_t ysize = static_cast<size_t>(y_count);
@@ -229,7 +239,21 @@ Outcome run_case(const Case& c, uint32_t seed, int repeats = 1) {
         }
         double err2 = 0.0, ref2 = 0.0;
         int reported = 0;
-        for (size_t i = 0; i < ysize; ++i) {
+        // Outputs of the groups not run (live_groups): the bytes they held before the launch.
+        const size_t run_end = c.live_groups > 0 && !c.sum_groups
+                                   ? static_cast<size_t>(c.live_groups) * c.m * c.n
+                                   : ysize;
+        for (size_t i = run_end; i < ysize; ++i) {
+            const size_t b = c.y_bf16 ? 2 : 4;
+            uint8_t want[4];
+            if (c.accumulate && !c.zero)
+                std::memcpy(want, &y_init[i], 4);
+            else
+                std::memset(want, 0xff, 4);
+            if (std::memcmp(raw.data() + b * i, want, b) != 0 && reported++ < 5)
+                ADD_FAILURE() << "output " << i << " of a group not run was written";
+        }
+        for (size_t i = 0; i < run_end; ++i) {
             float v;
             if (c.y_bf16) {
                 uint16_t b;
@@ -319,6 +343,38 @@ TEST(GemvGpu, GroupedExpertsWithDeviceIds) {
             d.parts = 1;
             d.shared_x = false;
             run_case(d, seed++, 2);
+        }
+    }
+}
+
+// Groups counted on the device (the MoE's decode groups, GemvArgs::n_groups_dev): the groups
+// run give the reference, the others are neither read nor written; every format, plain and
+// accumulating into a cleared y, groups of 4 rows with repeated experts, the default grid and
+// one CTA an SM, and every group live.
+TEST(GemvGpu, GroupsCountedOnTheDevice) {
+    DSV4_REQUIRE_GPU();
+    uint32_t seed = 3100;
+    for (TestFormat f : {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0}) {
+        for (int live : {1, 6, 11}) {
+            for (int ctas : {0, 1}) {
+                Case c;
+                c.format = f;
+                c.n = 2 * 128;
+                c.k = 512;
+                c.m = 4;
+                c.n_experts = 9;
+                c.parts = 2;
+                c.ids = {0, 2, 2, 5, 7, 8, 8, 8, 3, 1, 4};
+                c.x_f32 = true;
+                c.shared_x = false;
+                c.live_groups = live;
+                c.ctas_per_sm = ctas;
+                run_case(c, seed++, 1);
+                Case d = c;  // accumulating into a cleared y, as the MoE's w1|w3 and w2 do
+                d.accumulate = true;
+                d.zero = true;
+                run_case(d, seed++, 1);
+            }
         }
     }
 }

@@ -19,6 +19,7 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/attention/attention.h"
+#include "backend/cuda/kernels/moe/moe.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 #include "ops_gpu_util.h"
@@ -52,6 +53,48 @@ TEST(CudaBackendGpu, MemoryAndCopies) {
         for (int i = 0; i < 1001; ++i) EXPECT_EQ(got[i], h[i] * 0.75f) << i;
     }
     EXPECT_EQ(be->memory_in_use(), before);
+}
+
+// A decode batch's pairs gathered by expert (the MoE's decode groups, MoeCompactArgs) against
+// a host model: the experts ascending, each expert's pairs in pair order, up to m to a group,
+// the groups counted, the later groups naming expert 0. Random selections with repeats, one
+// expert for every pair, up to just under ops::moe_grouped_by_expert's threshold.
+TEST(CudaOpsGpu, MoeCompactGroupsByExpert) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    cuda::CudaStream s = cuda::CudaStream::create();
+    std::mt19937 rng(17);
+    for (const auto& [P, E] : std::vector<std::pair<int, int>>{
+             {1, 9}, {2, 9}, {7, 9}, {35, 9}, {48, 256}, {192, 256}, {1023, 256}, {3, 1}}) {
+        for (int m : {1, 4}) {
+            SCOPED_TRACE(std::to_string(P) + " pairs, " + std::to_string(E) + " experts, m " +
+                         std::to_string(m));
+            std::vector<int32_t> sel(static_cast<size_t>(P));
+            std::uniform_int_distribution<int32_t> pick(0, E - 1);
+            for (auto& e : sel) e = P == 35 ? 3 : pick(rng);  // (35: all one expert)
+            Dev<int32_t> d_sel(*be, sel), d_ge(*be, sel.size()), d_row(*be, sel.size()),
+                d_n(*be, 1);
+            be->synchronize();
+            cuda::launch_moe_compact_groups({d_sel.p, d_ge.p, d_row.p, d_n.p, P, E, m}, s.get());
+            s.synchronize();
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+            // The host model: each expert's pairs in order, a group per m of them.
+            std::vector<int32_t> want_ge(sel.size(), 0), want_row(sel.size());
+            int32_t groups = 0;
+            for (int e = 0; e < E; ++e) {
+                int32_t slot = 0;
+                for (int p = 0; p < P; ++p) {
+                    if (sel[static_cast<size_t>(p)] != e) continue;
+                    if (slot == 0) want_ge[static_cast<size_t>(groups++)] = e;
+                    want_row[static_cast<size_t>(p)] = (groups - 1) * m + slot;
+                    slot = (slot + 1) % m;
+                }
+            }
+            EXPECT_EQ(d_n.get()[0], groups);
+            EXPECT_EQ(d_ge.get(), want_ge);
+            EXPECT_EQ(d_row.get(), want_row);
+        }
+    }
 }
 
 TEST(CudaOpsGpu, EmbedF32AndBf16) {
@@ -1468,10 +1511,16 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
             auto ex = be->upload_experts(ce.w1.data(), ce.w3.data(), ce.w2.data(), E,
                                          {ops::WeightRole::kExperts, 0}, {g1, g3, g2});
             ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
-            // 21 tokens: the pairs grouped by expert (prefill); 2 tokens: one row per pair; 1
-            // token: the groups read x itself and w2 adds into the output (no combine).
-            for (int64_t Tc : {T, int64_t{2}, int64_t{1}})
-                for (bool with_shared : {false, true}) {
+            // 21 tokens: the pairs grouped by expert (prefill); 11, 5 and 2 tokens: one
+            // expert's pairs in groups of up to 4 (decode batches of at least E / 2 pairs; the
+            // busiest expert's 11 pairs in three), and again one row a pair
+            // (cuda_set_moe_compact off: the smaller batches' path); 1 token: the groups read x
+            // itself and w2 adds into the output (no combine).
+            for (int64_t Tc : {T, int64_t{11}, int64_t{5}, int64_t{2}, int64_t{1}})
+                for (int variant = 0; variant < 4; ++variant) {
+                    const bool with_shared = (variant & 1) != 0, compact = variant < 2;
+                    if (!compact && (Tc == T || Tc == 1)) continue;  // (no choice there)
+                    cuda_set_moe_compact(*be, compact);
                     ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
                     be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? g1 : nullptr,
                              with_shared ? g3 : nullptr, with_shared ? g2 : nullptr, shared.p,
@@ -1482,7 +1531,8 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                                   scratch.data(), nullptr, ref.data(), Tc, D, I, E, k, 7.0f});
                     const std::string what =
                         std::string("moe ") + name + " T=" + std::to_string(Tc) +
-                        (with_shared ? (same_format ? " + stacked shared" : " + shared") : "");
+                        (with_shared ? (same_format ? " + stacked shared" : " + shared") : "") +
+                        (compact ? "" : " (a row a pair)");
                     auto got = out.get();
                     got.resize(Tc * D);
                     const QuantWeight* sq[3] = {nullptr, nullptr, nullptr};

@@ -247,6 +247,9 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 18): =0 runs f32-activation GEMVs of up to 8
         // tokens with hi and lo as two MMAs instead of two columns of one (GemvArgs::x_split).
         gemv_split_x_ = env_flag("DSV4_CUDA_GEMV_SPLIT_X", true);
+        // Measurements (docs/perf.md, session 19): =0 runs a decode batch's expert pairs one
+        // row a group (every pair reads and decodes its expert's weights).
+        moe_compact_ = env_flag("DSV4_CUDA_MOE_COMPACT", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -293,6 +296,7 @@ class CudaBackend final : public Backend {
     int64_t gemm_runs() const { return gemm_runs_; }
     int64_t attention_split_runs() const { return attn_split_runs_; }
     void set_attention_split(bool on) { attn_split_ = on; }
+    void set_moe_compact(bool on) { moe_compact_ = on; }
 
     Expected<void*> try_alloc(size_t bytes) override {
         if (broke_recording("allocate")) return error("allocation inside a recorded step");
@@ -1005,8 +1009,22 @@ class CudaBackend final : public Backend {
         const CudaExperts& ex = *static_cast<const CudaExperts*>(a.experts->impl);
         const int64_t P = a.T * a.k, D = a.D, I = a.I;
         const bool grouped = ex.has_gemv && ops::moe_grouped_by_expert(a.T, a.k, a.E);
-        const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;
-        const int m = grouped ? 16 : 1;
+        // One token (batch-1 decode): the k groups read x itself (no per-pair copy), and w2 adds
+        // each expert's output times its routing weight straight into the output, which the
+        // shared expert has written first (no combine). The sum's order differs from the
+        // reference's (slot order, then the shared expert) by float rounding only.
+        const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8 && !a.round_bf16;
+        // Decode batches of at least E / 2 pairs: one expert's pairs in groups of up to
+        // kMoeDecodeGroupRows rows (tokens are the GEMV's MMA columns, so a group of 4 costs the
+        // MMAs and the weight decoding of one row), the groups formed on the device and counted
+        // there (GemvArgs::n_groups_dev): each expert's weights are read and decoded once a group
+        // instead of once a pair. Measured at V4-Flash size (docs/perf.md, session 19): 192
+        // pairs of 256 experts (batch 32) 11% faster a step; 48 pairs (batch 8, few experts
+        // picked twice) 5.5% slower, hence the bound.
+        const bool compact = ex.has_gemv && !grouped && !direct && !a.act_fp8 && !a.round_bf16 &&
+                             2 * P >= a.E && moe_compact_;
+        const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;  // (compact: at most)
+        const int m = grouped ? 16 : compact ? ops::kMoeDecodeGroupRows : 1;
         const int64_t R = n_groups * m;   // rows
         float* xr = a.routed_scratch;     // [R, D]: the inputs, later each row's output
         float* h13 = xr + R * D;          // [R, 2I]
@@ -1014,14 +1032,11 @@ class CudaBackend final : public Backend {
         float* row_weight = act + R * I;  // [R]
         int32_t* group_expert = reinterpret_cast<int32_t*>(row_weight + R);  // [n_groups]
         int32_t* pair_row = group_expert + R;                                // [P]
-        const int32_t* ids = grouped ? group_expert : a.sel;
-        const int32_t* row = grouped ? pair_row : nullptr;
+        int32_t* live = pair_row + P;  // [1] compact: the groups formed
+        const int32_t* ids = grouped || compact ? group_expert : a.sel;
+        const int32_t* row = grouped || compact ? pair_row : nullptr;
+        const int32_t* n_live = compact ? live : nullptr;
         cudaStream_t s = cur();
-        // One token (batch-1 decode): the k groups read x itself (no per-pair copy), and w2 adds
-        // each expert's output times its routing weight straight into the output, which the
-        // shared expert has written first (no combine). The sum's order differs from the
-        // reference's (slot order, then the shared expert) by float rounding only.
-        const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8 && !a.round_bf16;
         const bool stacked = direct && ex.shared_stacked && a.shared_w1 != nullptr;
         // The routing (MoeArgs::route) first; with the stacked shared expert below, its kernel
         // also writes the groups' ids and scales and clears h and out (cuda::MoePrep).
@@ -1069,13 +1084,17 @@ class CudaBackend final : public Backend {
                 cuda::launch_moe_group({a.sel, group_expert, pair_row, P, a.E, n_groups}, s);
                 DSV4_CHECK_CUDA(cudaMemsetAsync(xr, 0, R * D * sizeof(float), s));
             }
+            // (A group's rows past its pairs keep stale inputs: their outputs are not read.)
+            if (compact)
+                cuda::launch_moe_compact_groups({a.sel, group_expert, pair_row, live, P, a.E, m},
+                                                s);
             if (direct) {
                 expert_gemv(ex.g13, x, D, m, h13, 2 * I, n_groups, ids, /*x_stride=*/0, -1, nullptr,
                             /*zero=*/true);
             } else {
                 cuda::launch_expand_rows(x, row, xr, a.T, a.k, D, s);
                 expert_gemv(ex.g13, xr, D, m, h13, 2 * I, n_groups, ids, -1, -1, nullptr,
-                            /*zero=*/true);
+                            /*zero=*/true, n_live);
             }
         } else {
             dense_experts(x, a.k, ex.w13, h13, P, 2 * I, D, a.sel);
@@ -1121,7 +1140,8 @@ class CudaBackend final : public Backend {
         }
         float* y2 = xr;
         if (ex.has_gemv) {
-            expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids, -1, -1, nullptr, /*zero=*/true);
+            expert_gemv(ex.g2, act, I, m, y2, D, n_groups, ids, -1, -1, nullptr, /*zero=*/true,
+                        n_live);
         } else {
             dense_experts(act, 1, ex.w2, y2, P, D, I, a.sel);
         }
@@ -1223,7 +1243,8 @@ class CudaBackend final : public Backend {
     // group_scale[g] (y_stride 0) are the GEMV's own options; -1 keeps the dense layout.
     void expert_gemv(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m, float* y,
                      int64_t ldy, int64_t G, const int32_t* ids, int64_t x_stride = -1,
-                     int64_t y_stride = -1, const float* group_scale = nullptr, bool zero = false) {
+                     int64_t y_stride = -1, const float* group_scale = nullptr, bool zero = false,
+                     const int32_t* n_live = nullptr) {
         cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
         g.n_groups = static_cast<int32_t>(G);
         g.expert_ids = ids;
@@ -1238,7 +1259,10 @@ class CudaBackend final : public Backend {
         g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
         g.group_scale = group_scale;
-        if (zero && gemv_memset_) {
+        // With groups counted on the device (n_live) the launch clears only those groups' y
+        // itself (a memset would clear every possible group's).
+        g.n_groups_dev = n_live;
+        if (zero && gemv_memset_ && n_live == nullptr) {
             const int64_t sets = y_stride == 0 ? 1 : G;
             DSV4_CHECK_CUDA(cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, cur()));
         } else if (zero) {
@@ -1415,6 +1439,7 @@ class CudaBackend final : public Backend {
     bool route_prepares_moe_ = true;  // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
     bool branches_ = true;            // false: DSV4_CUDA_BRANCHES=0
     bool gemv_split_x_ = true;        // false: DSV4_CUDA_GEMV_SPLIT_X=0
+    bool moe_compact_ = true;         // false: DSV4_CUDA_MOE_COMPACT=0
     int32_t* local_sel_ = nullptr;    // [local_slots_] a share's pairs in its expert ids
     float* local_weight_ = nullptr;   // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
@@ -1458,6 +1483,12 @@ void cuda_set_attention_split(Backend& b, bool on) {
     auto* cb = dynamic_cast<CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     cb->set_attention_split(on);
+}
+
+void cuda_set_moe_compact(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_moe_compact(on);
 }
 
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(

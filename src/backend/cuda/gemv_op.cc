@@ -90,6 +90,7 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
     a.y_accumulate = options.accumulate;
     a.group_scale = options.group_scale;
     a.y_zero = options.zero;
+    a.n_groups_dev = options.n_groups_dev;
     a.pdl = options.pdl;
     a.ids_ready = options.ids_ready;
     gemv_workspace_bind(ws.base, ws.max_row_blocks_total, &a);

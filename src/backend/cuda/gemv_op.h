@@ -53,8 +53,9 @@ struct GemvOptions {
     bool accumulate = false;
     bool sum_groups = false;
     const float* group_scale = nullptr;
-    bool zero = false;        // with accumulate: the launch clears y first (GemvArgs::y_zero)
-    GemvLaunchConfig launch;  // sm_count is taken from the workspace when 0
+    bool zero = false;  // with accumulate: the launch clears y first (GemvArgs::y_zero)
+    const int32_t* n_groups_dev = nullptr;  // [1] device: the groups to run (GemvArgs)
+    GemvLaunchConfig launch;                // sm_count is taken from the workspace when 0
 };
 
 // y[g] = x[g] * W[expert(g)]^T for g < n_groups (or y[g] +=, or y += sum_g s_g x[g] W^T).

@@ -95,6 +95,11 @@ struct GemvArgs {
     int32_t n_segments = 0;
     GemvYSegment segments[kGemvMaxSegments];
 
+    // The groups to run when they are known on the device only ([1], <= n_groups, written by an
+    // earlier kernel in the stream and read after the launch's wait; nullptr: n_groups): the
+    // work is split over those groups' units, and y_zero clears those groups' outputs.
+    const int32_t* n_groups_dev = nullptr;
+
     // Programmatic dependent launch: start streaming weights while the previous kernel in the
     // stream finishes (weights only; activations, ids and outputs wait for it).
     bool pdl = false;

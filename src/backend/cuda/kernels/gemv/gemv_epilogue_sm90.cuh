@@ -31,11 +31,12 @@ __device__ __forceinline__ float* y_f32_at(const GemvArgs& a, int group, int tok
 
 // y_zero, before a warp's first add: clears elements [w Z / W, (w + 1) Z / W) of the Z outputs
 // this launch adds into (warp w of W), then counts the warp in on zero_barrier[0].
-__device__ __forceinline__ void zero_y_share(const GemvArgs& a, int64_t warp, int64_t warps,
-                                             int lane) {
+// n_groups: the groups this launch runs (GemvArgs::n_groups_dev).
+__device__ __forceinline__ void zero_y_share(const GemvArgs& a, int n_groups, int64_t warp,
+                                             int64_t warps, int lane) {
     const bool one_y = a.y_group_stride == 0 || a.n_segments > 0;
     const int64_t per_group = static_cast<int64_t>(a.m) * a.n;
-    const int64_t total = (one_y ? 1 : a.n_groups) * per_group;
+    const int64_t total = (one_y ? 1 : n_groups) * per_group;
     const int64_t end = (warp + 1) * total / warps;
     for (int64_t i = warp * total / warps + lane; i < end; i += 32) {
         const int group = static_cast<int>(i / per_group);

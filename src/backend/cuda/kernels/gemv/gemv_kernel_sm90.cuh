@@ -110,9 +110,15 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
     const int T = a.k_tiles;
     const int Q = a.row_blocks / kGemvQuad;
     const int per_group = Q * T;  // units (quad x k-tile) per group
+    // A group count from the device (the previous kernel's): waited for before the split.
+    int n_groups = a.n_groups;
+    if (a.n_groups_dev != nullptr) {
+        ptx::griddep_wait();
+        n_groups = static_cast<int>(ptx::ld_cg_u32(a.n_groups_dev));
+    }
     // At most one warp per unit, so every warp of the split has work and the warps sharing a
     // quad are consecutive (the partial-sum count below relies on it).
-    const int64_t total = static_cast<int64_t>(per_group) * a.n_groups;
+    const int64_t total = static_cast<int64_t>(per_group) * n_groups;
     const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
     const Split split{grid_warps < total ? grid_warps : total, total};
 
@@ -185,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
     // y_zero: clear this warp's share of y now (after the wait: y may be the previous kernels'
     // scratch); the warp checks that all shares are cleared before its first add.
     bool y_cleared = !a.y_zero;
-    if (a.y_zero) zero_y_share(a, warp, split.warps, lane);
+    if (a.y_zero) zero_y_share(a, n_groups, warp, split.warps, lane);
 
     // ---- Compute side: one segment per row-block quad touched by this warp's range.
     const int g = lane >> 2;
@@ -343,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
             c_t = 0;
             if (++c_quad == Q) {
                 c_quad = 0;
-                if (++c_group < a.n_groups) c_expert = expert_of(c_group);
+                if (++c_group < n_groups) c_expert = expert_of(c_group);
             }
         }
     }

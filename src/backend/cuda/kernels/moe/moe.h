@@ -29,6 +29,23 @@ struct MoeGroupArgs {
 };
 void launch_moe_group(const MoeGroupArgs& a, cudaStream_t stream);
 
+// A decode batch's pairs gathered by expert into groups of up to m rows (ops::
+// kMoeDecodeGroupRows): the experts in ascending order, each expert's pairs in pair order
+// (a stable counting sort), a group a run of up to m of them. Pair p goes to row pair_row[p] =
+// g m + slot of its group g; group g's expert is group_expert[g] for g < *n_groups, the groups
+// formed (at most P); later groups name expert 0 and are not run. One block; P < 4 E (the
+// batches ops::moe_grouped_by_expert leaves ungrouped), E <= 1024.
+struct MoeCompactArgs {
+    const int32_t* sel = nullptr;     // [P] expert of each pair
+    int32_t* group_expert = nullptr;  // [P]
+    int32_t* pair_row = nullptr;      // [P]
+    int32_t* n_groups = nullptr;      // [1]
+    int64_t P = 0;
+    int E = 0;
+    int m = 0;
+};
+void launch_moe_compact_groups(const MoeCompactArgs& a, cudaStream_t stream);
+
 // a[g, i] = silu(min(h[g, i], L)) * clamp(h[g, I + i], -L, L) (L = 0: no clip), times
 // weight[g] when weight is given (the reference numerics' order: weight before w2).
 struct MoeSwigluArgs {

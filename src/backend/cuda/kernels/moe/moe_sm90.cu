@@ -77,6 +77,41 @@ __global__ void moe_swiglu_kernel(MoeSwigluArgs a) {
     }
 }
 
+// Counts per expert, the first group of each (one thread's scan over E), then each pair's row
+// from its stable rank among its expert's pairs (the pairs' experts staged in shared memory).
+__global__ void moe_compact_groups_kernel(MoeCompactArgs a) {
+    dev::pdl_enter();
+    extern __shared__ int32_t sm[];  // [E] counts, then [E] first groups, then [P] experts
+    int32_t* count = sm;
+    int32_t* first = sm + a.E;
+    int32_t* ex = first + a.E;
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < a.P; p += blockDim.x) {
+        ex[p] = a.sel[p];
+        atomicAdd(&count[ex[p]], 1);
+    }
+    for (int64_t g = threadIdx.x; g < a.P; g += blockDim.x) a.group_expert[g] = 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t g = 0;
+        for (int e = 0; e < a.E; ++e) {
+            first[e] = g;
+            g += (count[e] + a.m - 1) / a.m;
+        }
+        *a.n_groups = g;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x)
+        for (int32_t j = 0; j < (count[e] + a.m - 1) / a.m; ++j) a.group_expert[first[e] + j] = e;
+    for (int64_t p = threadIdx.x; p < a.P; p += blockDim.x) {
+        const int32_t e = ex[p];
+        int32_t rank = 0;
+        for (int64_t q = 0; q < p; ++q) rank += ex[q] == e;
+        a.pair_row[p] = (first[e] + rank / a.m) * a.m + rank % a.m;
+    }
+}
+
 __global__ void moe_combine_kernel(MoeCombineArgs a) {
     dev::pdl_enter();
     const int64_t n = a.T * a.D;
@@ -143,6 +178,14 @@ void launch_moe_group(const MoeGroupArgs& a, cudaStream_t stream) {
     const size_t smem = 2 * static_cast<size_t>(a.E) * sizeof(int32_t);
     DSV4_ASSERT(smem <= 48 * 1024, "moe_group: ", a.E, " experts");
     launch_pdl(moe_group_kernel, 1, 1024, smem, stream, 1, a);
+}
+
+void launch_moe_compact_groups(const MoeCompactArgs& a, cudaStream_t stream) {
+    if (a.P == 0) return;
+    DSV4_ASSERT(a.E >= 1 && a.E <= 1024 && a.P < 4 * int64_t{a.E} && a.m >= 1,
+                "moe compact groups: ", a.P, " pairs over ", a.E, " experts, ", a.m, " rows");
+    const size_t smem = (2 * static_cast<size_t>(a.E) + static_cast<size_t>(a.P)) * sizeof(int32_t);
+    launch_pdl(moe_compact_groups_kernel, 1, 1024, smem, stream, 1, a);
 }
 
 void launch_moe_swiglu(const MoeSwigluArgs& a, cudaStream_t stream) {
