@@ -1,10 +1,14 @@
 // Several ranks of one model (docs/parallel.md): expert parallelism, each rank an Engine that
 // holds the whole model but a contiguous share of every layer's routed experts, with one sum
-// over the ranks per layer. Today the ranks are threads of one process on the CPU backend
-// (RankGroup::in_process); ranks on GPUs over NCCL are not written yet.
+// over the ranks per layer. The ranks are threads of one process (RankGroup::in_process) or
+// processes (RankGroup::connect: one rank a process, on one host or several), on the CPU
+// backend; ranks on GPUs over NCCL are not merged yet.
 #pragma once
 
 #include <memory>
+#include <string>
+
+#include "dsv4/status.h"
 
 namespace dsv4 {
 
@@ -14,6 +18,15 @@ class RankGroup {
     // and its own EngineOptions::rank, each driven from its own thread with the same requests
     // in the same order (every step's collectives must meet on all ranks).
     static std::shared_ptr<RankGroup> in_process(int ranks);
+    // This process as rank `rank` of `ranks`, the others other processes that make the same
+    // call with their rank: rank 0 listens at `address` ("host:port"; the port free), the others
+    // connect to it, every one within `timeout_s` (an error naming what was missing). This
+    // process then drives one engine, EngineOptions::rank = rank, with the same requests in the
+    // same order as the other processes. A rank that goes away fails the others' next step
+    // with an error, never a hang.
+    static Expected<std::shared_ptr<RankGroup>> connect(int rank, int ranks,
+                                                        const std::string& address,
+                                                        double timeout_s = 60.0);
     ~RankGroup();
     int size() const;
 

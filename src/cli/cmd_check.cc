@@ -20,7 +20,27 @@ struct CheckArgs {
     double tolerance = 0;       // 0: the mode's and device's default (run_conformance_check)
     double mean_tolerance = 0;  // 0: the mode's default
     int ranks = 1;              // > 1: the routed experts split over in-process ranks
+    // With a rendezvous: this process is rank `rank` of `ranks`, the others other processes.
+    int rank = -1;
+    std::string rendezvous;
+    double rendezvous_timeout = 60;
 };
+
+// This process as one rank of a group of processes (RankGroup::connect); its own report.
+Expected<CheckReport> check_as_rank(const CheckArgs& a) {
+    if (a.ranks < 2 || a.rank < 0 || a.rank >= a.ranks)
+        return error("--rendezvous needs --ranks N >= 2 and --rank R with 0 <= R < N");
+    DSV4_ASSIGN_OR_RETURN(auto group,
+                          RankGroup::connect(a.rank, a.ranks, a.rendezvous, a.rendezvous_timeout));
+    EngineOptions o = a.engine;
+    o.rank_group = group;
+    o.rank = a.rank;
+    DSV4_ASSIGN_OR_RETURN(CheckReport report,
+                          run_conformance_check(o, a.expected, a.tolerance, a.mean_tolerance));
+    report.device +=
+        ", rank " + std::to_string(a.rank) + " of " + std::to_string(a.ranks) + " processes";
+    return report;
+}
 
 // The check on every rank of an in-process group, each from its own thread (the ranks run the
 // same steps, so their collectives meet); rank 0's report, failing if any rank's fails.
@@ -51,7 +71,12 @@ Expected<CheckReport> check_on_ranks(const CheckArgs& a) {
 int run_check(CheckArgs a) {
     if (a.expected.empty())
         a.expected = (std::filesystem::path(a.engine.model_dir) / "expected.safetensors").string();
-    auto report = a.ranks > 1
+    if (a.rank >= 0 && a.rendezvous.empty()) {
+        print_error(error("--rank needs --rendezvous HOST:PORT (ranks as processes)"));
+        return kExitError;
+    }
+    auto report = !a.rendezvous.empty() ? check_as_rank(a)
+                  : a.ranks > 1
                       ? check_on_ranks(a)
                       : run_conformance_check(a.engine, a.expected, a.tolerance, a.mean_tolerance);
     if (!report) {
@@ -89,9 +114,19 @@ void add_check_command(CLI::App& app) {
                     "checked)")
         ->check(finite_number(0, 1e30, true));
     cmd->add_option("--ranks", args->ranks,
-                    "Split the routed experts over N ranks, threads of this process (CPU "
-                    "backend; docs/parallel.md)")
+                    "Split the routed experts over N ranks, threads of this process, or with "
+                    "--rendezvous one process each (CPU backend; docs/parallel.md)")
         ->check(CLI::Range(1, 64));
+    cmd->add_option("--rank", args->rank,
+                    "This process's rank of --ranks N, with --rendezvous (start every rank "
+                    "0..N-1 as a process of its own)")
+        ->check(CLI::Range(0, 63));
+    cmd->add_option("--rendezvous", args->rendezvous,
+                    "HOST:PORT where rank 0 listens and the other ranks connect (the port free "
+                    "on rank 0's host)");
+    cmd->add_option("--rendezvous-timeout", args->rendezvous_timeout,
+                    "Seconds every rank waits for the others to join (default 60)")
+        ->check(finite_number(0.1, 86400, false));
     cmd->callback([args] { set_exit_code(run_check(*args)); });
 }
 

@@ -336,6 +336,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (options.rank_group != nullptr) {
         if (options.rank < 0 || options.rank >= options.rank_group->size())
             return error("rank ", options.rank, " of a group of ", options.rank_group->size());
+        if (options.rank_group->impl().collective(options.rank) == nullptr)
+            return error("rank ", options.rank, " runs in another process of the group");
         if (options.device != "cpu")
             return error(
                 "ranks (expert parallelism) run on the CPU backend only so far: "

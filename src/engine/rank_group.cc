@@ -9,19 +9,22 @@ namespace {
 
 class LocalCollective final : public ops::Collective {
   public:
-    LocalCollective(RankGroup::Impl& group, int rank) : group_(group), rank_(rank) {}
+    LocalCollective(LocalRankGroup& group, int rank) : group_(group), rank_(rank) {}
     int rank() const override { return rank_; }
     int size() const override { return group_.size(); }
     void all_reduce_sum(float* x, int64_t n) override { group_.all_reduce_sum(rank_, x, n); }
+    std::string shared_once(const std::function<std::string()>& make) override {
+        return group_.shared_once(make);
+    }
 
   private:
-    RankGroup::Impl& group_;
+    LocalRankGroup& group_;
     int rank_;
 };
 
 }  // namespace
 
-RankGroup::Impl::Impl(int ranks)
+LocalRankGroup::LocalRankGroup(int ranks)
     : n_(ranks),
       data_(static_cast<size_t>(ranks)),
       lengths_(static_cast<size_t>(ranks)),
@@ -29,7 +32,7 @@ RankGroup::Impl::Impl(int ranks)
     for (int r = 0; r < ranks; ++r) views_.push_back(std::make_unique<LocalCollective>(*this, r));
 }
 
-void RankGroup::Impl::barrier() {
+void LocalRankGroup::barrier() {
     std::unique_lock<std::mutex> lock(m_);
     const uint64_t gen = generation_;
     if (++arrived_ == n_) {
@@ -41,7 +44,7 @@ void RankGroup::Impl::barrier() {
     cv_.wait(lock, [&] { return generation_ != gen; });
 }
 
-void RankGroup::Impl::all_reduce_sum(int rank, float* x, int64_t n) {
+void LocalRankGroup::all_reduce_sum(int rank, float* x, int64_t n) {
     {
         std::lock_guard<std::mutex> lock(m_);
         data_[static_cast<size_t>(rank)] = x;
@@ -61,12 +64,30 @@ void RankGroup::Impl::all_reduce_sum(int rank, float* x, int64_t n) {
     std::copy(sum.begin(), sum.end(), x);
 }
 
+std::string LocalRankGroup::shared_once(const std::function<std::string()>& make) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!shared_made_) {
+        shared_ = make();
+        shared_made_ = true;
+    }
+    return shared_;
+}
+
 RankGroup::RankGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RankGroup::~RankGroup() = default;
 
 std::shared_ptr<RankGroup> RankGroup::in_process(int ranks) {
     DSV4_ASSERT(ranks >= 1, "RankGroup::in_process(", ranks, ")");
-    return std::shared_ptr<RankGroup>(new RankGroup(std::make_unique<Impl>(ranks)));
+    return std::shared_ptr<RankGroup>(new RankGroup(std::make_unique<LocalRankGroup>(ranks)));
+}
+
+Expected<std::shared_ptr<RankGroup>> RankGroup::connect(int rank, int ranks,
+                                                        const std::string& address,
+                                                        double timeout_s) {
+    if (ranks < 2 || rank < 0 || rank >= ranks)
+        return error("rank ", rank, " of ", ranks, " ranks (0 <= rank < ranks, ranks >= 2)");
+    DSV4_ASSIGN_OR_RETURN(auto impl, connect_tcp_rank_group(rank, ranks, address, timeout_s));
+    return std::shared_ptr<RankGroup>(new RankGroup(std::move(impl)));
 }
 
 int RankGroup::size() const {

@@ -1,11 +1,15 @@
-// The in-process RankGroup's state (include/dsv4/parallel.h): one ops::Collective per rank over
-// shared host memory, for engines driven by threads of one process.
+// RankGroup's state (include/dsv4/parallel.h): one ops::Collective per rank this process runs.
+// In process (RankGroup::in_process): every rank, over shared host memory, for engines driven by
+// threads of one process. Over TCP (RankGroup::connect, tcp_rank_group.cc): this process's rank
+// only, the others in other processes (on this host or others).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "dsv4/parallel.h"
@@ -14,15 +18,27 @@
 namespace dsv4 {
 
 struct RankGroup::Impl {
-    explicit Impl(int ranks);
-    // The collective rank `rank` calls (owned by the group).
-    ops::Collective* collective(int rank) { return views_[static_cast<size_t>(rank)].get(); }
-    int size() const { return n_; }
+    virtual ~Impl() = default;
+    // The collective rank `rank` calls (owned by the group); nullptr for a rank another process
+    // runs.
+    virtual ops::Collective* collective(int rank) = 0;
+    virtual int size() const = 0;
+};
+
+class LocalRankGroup final : public RankGroup::Impl {
+  public:
+    explicit LocalRankGroup(int ranks);
+    ops::Collective* collective(int rank) override {
+        return views_[static_cast<size_t>(rank)].get();
+    }
+    int size() const override { return n_; }
 
     // All ranks meet here (a generation count, so the barrier can be reused at once).
     void barrier();
     // x := the sum over the ranks, added in rank order (the same bits on every rank).
     void all_reduce_sum(int rank, float* x, int64_t n);
+    // make()'s value, made by the first rank to ask, the same bytes to every rank.
+    std::string shared_once(const std::function<std::string()>& make);
 
   private:
     int n_;
@@ -34,6 +50,14 @@ struct RankGroup::Impl {
     std::vector<int64_t> lengths_;
     std::vector<std::vector<float>> scratch_;  // [rank] its sum
     std::vector<std::unique_ptr<ops::Collective>> views_;
+    bool shared_made_ = false;
+    std::string shared_;
 };
+
+// Rank `rank` of `ranks` over TCP: rank 0 listens at `address` (host:port) and the others
+// connect, each within `timeout_s`; then every sum goes through rank 0 (tcp_rank_group.cc).
+Expected<std::unique_ptr<RankGroup::Impl>> connect_tcp_rank_group(int rank, int ranks,
+                                                                  const std::string& address,
+                                                                  double timeout_s);
 
 }  // namespace dsv4

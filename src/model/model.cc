@@ -315,6 +315,8 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
                               d.T * width * sizeof(float));
     }
     backend_.synchronize();
+    // A rank of another process that went away: this step's sums are missing (its outputs too).
+    DSV4_RETURN_IF_ERROR(backend_.collective_status());
     for (int i = 0, s = 0; i < static_cast<int>(rows.size()); ++i) {
         if (!rows[i].sample) continue;
         const int n = rows[i].sample_all ? rows[i].len : 1;

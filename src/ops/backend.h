@@ -201,6 +201,10 @@ class Backend {
     void set_collective(ops::Collective* c) { collective_ = c; }
     int rank() const { return collective_ != nullptr ? collective_->rank() : 0; }
     int ranks() const { return collective_ != nullptr ? collective_->size() : 1; }
+    // Ok, or why the ranks' collectives stopped (Collective::status; checked after each step).
+    Status collective_status() const {
+        return collective_ != nullptr ? collective_->status() : Status::ok();
+    }
     // x[0, n) := its sum over the ranks, in step order with the other ops; nothing on one rank.
     // This version is for backends whose memory is host memory (the CPU); a device backend
     // that takes ranks overrides it.

@@ -6,6 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
 
 namespace dsv4::ops {
 
@@ -17,6 +21,13 @@ class Collective {
     // x[0, n) := the sum over the ranks of their x[0, n) (host memory), added in rank order so
     // that every rank gets the same bits.
     virtual void all_reduce_sum(float* x, int64_t n) = 0;
+    // The value `make` returns, made once for the whole group by one rank; every rank gets the
+    // same bytes (a device backend's communicator bootstrap: NCCL's unique id). Every rank calls
+    // it, in the same order as the other collectives.
+    virtual std::string shared_once(const std::function<std::string()>& make) = 0;
+    // Ok, or why the collectives stopped (ranks in other processes: a rank went away). After a
+    // failure the sums leave x as it was; the engine fails the step with this error.
+    virtual Status status() const { return Status::ok(); }
 };
 
 // The routed experts rank `rank` of `size` owns: [first, first + count), contiguous, counts

@@ -1,17 +1,27 @@
 // Ranks (include/dsv4/parallel.h, docs/parallel.md): a model whose routed experts are split over
 // 2 or 3 in-process ranks gives one rank's logits (to float rounding: the experts' outputs are
 // summed in another order) and the same greedy tokens, prefill and decode, every rank the same
-// bits; the shares cover every expert once; misuse is refused with a clear error.
+// bits; the shares cover every expert once; misuse is refused with a clear error. Ranks as
+// processes (RankGroup::connect, over TCP on this host) give the in-process ranks' bits, fail
+// cleanly when a rank goes away or never comes, and run `dsv4 check` in two processes.
 #include "dsv4/parallel.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "engine/rank_group.h"
 #include "formats/safetensors.h"
 #include "ops/collective.h"
 
@@ -151,6 +161,160 @@ TEST(Ranks, RefusedWhereNotSupported) {
     o.numerics = "float";
     o.rank_group = RankGroup::in_process(17);
     expect_refused(o, "17 ranks for 16 routed experts");
+}
+
+// A port free on 127.0.0.1 now (bound and released: another program could take it meanwhile).
+int free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+
+std::string local(int port) {
+    return "127.0.0.1:" + std::to_string(port);
+}
+
+// `size` ranks joined over TCP from threads of this process (each as its own process would).
+std::vector<std::shared_ptr<RankGroup>> connect_all(int size) {
+    const std::string at = local(free_port());
+    std::vector<std::shared_ptr<RankGroup>> groups(static_cast<size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r)
+        threads.emplace_back([&, r] {
+            auto g = RankGroup::connect(r, size, at, 10.0);
+            EXPECT_TRUE(g.has_value()) << (g ? "" : g.status().message());
+            if (g) groups[static_cast<size_t>(r)] = *g;
+        });
+    for (std::thread& t : threads) t.join();
+    return groups;
+}
+
+TEST(RanksAsProcesses, OverTcpGiveTheInProcessBits) {
+    const std::string dir = fixture_dir("fmt-nvfp4");
+    const int size = 3;
+    auto in_process = RankGroup::in_process(size);
+    auto tcp = connect_all(size);
+    ASSERT_TRUE(tcp[0] && tcp[1] && tcp[2]);
+    std::vector<RankRun> a(size), b(size);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+        threads.emplace_back([&, r] { a[static_cast<size_t>(r)] = run(dir, in_process, r); });
+        threads.emplace_back(
+            [&, r] { b[static_cast<size_t>(r)] = run(dir, tcp[static_cast<size_t>(r)], r); });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < size; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_FALSE(b[static_cast<size_t>(r)].tokens.empty());
+        EXPECT_EQ(b[static_cast<size_t>(r)].prefill, a[0].prefill);
+        EXPECT_EQ(b[static_cast<size_t>(r)].decode, a[0].decode);
+        EXPECT_EQ(b[static_cast<size_t>(r)].tokens, a[0].tokens);
+    }
+}
+
+TEST(RanksAsProcesses, SumsSharedValuesAndALostRank) {
+    const int size = 3;
+    auto groups = connect_all(size);
+    ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd;
+    const int64_t n = 100003;  // (past a socket buffer)
+    std::vector<std::vector<float>> x(size, std::vector<float>(n));
+    for (auto& v : x)
+        for (float& f : v) f = nd(rng);
+    std::vector<float> want(static_cast<size_t>(n), 0.0f);  // rank order, as the group adds
+    for (int r = 0; r < size; ++r)
+        for (int64_t i = 0; i < n; ++i)
+            want[static_cast<size_t>(i)] += x[r][static_cast<size_t>(i)];
+    std::vector<std::string> shared(size);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r)
+        threads.emplace_back([&, r] {
+            ops::Collective* c = groups[static_cast<size_t>(r)]->impl().collective(r);
+            c->all_reduce_sum(x[static_cast<size_t>(r)].data(), n);
+            shared[static_cast<size_t>(r)] =
+                c->shared_once([r] { return "made by rank " + std::to_string(r); });
+        });
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < size; ++r) {
+        EXPECT_EQ(x[static_cast<size_t>(r)], want) << "rank " << r;
+        EXPECT_EQ(shared[static_cast<size_t>(r)], "made by rank 0");
+        EXPECT_TRUE(groups[static_cast<size_t>(r)]->impl().collective(r)->status().is_ok());
+    }
+    // Rank 2 goes away (its process would exit: its connection closes): the next sum fails on
+    // the others with an error, leaving x as it was, instead of waiting forever.
+    groups[2].reset();
+    std::vector<float> before0 = x[0], before1 = x[1];
+    threads.clear();
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            groups[static_cast<size_t>(r)]->impl().collective(r)->all_reduce_sum(
+                x[static_cast<size_t>(r)].data(), n);
+        });
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+        const Status st = groups[static_cast<size_t>(r)]->impl().collective(r)->status();
+        EXPECT_FALSE(st.is_ok()) << "rank " << r;
+        if (!st.is_ok()) {
+            EXPECT_NE(st.message().find("the sum"), std::string::npos) << st.message();
+        }
+    }
+    EXPECT_EQ(x[0], before0);
+    EXPECT_EQ(x[1], before1);
+    // An engine for a rank this process does not run is refused.
+    EngineOptions o;
+    o.model_dir = fixture_dir("fmt-nvfp4");
+    o.rank_group = groups[0];
+    o.rank = 1;
+    expect_refused(o, "rank 1 runs in another process");
+}
+
+TEST(RanksAsProcesses, JoiningFailsWithAClearError) {
+    auto refused = [](int rank, int ranks, const std::string& at, double timeout,
+                      const std::string& text) {
+        auto g = RankGroup::connect(rank, ranks, at, timeout);
+        ASSERT_FALSE(g.has_value()) << text;
+        EXPECT_NE(g.status().message().find(text), std::string::npos) << g.status().message();
+    };
+    refused(1, 2, local(free_port()), 0.3, "no rank 0 at");
+    refused(0, 2, local(free_port()), 0.3, "0 of 1 ranks joined");
+    refused(0, 2, "localhost", 1, "expected host:port");
+    refused(0, 2, "localhost:99999", 1, "the port must be");
+    refused(2, 2, "localhost:1234", 1, "0 <= rank < ranks");
+    // A rank started with another rank count.
+    const std::string at = local(free_port());
+    std::thread other([&] { (void)RankGroup::connect(1, 3, at, 2.0); });
+    refused(0, 2, at, 2.0, "rank 1 was started with 3 ranks, rank 0 with 2");
+    other.join();
+}
+
+// `dsv4 check` as two processes, rank 0 and rank 1 of 2, on one host.
+TEST(RanksAsProcesses, CheckCommandInTwoProcesses) {
+    const std::string dir = fixture_dir("fmt-nvfp4");
+    const std::string at = local(free_port());
+    const std::string out = ::testing::TempDir() + "ranks_check_";
+    auto cmd = [&](int r) {
+        return std::string(DSV4_CLI_PATH) + " check --device cpu --model " + dir +
+               " --ranks 2 --rank " + std::to_string(r) + " --rendezvous " + at + " > " + out +
+               std::to_string(r) + " 2>&1";
+    };
+    const std::string both =
+        cmd(1) + " & p=$!; " + cmd(0) + "; r0=$?; wait $p; r1=$?; exit $((r0 + r1))";
+    EXPECT_EQ(std::system(both.c_str()), 0);
+    for (int r = 0; r < 2; ++r) {
+        std::ifstream f(out + std::to_string(r));
+        std::stringstream ss;
+        ss << f.rdbuf();
+        EXPECT_NE(ss.str().find("PASS on cpu, rank " + std::to_string(r) + " of 2 processes"),
+                  std::string::npos)
+            << ss.str();
+    }
 }
 
 }  // namespace
