@@ -291,7 +291,8 @@ Expected<std::unique_ptr<RankGroup::Impl>> connect_tcp_rank_group(int rank, int 
             if (r == 0)
                 return error("rank 0: ", joined - 1, " of ", ranks - 1, " ranks joined at ",
                              address, " in ", timeout_s, " s");
-            if (r < 0) continue;  // (EINTR)
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return error("rank 0: waiting for ranks: ", std::strerror(errno));
             Fd fd(::accept(listener.get(), nullptr, nullptr));
             if (fd.get() < 0) continue;
             Hello h;
