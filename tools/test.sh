@@ -2,7 +2,8 @@
 # The whole test suite: set-up, then (1) ASan+UBSan build of the host code and its tests,
 # (2) TSan on the thread pool and the forward passes that run on it, (3) each libFuzzer target
 # for FUZZ_SECONDS (default 20), (4) the release build, which also compiles the CUDA targets
-# when nvcc exists (GPU tests skip without a GPU), and all tests.
+# when nvcc exists (GPU tests skip without a GPU), and all tests. The sanitized and fuzz builds
+# compile at -O1 (CMakePresets.json): a third less compile time on CI's 2 cores than -O2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh

@@ -123,14 +123,20 @@ struct AddrInfo {
     }
 };
 
-Expected<Fd> listen_at(const Address& a, int backlog) {
+// The stream addresses of a (passive: to listen at), into ai.
+Status resolve(const Address& a, bool passive, AddrInfo& ai) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    AddrInfo ai;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
     if (const int r = ::getaddrinfo(a.host.c_str(), a.port.c_str(), &hints, &ai.list); r != 0)
         return error("rendezvous host '", a.host, "': ", ::gai_strerror(r));
+    return Status::ok();
+}
+
+Expected<Fd> listen_at(const Address& a, int backlog) {
+    AddrInfo ai;
+    DSV4_RETURN_IF_ERROR(resolve(a, true, ai));
     std::string why = "no address";
     for (addrinfo* p = ai.list; p != nullptr; p = p->ai_next) {
         Fd fd(::socket(p->ai_family, p->ai_socktype, p->ai_protocol));
@@ -145,14 +151,10 @@ Expected<Fd> listen_at(const Address& a, int backlog) {
 }
 
 Expected<Fd> connect_until(const Address& a, Clock::time_point deadline) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
     std::string why = "no address";
     do {
         AddrInfo ai;
-        if (const int r = ::getaddrinfo(a.host.c_str(), a.port.c_str(), &hints, &ai.list); r != 0)
-            return error("rendezvous host '", a.host, "': ", ::gai_strerror(r));
+        DSV4_RETURN_IF_ERROR(resolve(a, false, ai));
         for (addrinfo* p = ai.list; p != nullptr; p = p->ai_next) {
             Fd fd(::socket(p->ai_family, p->ai_socktype, p->ai_protocol));
             if (fd.get() < 0) continue;
