@@ -3,7 +3,8 @@
 # (2) TSan on the thread pool and the forward passes that run on it, (3) each libFuzzer target
 # for FUZZ_SECONDS (default 20), (4) the release build, which also compiles the CUDA targets
 # when nvcc exists (GPU tests skip without a GPU), and all tests. The sanitized and fuzz builds
-# compile at -O1 (CMakePresets.json): a third less compile time on CI's 2 cores than -O2.
+# compile at -O1 (CMakePresets.json; the CPU reference's loops at -O2): a third less compile time
+# on CI's 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh

@@ -29,6 +29,10 @@ class RankGroup {
                                                         double timeout_s = 60.0);
     ~RankGroup();
     int size() const;
+    // Rank `rank` (one this process runs) drives no more steps, done or failed: the other ranks'
+    // collectives that would wait for it fail with an error instead (in process: theirs now and
+    // later; over TCP: this process's connections close). Call it when a rank's run ends.
+    void leave(int rank);
 
     struct Impl;
     Impl& impl() { return *impl_; }

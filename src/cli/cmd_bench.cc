@@ -6,6 +6,7 @@
 // that over the read bandwidth measured in the same run: the fraction of the roofline.
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "dsv4/engine.h"
 
 namespace dsv4::cli {
@@ -30,9 +32,22 @@ struct BenchArgs {
     bool seqs_given = false;     // --max-seqs likewise
     bool profile = false;
     SpeculativeArgs spec;  // the decode requests' (tokens/s counts what the steps yielded)
+    RankArgs ranks;
 };
 
 using clock_type = std::chrono::steady_clock;
+
+// printf on the rank that prints (ranks.h), nothing on the others.
+struct Say {
+    bool on = true;
+    __attribute__((format(printf, 2, 3))) void operator()(const char* fmt, ...) const {
+        if (!on) return;
+        va_list args;
+        va_start(args, fmt);
+        std::vfprintf(stdout, fmt, args);
+        va_end(args);
+    }
+};
 
 double seconds_since(clock_type::time_point t0) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -127,7 +142,7 @@ Expected<DecodeTiming> time_decode(Engine& engine, Session& src, std::vector<Ses
 // How evenly the routing spread over the experts (a benchmark whose tokens all go to a few
 // experts would read less and flatter the numbers): per layer, each expert's picks relative
 // to the mean, bucketed, plus the extremes.
-void print_expert_use(const std::vector<int64_t>& counts, int layers) {
+void print_expert_use(const Say& say, const std::vector<int64_t>& counts, int layers) {
     if (layers <= 0 || counts.empty()) return;
     const size_t E = counts.size() / static_cast<size_t>(layers);
     const double edges[] = {0.25, 0.5, 0.8, 1.25, 2.0, 4.0};
@@ -150,8 +165,7 @@ void print_expert_use(const std::vector<int64_t>& counts, int layers) {
             ++buckets[b];
         }
     }
-    std::printf(
-        "expert use while prefilling (%lld picks, %d layers x %zu experts; share of "
+    say("expert use while prefilling (%lld picks, %d layers x %zu experts; share of "
         "experts by picks / layer mean):\n  <0.25: %lld  0.25-0.5: %lld  0.5-0.8: %lld  "
         "0.8-1.25: %lld  1.25-2: %lld  2-4: %lld  >=4: %lld  (min %.2f, max %.2f, "
         "never picked %lld)\n",
@@ -162,12 +176,144 @@ void print_expert_use(const std::vector<int64_t>& counts, int layers) {
         static_cast<long long>(unused));
 }
 
+// One rank's benchmark (every rank runs the same steps; `say` prints on the printing rank
+// only). *usage: the error is the command line's.
+Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool* usage,
+                const std::vector<int64_t>& batches, const std::vector<int64_t>& contexts) {
+    DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(o));
+    Engine& e = *engine;
+    const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+    const ModelInfo& info = e.info();
+    if (Status st = e.check_speculation(a.spec.speculation(), a.spec.draft_tokens); !st.is_ok()) {
+        const bool hint = !a.engine.synthetic.empty() && !info.has_mtp;
+        *usage = true;
+        return error(st.message(), hint ? " (add --synthetic-mtp)" : "");
+    }
+    std::vector<std::unique_ptr<Session>> owned;
+    for (int64_t i = 0; i <= max_batch; ++i) {
+        auto s = e.new_session();
+        if (!s) return s.status();
+        owned.push_back(std::move(*s));
+    }
+    Session& src = *owned[0];
+    std::vector<Session*> sessions;
+    for (size_t i = 1; i < owned.size(); ++i) sessions.push_back(owned[i].get());
+
+    say("model %s on %s%s: %s\n", info.source.c_str(), info.device.c_str(),
+        ranks_note(a.ranks).c_str(), info.summary.c_str());
+    for (const auto& line : info.weight_formats) say("  %s\n", line.c_str());
+    // Prefill: the best of --repeats feeds of --prompt-len tokens.
+    const std::vector<int32_t> prompt = synthetic_ids(a.prompt_len, info.vocab_size, 0);
+    double best_prefill = 1e30;
+    for (int r = 0; r < a.repeats; ++r) {
+        src.reset();
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(prompt, nullptr, nullptr);
+        if (!st.is_ok()) return st;
+        best_prefill = std::min(best_prefill, seconds_since(t0));
+    }
+    say("prefill %d tokens: %.3f s, %.1f tokens/s (best of %d)\n", a.prompt_len, best_prefill,
+        a.prompt_len / best_prefill, a.repeats);
+    if (a.profile) {
+        // One more prefill, op by op with device events around each op.
+        src.reset();
+        e.profile_ops(true);
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(prompt, nullptr, nullptr);
+        const double s = seconds_since(t0);
+        e.profile_ops(false);
+        if (!st.is_ok()) return st;
+        say("op profile, prefill of %d tokens op by op (%.3f s):\n%s", a.prompt_len, s,
+            e.op_profile().c_str());
+    }
+    if (a.decode_tokens == 0) return Status::ok();
+
+    Expected<double> bw = e.measure_read_bandwidth();
+    if (bw)
+        say("read bandwidth (pure streaming read, this run): %.0f GB/s\n", *bw / 1e9);
+    else
+        say("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
+    // Speculative decoding: the drafts a step feeds a sequence at most.
+    const Speculation spec = a.spec.speculation();
+    const int drafts = e.drafts_a_step(spec, a.spec.draft_tokens);
+    std::vector<DecodeRow> rows;
+    int drafted = 0, accepted = 0;
+    for (size_t ci = 0; ci < contexts.size(); ++ci) {
+        const int64_t ctx = contexts[ci];
+        src.reset();
+        // The first context's prefill also counts the routing (a small op per layer, timed
+        // with it; switching the count drops the recorded steps, which record again).
+        if (ci == 0) {
+            const Status st = e.count_expert_use(true);
+            if (!st.is_ok()) return st;
+        }
+        const auto t0 = clock_type::now();
+        const Status st = src.feed(synthetic_ids(ctx, info.vocab_size, 1), nullptr, nullptr);
+        if (!st.is_ok()) return st;
+        const double prefill_s = seconds_since(t0);
+        if (ci == 0) {
+            const Status off = e.count_expert_use(false);
+            if (!off.is_ok()) return off;
+            print_expert_use(say, e.expert_use(), info.num_layers);
+        }
+        say("context %lld: prefilled in %.2f s (%.1f tokens/s)\n", static_cast<long long>(ctx),
+            prefill_s, ctx / prefill_s);
+        for (int64_t b : batches) {
+            auto tm = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
+                                  a.spec.draft_tokens);
+            if (!tm) return tm.status();
+            drafted += tm->drafted;
+            accepted += tm->accepted;
+            // The bytes at the drafts the steps fed on average (fewer than asked for: a chain
+            // ends at a block-completing position, none past max_tokens); the MTP block and
+            // the head run every step, once a draft made.
+            const double fed = static_cast<double>(tm->drafted) / (tm->steps * b);
+            rows.push_back({ctx, static_cast<int>(b), tm->ms_per_step, tm->tokens_per_step,
+                            e.decode_step_bytes(static_cast<int>(b), ctx, fed,
+                                                spec == Speculation::kMtp ? drafts : 0)});
+            if (a.profile && ci == 0 && b == batches.front()) {
+                // The same decode again, op by op with device events around each op.
+                e.profile_ops(true);
+                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
+                                       a.spec.draft_tokens);
+                e.profile_ops(false);
+                if (!pms) return pms.status();
+                say("op profile, context %lld, batch %lld, %d steps op by op (%.3f ms/step):\n%s",
+                    static_cast<long long>(ctx), static_cast<long long>(b), a.decode_tokens,
+                    pms->ms_per_step, e.op_profile().c_str());
+            }
+        }
+    }
+    if (spec != Speculation::kNone)
+        say("speculative (%s, up to %d draft(s) a step): %d drafts, %d accepted (%.1f%%); GB "
+            "read/step counts the draft rows fed%s\n",
+            a.spec.mode.c_str(), drafts, drafted, accepted,
+            drafted ? 100.0 * accepted / drafted : 0.0,
+            spec == Speculation::kMtp ? " and the MTP block + head once a draft made" : "");
+    say("\n| context | batch | ms/step | tokens/s | GB read/step (weights + cache) | experts/layer "
+        "| GB/s | roofline |\n|---|---|---|---|---|---|---|---|\n");
+    for (const DecodeRow& r : rows) {
+        const double gbs = r.bytes.total() / (r.ms_per_step * 1e-3) / 1e9;
+        char roof[32] = "n/a";
+        if (bw) std::snprintf(roof, sizeof roof, "%.1f%%", 100.0 * gbs * 1e9 / *bw);
+        say("| %lld | %d | %.3f | %.1f | %.3f (%.3f + %.3f) | %.1f | %.0f | %s |\n",
+            static_cast<long long>(r.context), r.batch, r.ms_per_step,
+            r.tokens_per_step * 1e3 / r.ms_per_step, r.bytes.total() / 1e9, r.bytes.weights / 1e9,
+            r.bytes.cache / 1e9, r.bytes.experts_per_layer, gbs, roof);
+    }
+    return Status::ok();
+}
+
 int run_bench(BenchArgs a) {
     auto batches = parse_list(a.batches, "--batch");
     auto contexts =
         parse_list(a.contexts.empty() ? std::to_string(a.prompt_len) : a.contexts, "--context");
     if (!batches || !contexts) {
         print_error(!batches ? batches.status() : contexts.status());
+        return kExitUsage;
+    }
+    if (Status st = check_rank_args(a.ranks); !st.is_ok()) {
+        print_error(st);
         return kExitUsage;
     }
     const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
@@ -189,140 +335,20 @@ int run_bench(BenchArgs a) {
                      static_cast<long long>(max_batch), static_cast<long long>(max_batch + 1));
         return kExitUsage;
     }
-    auto engine = Engine::create(a.engine);
-    if (!engine) {
-        print_error(engine.status());
-        return kExitError;
-    }
-    Engine& e = **engine;
-    const ModelInfo& info = e.info();
-    if (Status st = e.check_speculation(a.spec.speculation(), a.spec.draft_tokens); !st.is_ok()) {
-        const bool hint = !a.engine.synthetic.empty() && !info.has_mtp;
-        std::fprintf(stderr, "error: %s%s\n", st.message().c_str(),
-                     hint ? " (add --synthetic-mtp)" : "");
-        return kExitUsage;
-    }
-    auto fail = [](const Status& st) {
+    bool usage = false;
+    const bool processes = !a.ranks.rendezvous.empty();
+    const Status st = run_on_ranks(a.engine, a.ranks, [&](const EngineOptions& o, int rank) {
+        const Say say{processes ? a.ranks.rank == 0 : rank == 0};
+        bool u = false;
+        Status s = bench_on(a, o, say, &u, *batches, *contexts);
+        if (u && say.on) usage = true;
+        return s;
+    });
+    if (!st.is_ok()) {
         print_error(st);
-        return kExitError;
-    };
-    std::vector<std::unique_ptr<Session>> owned;
-    for (int64_t i = 0; i <= max_batch; ++i) {
-        auto s = e.new_session();
-        if (!s) return fail(s.status());
-        owned.push_back(std::move(*s));
+        return usage ? kExitUsage : kExitError;
     }
-    Session& src = *owned[0];
-    std::vector<Session*> sessions;
-    for (size_t i = 1; i < owned.size(); ++i) sessions.push_back(owned[i].get());
-
-    std::printf("model %s on %s: %s\n", info.source.c_str(), info.device.c_str(),
-                info.summary.c_str());
-    for (const auto& line : info.weight_formats) std::printf("  %s\n", line.c_str());
-    // Prefill: the best of --repeats feeds of --prompt-len tokens.
-    const std::vector<int32_t> prompt = synthetic_ids(a.prompt_len, info.vocab_size, 0);
-    double best_prefill = 1e30;
-    for (int r = 0; r < a.repeats; ++r) {
-        src.reset();
-        const auto t0 = clock_type::now();
-        const Status st = src.feed(prompt, nullptr, nullptr);
-        if (!st.is_ok()) return fail(st);
-        best_prefill = std::min(best_prefill, seconds_since(t0));
-    }
-    std::printf("prefill %d tokens: %.3f s, %.1f tokens/s (best of %d)\n", a.prompt_len,
-                best_prefill, a.prompt_len / best_prefill, a.repeats);
-    if (a.profile) {
-        // One more prefill, op by op with device events around each op.
-        src.reset();
-        e.profile_ops(true);
-        const auto t0 = clock_type::now();
-        const Status st = src.feed(prompt, nullptr, nullptr);
-        const double s = seconds_since(t0);
-        e.profile_ops(false);
-        if (!st.is_ok()) return fail(st);
-        std::printf("op profile, prefill of %d tokens op by op (%.3f s):\n%s", a.prompt_len, s,
-                    e.op_profile().c_str());
-    }
-    if (a.decode_tokens == 0) return 0;
-
-    Expected<double> bw = e.measure_read_bandwidth();
-    if (bw)
-        std::printf("read bandwidth (pure streaming read, this run): %.0f GB/s\n", *bw / 1e9);
-    else
-        std::printf("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
-    // Speculative decoding: the drafts a step feeds a sequence at most.
-    const Speculation spec = a.spec.speculation();
-    const int drafts = e.drafts_a_step(spec, a.spec.draft_tokens);
-    std::vector<DecodeRow> rows;
-    int drafted = 0, accepted = 0;
-    for (size_t ci = 0; ci < contexts->size(); ++ci) {
-        const int64_t ctx = (*contexts)[ci];
-        src.reset();
-        // The first context's prefill also counts the routing (a small op per layer, timed
-        // with it; switching the count drops the recorded steps, which record again).
-        if (ci == 0) {
-            const Status st = e.count_expert_use(true);
-            if (!st.is_ok()) return fail(st);
-        }
-        const auto t0 = clock_type::now();
-        const Status st = src.feed(synthetic_ids(ctx, info.vocab_size, 1), nullptr, nullptr);
-        if (!st.is_ok()) return fail(st);
-        const double prefill_s = seconds_since(t0);
-        if (ci == 0) {
-            const Status off = e.count_expert_use(false);
-            if (!off.is_ok()) return fail(off);
-            print_expert_use(e.expert_use(), info.num_layers);
-        }
-        std::printf("context %lld: prefilled in %.2f s (%.1f tokens/s)\n",
-                    static_cast<long long>(ctx), prefill_s, ctx / prefill_s);
-        for (int64_t b : *batches) {
-            auto tm = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
-                                  a.spec.draft_tokens);
-            if (!tm) return fail(tm.status());
-            drafted += tm->drafted;
-            accepted += tm->accepted;
-            // The bytes at the drafts the steps fed on average (fewer than asked for: a chain
-            // ends at a block-completing position, none past max_tokens); the MTP block and
-            // the head run every step, once a draft made.
-            const double fed = static_cast<double>(tm->drafted) / (tm->steps * b);
-            rows.push_back({ctx, static_cast<int>(b), tm->ms_per_step, tm->tokens_per_step,
-                            e.decode_step_bytes(static_cast<int>(b), ctx, fed,
-                                                spec == Speculation::kMtp ? drafts : 0)});
-            if (a.profile && ci == 0 && b == batches->front()) {
-                // The same decode again, op by op with device events around each op.
-                e.profile_ops(true);
-                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
-                                       a.spec.draft_tokens);
-                e.profile_ops(false);
-                if (!pms) return fail(pms.status());
-                std::printf(
-                    "op profile, context %lld, batch %lld, %d steps op by op (%.3f ms/step):\n%s",
-                    static_cast<long long>(ctx), static_cast<long long>(b), a.decode_tokens,
-                    pms->ms_per_step, e.op_profile().c_str());
-            }
-        }
-    }
-    if (spec != Speculation::kNone)
-        std::printf(
-            "speculative (%s, up to %d draft(s) a step): %d drafts, %d accepted (%.1f%%); GB "
-            "read/step counts the draft rows fed%s\n",
-            a.spec.mode.c_str(), drafts, drafted, accepted,
-            drafted ? 100.0 * accepted / drafted : 0.0,
-            spec == Speculation::kMtp ? " and the MTP block + head once a draft made" : "");
-    std::printf(
-        "\n| context | batch | ms/step | tokens/s | GB read/step (weights + cache) | experts/layer "
-        "| GB/s | roofline |\n|---|---|---|---|---|---|---|---|\n");
-    for (const DecodeRow& r : rows) {
-        const double gbs = r.bytes.total() / (r.ms_per_step * 1e-3) / 1e9;
-        char roof[32] = "n/a";
-        if (bw) std::snprintf(roof, sizeof roof, "%.1f%%", 100.0 * gbs * 1e9 / *bw);
-        std::printf("| %lld | %d | %.3f | %.1f | %.3f (%.3f + %.3f) | %.1f | %.0f | %s |\n",
-                    static_cast<long long>(r.context), r.batch, r.ms_per_step,
-                    r.tokens_per_step * 1e3 / r.ms_per_step, r.bytes.total() / 1e9,
-                    r.bytes.weights / 1e9, r.bytes.cache / 1e9, r.bytes.experts_per_layer, gbs,
-                    roof);
-    }
-    return 0;
+    return kExitOk;
 }
 
 }  // namespace
@@ -350,6 +376,7 @@ void add_bench_command(CLI::App& app) {
                   "Also prefill once and decode the first context at the first batch op by op "
                   "with device time per op (CUDA), and print the breakdowns");
     add_speculative_options(cmd, args->spec);
+    add_rank_options(cmd, args->ranks);
     cmd->add_option("--repeats", args->repeats, "Prefill runs; the best is reported")
         ->capture_default_str()
         ->check(whole_number(1, 1000));

@@ -5,8 +5,10 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "cli/text_model.h"
 #include "dsv4/engine.h"
 #include "dsv4/tokenizer.h"
@@ -24,6 +26,7 @@ struct GenerateArgs {
     SamplingParams sampling;
     bool ignore_eos = false;
     SpeculativeArgs spec;
+    RankArgs ranks;
 };
 
 Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -44,53 +47,27 @@ Expected<std::vector<int32_t>> parse_ids(const std::string& text) {
     return ids;
 }
 
-int run_generate(const GenerateArgs& a) {
-    if (a.prompt.empty() == a.prompt_ids.empty()) {
-        std::fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
-        return kExitUsage;
-    }
-    std::optional<Tokenizer> tok;
-    Expected<std::vector<int32_t>> ids = std::vector<int32_t>{};
-    if (!a.prompt.empty()) {
-        auto loaded = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
-        if (!loaded) {
-            print_error(loaded.status());
-            return kExitError;
-        }
-        tok.emplace(std::move(*loaded));
-    } else {
-        ids = parse_ids(a.prompt_ids);
-        if (!ids) {
-            print_error(ids.status());
-            return kExitUsage;
-        }
-    }
+// One rank's generation (every rank the same; rank 0 prints the text and the timings).
+// prompt: the prompt's ids; the model's BOS goes first for a text prompt (tok) unless a.no_bos.
+Status generate_on(const GenerateArgs& a, const EngineOptions& o, bool print, const Tokenizer* tok,
+                   const std::vector<int32_t>& prompt) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto engine = Engine::create(a.engine);
-    if (!engine) {
-        print_error(engine.status());
-        return kExitError;
-    }
-    if (tok) {
-        if (!a.no_bos) ids->push_back((*engine)->info().bos_token_id);
-        const auto text = tok->encode(a.prompt, /*parse_special=*/true);
-        ids->insert(ids->end(), text.begin(), text.end());
-    }
+    DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(o));
+    std::vector<int32_t> ids;
+    if (tok != nullptr && !a.no_bos) ids.push_back(engine->info().bos_token_id);
+    ids.insert(ids.end(), prompt.begin(), prompt.end());
     std::optional<TokenStreamDecoder> stream;
-    if (tok) stream.emplace(*tok);
+    if (tok != nullptr && print) stream.emplace(*tok);
     const auto t1 = std::chrono::steady_clock::now();
-    auto session = (*engine)->new_session();
-    if (!session) {
-        print_error(session.status());
-        return kExitError;
-    }
+    DSV4_ASSIGN_OR_RETURN(auto session, engine->new_session());
     std::chrono::steady_clock::time_point first;
     int n = 0;
     Engine::GenerateStats spec;
-    auto out = (*engine)->generate(
-        **session, *ids, a.max_tokens, a.sampling, !a.ignore_eos,
+    auto out = engine->generate(
+        *session, ids, a.max_tokens, a.sampling, !a.ignore_eos,
         [&](int32_t t) {
             if (n++ == 0) first = std::chrono::steady_clock::now();
+            if (!print) return true;
             if (stream)
                 std::fputs(stream->push(t).c_str(), stdout);
             else
@@ -99,20 +76,20 @@ int run_generate(const GenerateArgs& a) {
             return true;
         },
         a.spec.speculation(), &spec, a.spec.draft_tokens);
-    if (stream) std::fputs(stream->flush().c_str(), stdout);
-    std::printf("\n");
-    std::fflush(stdout);
-    if (!out) {
-        print_error(out.status());
-        return kExitError;
+    if (print) {
+        if (stream) std::fputs(stream->flush().c_str(), stdout);
+        std::printf("\n");
+        std::fflush(stdout);
     }
+    if (!out) return out.status();
+    if (!print) return Status::ok();
     const auto t2 = std::chrono::steady_clock::now();
     auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
     std::fprintf(
         stderr,
-        "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s\n",
-        secs(t1 - t0), ids->size(), n ? secs(first - t1) : 0.0, n,
-        n > 1 ? (n - 1) / secs(t2 - first) : 0.0);
+        "load %.2f s, prompt %zu tokens, time to first token %.3f s, %d tokens, %.2f tokens/s%s\n",
+        secs(t1 - t0), ids.size(), n ? secs(first - t1) : 0.0, n,
+        n > 1 ? (n - 1) / secs(t2 - first) : 0.0, ranks_note(a.ranks).c_str());
     if (a.spec.mode != "off") {
         std::fprintf(stderr, "speculative (%s): %d drafts, %d accepted (%.0f%%); by place:",
                      a.spec.mode.c_str(), spec.drafted, spec.accepted,
@@ -121,7 +98,48 @@ int run_generate(const GenerateArgs& a) {
             std::fprintf(stderr, " %d/%d", spec.accepted_at[j], spec.drafted_at[j]);
         std::fprintf(stderr, "\n");
     }
-    return 0;
+    return Status::ok();
+}
+
+int run_generate(const GenerateArgs& a) {
+    if (a.prompt.empty() == a.prompt_ids.empty()) {
+        std::fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
+        return kExitUsage;
+    }
+    if (Status st = check_rank_args(a.ranks); !st.is_ok()) {
+        print_error(st);
+        return kExitUsage;
+    }
+    std::optional<Tokenizer> tok;
+    std::vector<int32_t> ids;
+    if (!a.prompt.empty()) {
+        auto loaded = load_model_tokenizer(a.engine.model_dir, a.tokenizer);
+        if (!loaded) {
+            print_error(loaded.status());
+            return kExitError;
+        }
+        tok.emplace(std::move(*loaded));
+        ids = tok->encode(a.prompt, /*parse_special=*/true);
+    } else {
+        auto parsed = parse_ids(a.prompt_ids);
+        if (!parsed) {
+            print_error(parsed.status());
+            return kExitUsage;
+        }
+        ids = std::move(*parsed);
+    }
+    const Tokenizer* t = tok ? &*tok : nullptr;
+    // Ranks as processes: the text from rank 0 only.
+    const bool processes = !a.ranks.rendezvous.empty();
+    const Status st = run_on_ranks(a.engine, a.ranks, [&](const EngineOptions& o, int rank) {
+        const bool print = processes ? a.ranks.rank == 0 : rank == 0;
+        return generate_on(a, o, print, t, ids);
+    });
+    if (!st.is_ok()) {
+        print_error(st);
+        return kExitError;
+    }
+    return kExitOk;
 }
 
 }  // namespace
@@ -146,6 +164,7 @@ void add_generate_command(CLI::App& app) {
     add_sampling_options(cmd, args->sampling);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
     add_speculative_options(cmd, args->spec);
+    add_rank_options(cmd, args->ranks);
     cmd->callback([args] { set_exit_code(run_generate(*args)); });
 }
 

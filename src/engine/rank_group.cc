@@ -12,14 +12,18 @@ class LocalCollective final : public ops::Collective {
     LocalCollective(LocalRankGroup& group, int rank) : group_(group), rank_(rank) {}
     int rank() const override { return rank_; }
     int size() const override { return group_.size(); }
-    void all_reduce_sum(float* x, int64_t n) override { group_.all_reduce_sum(rank_, x, n); }
+    void all_reduce_sum(float* x, int64_t n) override {
+        if (failed_.is_ok() && !group_.all_reduce_sum(rank_, x, n)) failed_ = group_.why_failed();
+    }
     std::string shared_once(const std::function<std::string()>& make) override {
         return group_.shared_once(make);
     }
+    Status status() const override { return failed_; }
 
   private:
     LocalRankGroup& group_;
     int rank_;
+    Status failed_ = Status::ok();  // why this rank's sums stopped (a rank left)
 };
 
 }  // namespace
@@ -32,25 +36,38 @@ LocalRankGroup::LocalRankGroup(int ranks)
     for (int r = 0; r < ranks; ++r) views_.push_back(std::make_unique<LocalCollective>(*this, r));
 }
 
-void LocalRankGroup::barrier() {
+bool LocalRankGroup::barrier() {
     std::unique_lock<std::mutex> lock(m_);
+    if (left_ >= 0) return false;
     const uint64_t gen = generation_;
     if (++arrived_ == n_) {
         arrived_ = 0;
         ++generation_;
         cv_.notify_all();
-        return;
+        return true;
     }
-    cv_.wait(lock, [&] { return generation_ != gen; });
+    cv_.wait(lock, [&] { return generation_ != gen || left_ >= 0; });
+    return generation_ != gen;  // (complete, even if a rank left right after)
 }
 
-void LocalRankGroup::all_reduce_sum(int rank, float* x, int64_t n) {
+void LocalRankGroup::leave(int rank) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (left_ < 0) left_ = rank;
+    cv_.notify_all();
+}
+
+Status LocalRankGroup::why_failed() const {
+    std::lock_guard<std::mutex> lock(m_);
+    return error("rank ", left_, " left the group (its run ended or failed) while the others ran");
+}
+
+bool LocalRankGroup::all_reduce_sum(int rank, float* x, int64_t n) {
     {
         std::lock_guard<std::mutex> lock(m_);
         data_[static_cast<size_t>(rank)] = x;
         lengths_[static_cast<size_t>(rank)] = n;
     }
-    barrier();  // every rank's buffer is offered
+    if (!barrier()) return false;  // every rank's buffer is offered (or a rank left: x unchanged)
     for (int r = 0; r < n_; ++r)
         DSV4_ASSERT(lengths_[static_cast<size_t>(r)] == n, "all_reduce_sum: rank ", r, " sums ",
                     lengths_[static_cast<size_t>(r)], " floats, rank ", rank, " ", n);
@@ -60,8 +77,11 @@ void LocalRankGroup::all_reduce_sum(int rank, float* x, int64_t n) {
         const float* d = data_[static_cast<size_t>(r)];
         for (int64_t i = 0; i < n; ++i) sum[static_cast<size_t>(i)] += d[i];
     }
-    barrier();  // every rank has read every buffer: now each may overwrite its own
+    // Every rank has read every buffer: now each may overwrite its own. (No rank can leave
+    // between the two barriers: every rank is inside this sum.)
+    if (!barrier()) return false;
     std::copy(sum.begin(), sum.end(), x);
+    return true;
 }
 
 std::string LocalRankGroup::shared_once(const std::function<std::string()>& make) {
@@ -92,6 +112,12 @@ Expected<std::shared_ptr<RankGroup>> RankGroup::connect(int rank, int ranks,
 
 int RankGroup::size() const {
     return impl_->size();
+}
+
+void RankGroup::leave(int rank) {
+    DSV4_ASSERT(rank >= 0 && rank < impl_->size() && impl_->collective(rank) != nullptr,
+                "RankGroup::leave(", rank, "): not a rank of this process");
+    impl_->leave(rank);
 }
 
 }  // namespace dsv4

@@ -23,6 +23,7 @@ struct RankGroup::Impl {
     // runs.
     virtual ops::Collective* collective(int rank) = 0;
     virtual int size() const = 0;
+    virtual void leave(int rank) = 0;  // RankGroup::leave
 };
 
 class LocalRankGroup final : public RankGroup::Impl {
@@ -32,20 +33,26 @@ class LocalRankGroup final : public RankGroup::Impl {
         return views_[static_cast<size_t>(rank)].get();
     }
     int size() const override { return n_; }
+    void leave(int rank) override;
 
-    // All ranks meet here (a generation count, so the barrier can be reused at once).
-    void barrier();
-    // x := the sum over the ranks, added in rank order (the same bits on every rank).
-    void all_reduce_sum(int rank, float* x, int64_t n);
+    // All ranks meet here (a generation count, so the barrier can be reused at once); false,
+    // without waiting, once a rank has left (it will never arrive).
+    bool barrier();
+    // x := the sum over the ranks, added in rank order (the same bits on every rank); false,
+    // x as it was, once a rank has left (why_failed() says which).
+    bool all_reduce_sum(int rank, float* x, int64_t n);
     // make()'s value, made by the first rank to ask, the same bytes to every rank.
     std::string shared_once(const std::function<std::string()>& make);
+    // The error of a sum that failed: which rank left.
+    Status why_failed() const;
 
   private:
     int n_;
-    std::mutex m_;
+    mutable std::mutex m_;
     std::condition_variable cv_;
     int arrived_ = 0;
     uint64_t generation_ = 0;
+    int left_ = -1;                   // the first rank that left, -1: none
     std::vector<const float*> data_;  // [rank] the buffer a rank offers to the current sum
     std::vector<int64_t> lengths_;
     std::vector<std::vector<float>> scratch_;  // [rank] its sum

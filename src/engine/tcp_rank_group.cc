@@ -190,6 +190,9 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
     ops::Collective* collective(int rank) override { return rank == rank_ ? this : nullptr; }
     int rank() const override { return rank_; }
     int size() const override { return ranks_; }
+    void leave(int /*rank*/) override {
+        if (failed_.empty()) fail("rank " + std::to_string(rank_) + " left the group");
+    }
 
     void all_reduce_sum(float* x, int64_t n) override {
         if (!failed_.empty()) return;

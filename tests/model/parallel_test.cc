@@ -3,7 +3,8 @@
 // summed in another order) and the same greedy tokens, prefill and decode, every rank the same
 // bits; the shares cover every expert once; misuse is refused with a clear error. Ranks as
 // processes (RankGroup::connect, over TCP on this host) give the in-process ranks' bits, fail
-// cleanly when a rank goes away or never comes, and run `dsv4 check` in two processes.
+// cleanly when a rank goes away or never comes, and run `dsv4 check`, `generate` and `bench` in
+// two processes; a rank that leaves an in-process group fails the others instead of hanging.
 #include "dsv4/parallel.h"
 
 #include <arpa/inet.h>
@@ -12,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -161,6 +164,38 @@ TEST(Ranks, RefusedWhereNotSupported) {
     o.numerics = "float";
     o.rank_group = RankGroup::in_process(17);
     expect_refused(o, "17 ranks for 16 routed experts");
+}
+
+// A rank of an in-process group that leaves (its run ended or failed: RankGroup::leave) fails
+// the others' sums with an error, x unchanged, instead of leaving them waiting for it.
+TEST(Ranks, ALeavingRankFailsTheOthersInsteadOfHanging) {
+    auto group = RankGroup::in_process(3);
+    std::vector<std::vector<float>> x(3, std::vector<float>(5, 1.0f));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+        threads.emplace_back([&, r] {
+            group->impl().collective(r)->all_reduce_sum(x[static_cast<size_t>(r)].data(), 5);
+        });
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(x[0], std::vector<float>(5, 3.0f));
+    threads.clear();
+    // Ranks 0 and 1 sum again; rank 2 leaves instead of joining (before or while they wait).
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            group->impl().collective(r)->all_reduce_sum(x[static_cast<size_t>(r)].data(), 5);
+        });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    group->leave(2);
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(x[static_cast<size_t>(r)], std::vector<float>(5, 3.0f)) << "rank " << r;
+        const Status st = group->impl().collective(r)->status();
+        ASSERT_FALSE(st.is_ok());
+        EXPECT_NE(st.message().find("rank 2 left the group"), std::string::npos) << st.message();
+    }
+    // Later sums fail at once.
+    group->impl().collective(0)->all_reduce_sum(x[0].data(), 5);
+    EXPECT_EQ(x[0], std::vector<float>(5, 3.0f));
 }
 
 // A port free on 127.0.0.1 now (bound and released: another program could take it meanwhile).
@@ -315,6 +350,49 @@ TEST(RanksAsProcesses, CheckCommandInTwoProcesses) {
                   std::string::npos)
             << ss.str();
     }
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// `dsv4 generate` and `dsv4 bench` over ranks: the same text on 1 rank, 2 in-process ranks and
+// rank 0 of two processes (rank 1 prints nothing); bench prints its table once.
+TEST(RanksAsProcesses, GenerateAndBenchCommands) {
+    const std::string dir = fixture_dir("fmt-nvfp4");
+    const std::string out = ::testing::TempDir() + "ranks_generate_";
+    const std::string gen = std::string(DSV4_CLI_PATH) + " generate --device cpu --model " + dir +
+                            " --prompt-ids 1,2,3 --max-tokens 8 --temperature 0.8 --seed 7";
+    ASSERT_EQ(std::system((gen + " > " + out + "one 2>/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((gen + " --ranks 2 > " + out + "two 2>/dev/null").c_str()), 0);
+    const std::string at = local(free_port());
+    auto cmd = [&](int r) {
+        return gen + " --ranks 2 --rank " + std::to_string(r) + " --rendezvous " + at + " > " +
+               out + "p" + std::to_string(r) + " 2>/dev/null";
+    };
+    const std::string both =
+        cmd(1) + " & p=$!; " + cmd(0) + "; r0=$?; wait $p; r1=$?; exit $((r0 + r1))";
+    EXPECT_EQ(std::system(both.c_str()), 0);
+    const std::string one = read_file(out + "one");
+    EXPECT_EQ(std::count(one.begin(), one.end(), ','), 7) << one;  // 8 token ids
+    EXPECT_EQ(read_file(out + "two"), one);
+    EXPECT_EQ(read_file(out + "p0"), one);
+    EXPECT_EQ(read_file(out + "p1"), "");
+
+    const std::string bench = std::string(DSV4_CLI_PATH) + " bench --device cpu --model " + dir +
+                              " --prompt-len 16 --decode 4 --repeats 1 --ranks 2 > " + out +
+                              "bench 2>&1";
+    ASSERT_EQ(std::system(bench.c_str()), 0);
+    const std::string table = read_file(out + "bench");
+    EXPECT_NE(table.find(", 2 ranks"), std::string::npos) << table;
+    size_t headers = 0;
+    for (size_t at_ = table.find("| context |"); at_ != std::string::npos;
+         at_ = table.find("| context |", at_ + 1))
+        ++headers;
+    EXPECT_EQ(headers, 1u) << table;
 }
 
 }  // namespace
