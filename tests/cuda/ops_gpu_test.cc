@@ -1512,7 +1512,7 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                                          {ops::WeightRole::kExperts, 0}, {g1, g3, g2});
             ASSERT_TRUE(ex.has_value()) << name << ": " << ex.status().message();
             // 21 tokens: the pairs grouped by expert (prefill); 11, 5 and 2 tokens: one
-            // expert's pairs in groups of up to 4 (decode batches of at least E / 2 pairs; the
+            // expert's pairs in groups of up to 4 (decode batches of at least E / 3 pairs; the
             // busiest expert's 11 pairs in three), and again one row a pair
             // (cuda_set_moe_compact off: the smaller batches' path); 1 token: the groups read x
             // itself and w2 adds into the output (no combine).

@@ -1014,15 +1014,16 @@ class CudaBackend final : public Backend {
         // shared expert has written first (no combine). The sum's order differs from the
         // reference's (slot order, then the shared expert) by float rounding only.
         const bool direct = ex.has_gemv && !grouped && a.T == 1 && !a.act_fp8 && !a.round_bf16;
-        // Decode batches of at least E / 2 pairs: one expert's pairs in groups of up to
+        // Decode batches of at least E / 3 pairs: one expert's pairs in groups of up to
         // kMoeDecodeGroupRows rows (tokens are the GEMV's MMA columns, so a group of 4 costs the
         // MMAs and the weight decoding of one row), the groups formed on the device and counted
         // there (GemvArgs::n_groups_dev): each expert's weights are read and decoded once a group
-        // instead of once a pair. Measured at V4-Flash size (docs/perf.md, session 19): 192
-        // pairs of 256 experts (batch 32) 11% faster a step; 48 pairs (batch 8, few experts
-        // picked twice) 5.5% slower, hence the bound.
+        // instead of once a pair. Measured at V4-Flash size (docs/perf.md, sessions 19 and
+        // 20; pairs of 256 experts, a step): 192 pairs (batch 32) -12%, 120 (batch 20) -5%, 96
+        // (batch 16) -2%, but 72 (batch 12) +1.2% and 48 (batch 8) +5.5% (few experts picked
+        // twice there): hence the bound, between 72 and 96.
         const bool compact = ex.has_gemv && !grouped && !direct && !a.act_fp8 && !a.round_bf16 &&
-                             2 * P >= a.E && moe_compact_;
+                             3 * P >= a.E && moe_compact_;
         const int64_t n_groups = grouped ? (P + 15) / 16 + a.E : P;  // (compact: at most)
         const int m = grouped ? 16 : compact ? ops::kMoeDecodeGroupRows : 1;
         const int64_t R = n_groups * m;   // rows

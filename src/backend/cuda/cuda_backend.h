@@ -44,7 +44,7 @@ int64_t cuda_gemm_runs(const Backend& b);
 int64_t cuda_attention_split_runs(const Backend& b);
 void cuda_set_attention_split(Backend& b, bool on);
 
-// Tests and comparisons: whether decode batches of at least E / 2 expert pairs run their pairs
+// Tests and comparisons: whether decode batches of at least E / 3 expert pairs run their pairs
 // in groups by expert (on by default; off: one row a pair, as DSV4_CUDA_MOE_COMPACT=0). Aborts
 // when `b` is another backend.
 void cuda_set_moe_compact(Backend& b, bool on);
