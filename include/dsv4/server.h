@@ -1,6 +1,6 @@
-// dsv4 public API: an OpenAI-compatible HTTP server over one Engine (POST /v1/chat/completions,
-// POST /v1/completions, GET /v1/models, GET /health, GET /metrics). One engine thread runs the
-// batched steps; HTTP threads parse, queue and stream. See docs/server.md.
+// dsv4 public API: an OpenAI-compatible HTTP server over one Engine, or one a rank (POST
+// /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics). One
+// engine thread runs the batched steps; HTTP threads parse, queue and stream. See docs/server.md.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,9 @@ struct ServerOptions {
     // drafts fed and accepted by their place in the step.
     Speculation speculative = Speculation::kNone;
     int draft_tokens = 0;
+    // > 1: the routed experts split over this many in-process ranks (CPU backend;
+    // docs/parallel.md), every request and step run on all of them, rank 0's tokens served.
+    int ranks = 1;
 };
 
 class Server {

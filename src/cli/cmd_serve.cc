@@ -87,6 +87,10 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--encoding", o->encoding, "Chat encoding: v4 or v4-flash-0731")
         ->capture_default_str();
     add_speculative_options(cmd, *spec);
+    cmd->add_option("--ranks", o->ranks,
+                    "Split the routed experts over N ranks, threads of this process, each "
+                    "request and step run on all of them (CPU backend; docs/parallel.md)")
+        ->check(CLI::Range(1, 64));
     cmd->callback([o, spec] {
         o->speculative = spec->speculation();
         o->draft_tokens = spec->draft_tokens;

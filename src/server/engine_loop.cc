@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include <thread>
 #include <vector>
 
 namespace dsv4::server {
@@ -21,8 +22,16 @@ ChannelEvent rejected(ApiError e) {
 
 }  // namespace
 
-EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue)
-    : engine_(engine), metrics_(metrics), max_queue_(max_queue) {}
+EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue,
+                       std::vector<Engine*> others, std::shared_ptr<RankGroup> group)
+    : engine_(engine),
+      others_(std::move(others)),
+      group_(std::move(group)),
+      metrics_(metrics),
+      max_queue_(max_queue) {
+    DSV4_ASSERT(others_.empty() || group_ != nullptr,
+                "an engine loop over ranks needs their group");
+}
 
 EngineLoop::~EngineLoop() {
     stop();
@@ -75,12 +84,19 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
             continue;
         }
         const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
+        const Request copy = others_.empty() ? Request{} : job.request;
         auto id = engine_.submit(std::move(job.request));
         if (!id) {
             // Requests are validated before they get here; what remains is the engine's view
             // of the input (vocabulary, context), so it is the client's error.
             job.channel->push(rejected(invalid_request(id.status().message())));
             continue;
+        }
+        // The other ranks hold the same model and requests: they take it under the same id.
+        for (size_t r = 0; r < others_.size(); ++r) {
+            auto other = others_[r]->submit(copy);
+            DSV4_ASSERT(other && *other == *id, "rank ", r + 1, " did not take request ", *id,
+                        " as rank 0 did");
         }
         metrics_.add_prompt_tokens(prompt_tokens);
         ChannelEvent ev;
@@ -121,6 +137,30 @@ void EngineLoop::deliver(const TokenEvent& ev) {
     active_.erase(it);
 }
 
+void EngineLoop::cancel(RequestId id) {
+    engine_.cancel(id);
+    for (Engine* e : others_) e->cancel(id);
+}
+
+Status EngineLoop::step(std::vector<TokenEvent>* events) {
+    if (others_.empty()) return engine_.step(events);
+    // A rank whose step fails leaves the group at once: a rank waiting in a sum for it then
+    // fails too instead of waiting (and the group stays failed: every later step fails).
+    std::vector<Status> st(others_.size(), Status::ok());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < others_.size(); ++r)
+        threads.emplace_back([&, r] {
+            std::vector<TokenEvent> same;  // (rank 0's are delivered)
+            st[r] = others_[r]->step(&same);
+            if (!st[r].is_ok()) group_->leave(static_cast<int>(r) + 1);
+        });
+    Status s = engine_.step(events);
+    if (!s.is_ok()) group_->leave(0);
+    for (std::thread& t : threads) t.join();
+    for (size_t r = 0; r < st.size() && s.is_ok(); ++r) s = st[r];
+    return s;
+}
+
 void EngineLoop::publish_gauges() {
     EngineGauges g;
     g.queued = engine_.queued();
@@ -146,20 +186,20 @@ void EngineLoop::run() {
         }
         admit(jobs, stopping);
         for (auto& [id, a] : active_)
-            if (stopping || a.channel->cancelled()) engine_.cancel(id);
+            if (stopping || a.channel->cancelled()) cancel(id);
         if (engine_.idle()) {
             publish_gauges();
             if (stopping) return;
             continue;
         }
         events.clear();
-        const Status st = engine_.step(&events);
+        const Status st = step(&events);
         for (const TokenEvent& ev : events) deliver(ev);
         if (!st.is_ok()) {
             // The step itself failed (not one request): end everything in flight with it.
             for (auto& [id, a] : active_) {
                 a.failure = st.message();
-                engine_.cancel(id);
+                cancel(id);
             }
         }
         publish_gauges();

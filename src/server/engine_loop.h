@@ -1,7 +1,10 @@
 // The engine thread: the only thread that touches the Engine (it is not thread-safe). HTTP
 // threads post jobs into its inbox; between steps it submits them (refusing with 429 when
 // the queue is full), cancels the requests whose channel was cancelled, runs one batched step,
-// and hands each token and end to the request's channel.
+// and hands each token and end to the request's channel. With ranks (ServerOptions::ranks)
+// every rank's engine gets the same submissions, cancellations and steps in the same order
+// (their collectives meet), the other ranks' steps on threads beside rank 0's; rank 0's events
+// are delivered.
 #pragma once
 
 #include <chrono>
@@ -12,8 +15,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dsv4/engine.h"
+#include "dsv4/parallel.h"
 #include "server/channel.h"
 #include "server/metrics.h"
 
@@ -27,8 +32,11 @@ struct Job {
 
 class EngineLoop {
   public:
-    // `max_queue`: requests that may wait for a slot before new ones get 429.
-    EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue);
+    // `max_queue`: requests that may wait for a slot before new ones get 429. `others`: the
+    // other ranks' engines (rank 1, 2, ...) of `group`, rank 0's being `engine`; none without
+    // ranks.
+    EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue, std::vector<Engine*> others = {},
+               std::shared_ptr<RankGroup> group = nullptr);
     ~EngineLoop();
     void start();
     // Thread-safe. The job's channel receives kAccepted or kRejected, then tokens and the end.
@@ -51,8 +59,12 @@ class EngineLoop {
     void admit(std::deque<Job>& jobs, bool stopping);
     void deliver(const TokenEvent& ev);
     void publish_gauges();
+    void cancel(RequestId id);                     // on every rank
+    Status step(std::vector<TokenEvent>* events);  // every rank's; rank 0's events
 
     Engine& engine_;
+    std::vector<Engine*> others_;
+    std::shared_ptr<RankGroup> group_;
     Metrics& metrics_;
     size_t max_queue_;
     std::thread thread_;

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "server/engine_loop.h"
 #include "server/metrics.h"
@@ -23,7 +25,9 @@ using server::RouteContext;
 
 struct Server::Impl {
     ServerOptions options;
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Engine> engine;               // rank 0's
+    std::vector<std::unique_ptr<Engine>> others;  // ranks 1.. (ServerOptions::ranks)
+    std::shared_ptr<RankGroup> group;
     Tokenizer tokenizer;
     Metrics metrics;
     std::unique_ptr<EngineLoop> loop;
@@ -44,8 +48,26 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     std::string note;
     auto tok = load_model_tokenizer(options.engine.model_dir, options.tokenizer, &note);
     if (!tok) return tok.status();
-    auto engine = Engine::create(options.engine);
+    if (options.ranks < 1 || options.ranks > 64)
+        return error("--ranks ", options.ranks, ": 1 to 64");
+    // Ranks: one engine a rank of one in-process group (made one after another: making an
+    // engine runs no collective), rank 0's first.
+    std::shared_ptr<RankGroup> group;
+    EngineOptions eo = options.engine;
+    if (options.ranks > 1) {
+        group = RankGroup::in_process(options.ranks);
+        eo.rank_group = group;
+        eo.rank = 0;
+    }
+    auto engine = Engine::create(eo);
     if (!engine) return engine.status();
+    std::vector<std::unique_ptr<Engine>> others;
+    for (int r = 1; r < options.ranks; ++r) {
+        eo.rank = r;
+        auto other = Engine::create(eo);
+        if (!other) return other.status();
+        others.push_back(std::move(*other));
+    }
     const ModelInfo& info = (*engine)->info();
     // Every request gets the same speculation: refused now rather than each request.
     DSV4_RETURN_IF_ERROR((*engine)->check_speculation(options.speculative, options.draft_tokens));
@@ -57,14 +79,19 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     auto impl = std::make_unique<Impl>(std::move(*tok));
     impl->options = options;
     impl->engine = std::move(*engine);
+    impl->others = std::move(others);
+    impl->group = group;
     if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
 
     std::string name = options.model_name;
     if (name.empty())
         name = std::filesystem::path(options.engine.model_dir).lexically_normal().filename();
     if (name.empty()) name = "dsv4";
+    std::vector<Engine*> other_ranks;
+    for (auto& e : impl->others) other_ranks.push_back(e.get());
     impl->loop = std::make_unique<EngineLoop>(*impl->engine, impl->metrics,
-                                              static_cast<size_t>(options.engine.max_queue));
+                                              static_cast<size_t>(options.engine.max_queue),
+                                              std::move(other_ranks), impl->group);
     impl->ctx.reset(new RouteContext{impl->tokenizer, impl->engine->info(), *impl->loop,
                                      impl->metrics, name, options.api_key, options.max_body_bytes,
                                      *encoding});
