@@ -177,7 +177,7 @@ void print_expert_use(const Say& say, const std::vector<int64_t>& counts, int la
 }
 
 // One rank's benchmark (every rank runs the same steps; `say` prints on the printing rank
-// only). *usage: the error is the command line's.
+// only). *usage (when given): set when the error is the command line's.
 Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool* usage,
                 const std::vector<int64_t>& batches, const std::vector<int64_t>& contexts) {
     DSV4_ASSIGN_OR_RETURN(auto engine, Engine::create(o));
@@ -186,7 +186,7 @@ Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool
     const ModelInfo& info = e.info();
     if (Status st = e.check_speculation(a.spec.speculation(), a.spec.draft_tokens); !st.is_ok()) {
         const bool hint = !a.engine.synthetic.empty() && !info.has_mtp;
-        *usage = true;
+        if (usage != nullptr) *usage = true;
         return error(st.message(), hint ? " (add --synthetic-mtp)" : "");
     }
     std::vector<std::unique_ptr<Session>> owned;
@@ -335,14 +335,9 @@ int run_bench(BenchArgs a) {
                      static_cast<long long>(max_batch), static_cast<long long>(max_batch + 1));
         return kExitUsage;
     }
-    bool usage = false;
-    const bool processes = !a.ranks.rendezvous.empty();
+    bool usage = false;  // (written by the printing rank's thread only)
     const Status st = run_on_ranks(a.engine, a.ranks, [&](const EngineOptions& o, int rank) {
-        const Say say{processes ? a.ranks.rank == 0 : rank == 0};
-        bool u = false;
-        Status s = bench_on(a, o, say, &u, *batches, *contexts);
-        if (u && say.on) usage = true;
-        return s;
+        return bench_on(a, o, Say{rank == 0}, rank == 0 ? &usage : nullptr, *batches, *contexts);
     });
     if (!st.is_ok()) {
         print_error(st);

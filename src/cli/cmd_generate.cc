@@ -129,11 +129,8 @@ int run_generate(const GenerateArgs& a) {
         ids = std::move(*parsed);
     }
     const Tokenizer* t = tok ? &*tok : nullptr;
-    // Ranks as processes: the text from rank 0 only.
-    const bool processes = !a.ranks.rendezvous.empty();
     const Status st = run_on_ranks(a.engine, a.ranks, [&](const EngineOptions& o, int rank) {
-        const bool print = processes ? a.ranks.rank == 0 : rank == 0;
-        return generate_on(a, o, print, t, ids);
+        return generate_on(a, o, /*print=*/rank == 0, t, ids);
     });
     if (!st.is_ok()) {
         print_error(st);
