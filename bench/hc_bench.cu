@@ -3,7 +3,8 @@
 // said), each variant a CUDA-graph replay of R back-to-back launches divided by R, the mixing
 // weights rotating through copies larger than the L2 (as the layers' weights do). The variants
 // drop one part at a time: the fused hc_post in front, the fused RMSNorm, the Sinkhorn
-// iterations (1 instead of 20). The values are constants: the time does not depend on them.
+// iterations (1 instead of 20); the decode launches by one cluster a token (the default) and by
+// the split kernel. The values are constants: the time does not depend on them.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -63,16 +64,22 @@ int run() {
         bool post, norm;
         int iters, T;
         bool head;
+        bool clusters = true;  // launch_hc_pre's: decode launches by one cluster a token
     };
     const Variant variants[] = {
         {"full (post + norm, 20 iters)", true, true, kIters, 1, false},
+        {"full, split kernel", true, true, kIters, 1, false, false},
         {"1 Sinkhorn iteration", true, true, 1, 1, false},
         {"no fused norm", true, false, kIters, 1, false},
         {"no fused post", false, true, kIters, 1, false},
         {"none of them (1 iteration)", false, false, 1, 1, false},
         {"hc_head (4 rows, no Sinkhorn)", false, false, 0, 1, true},
         {"full, 8 tokens", true, true, kIters, 8, false},
+        {"full, 8 tokens, split kernel", true, true, kIters, 8, false, false},
+        {"full, 16 tokens", true, true, kIters, 16, false},
+        {"full, 16 tokens, split kernel", true, true, kIters, 16, false, false},
         {"full, 32 tokens", true, true, kIters, 32, false},
+        {"full, 32 tokens, split kernel", true, true, kIters, 32, false, false},
     };
     std::printf("hc_pre, n = %d, D = %d, %d launches a graph, %d SMs\n", kN, kD, kLaunches,
                 info.sm_count);
@@ -90,7 +97,7 @@ int run() {
                 a.y_norm = y_norm;
             }
             if (v.post) a.post_in = &pa;
-            launch_hc_pre(a, ws, s);
+            launch_hc_pre(a, ws, s, v.clusters);
         });
         std::printf("  %-34s %7.2f us a launch\n", v.name, us);
     }

@@ -383,59 +383,72 @@ TEST(CudaOpsGpu, HyperConnections) {
         }
 }
 
-// V4's mHC shapes (n 4, D 4096 and 7168): the mixing product split over many blocks (one token:
-// ~64 splits; nine tokens at mixed values: fewer), against the reference.
+// V4's mHC shapes (n 4, D 4096 and 7168), against the reference: decode launches (1, 3 and 9
+// tokens) by one cluster of blocks a token, and by the split kernel (cuda_set_hc_cluster off:
+// one token ~64 splits); 33 tokens (more than a cluster launch takes) by the split kernel.
 TEST(CudaOpsGpu, HyperConnectionsV4Shapes) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(26);
     // 4096: V4-Flash; 7168: V4-Pro (the collapsed row in 7 float4s a thread).
-    for (const int D : {4096, 7168}) {
-        const int n = 4, iters = 20, mix = (2 + n) * n;
-        const auto fn = randn(mix * n * D, rng, 0.02f), base = randn(mix, rng),
-                   scale = randn(3, rng), hfn = randn(n * n * D, rng, 0.02f), hbase = randn(n, rng),
-                   hscale = randn(1, rng);
-        Dev<float> dfn(*be, fn), dbase(*be, base), dscale(*be, scale), dhfn(*be, hfn),
-            dhbase(*be, hbase), dhscale(*be, hscale);
-        const auto nw = randn(D, rng);
-        Dev<float> dnw(*be, nw);
-        for (int64_t T : {1, 9}) {
-            const auto x = randn(T * n * D, rng);
-            Dev<float> dx(*be, x), y(*be, T * D), post(*be, T * n), comb(*be, T * n * n),
-                head(*be, T * D), yn(*be, T * D);
-            std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rhead(T * D), ryn(T * D);
-            // With the fused RMSNorm (the model's call).
-            be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f,
-                        1e-6f, false, dnw.p, yn.p, 1e-6f});
-            cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(),
-                             rpost.data(), rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false,
-                             nw.data(), ryn.data(), 1e-6f});
-            expect_close("hc_pre V4 comb", comb.get(), rcomb, 1e-5, 1e-6);
-            expect_close("hc_pre V4 post", post.get(), rpost, 1e-6, 1e-7);
-            expect_close("hc_pre V4 y", y.get(), ry, 1e-5, 1e-6 * max_abs(x));
-            // y within its tolerance, then the norm's own few ulps.
-            expect_close("hc_pre V4 y_norm", yn.get(), ryn, 2e-5, 2e-6 * max_abs(ryn));
-            // Again: whichever block of a token arrives last, the partials are summed in the same
-            // order (and the arrival counters were left at zero), so the outputs repeat bitwise.
-            const auto y1 = y.get(), yn1 = yn.get(), comb1 = comb.get();
-            be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f,
-                        1e-6f, false, dnw.p, yn.p, 1e-6f});
-            expect_close("hc_pre V4 y again", y.get(), y1, 0.0, 0.0);
-            expect_close("hc_pre V4 y_norm again", yn.get(), yn1, 0.0, 0.0);
-            expect_close("hc_pre V4 comb again", comb.get(), comb1, 0.0, 0.0);
-            be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
-            cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(), T, n,
-                              D, 1e-6f, 1e-6f});
-            expect_close("hc_head V4", head.get(), rhead, 1e-5, 1e-6 * max_abs(x));
+    for (const bool clusters : {true, false})
+        for (const int D : {4096, 7168}) {
+            cuda_set_hc_cluster(*be, clusters);
+            const int n = 4, iters = 20, mix = (2 + n) * n;
+            const auto fn = randn(mix * n * D, rng, 0.02f), base = randn(mix, rng),
+                       scale = randn(3, rng), hfn = randn(n * n * D, rng, 0.02f),
+                       hbase = randn(n, rng), hscale = randn(1, rng);
+            Dev<float> dfn(*be, fn), dbase(*be, base), dscale(*be, scale), dhfn(*be, hfn),
+                dhbase(*be, hbase), dhscale(*be, hscale);
+            const auto nw = randn(D, rng);
+            Dev<float> dnw(*be, nw);
+            for (int64_t T : {1, 3, 9, 33}) {
+                const auto x = randn(T * n * D, rng);
+                const auto name = [&](const char* what) {
+                    return std::string(what) + (clusters ? " (clusters)" : " (splits)") +
+                           " D=" + std::to_string(D) + " T=" + std::to_string(T);
+                };
+                Dev<float> dx(*be, x), y(*be, T * D), post(*be, T * n), comb(*be, T * n * n),
+                    head(*be, T * D), yn(*be, T * D);
+                std::vector<float> ry(T * D), rpost(T * n), rcomb(T * n * n), rhead(T * D),
+                    ryn(T * D);
+                // With the fused RMSNorm (the model's call).
+                be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters,
+                            1e-6f, 1e-6f, false, dnw.p, yn.p, 1e-6f});
+                cpu_ref::hc_pre({x.data(), fn.data(), base.data(), scale.data(), ry.data(),
+                                 rpost.data(), rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false,
+                                 nw.data(), ryn.data(), 1e-6f});
+                expect_close(name("hc_pre V4 comb").c_str(), comb.get(), rcomb, 1e-5, 1e-6);
+                expect_close(name("hc_pre V4 post").c_str(), post.get(), rpost, 1e-6, 1e-7);
+                expect_close(name("hc_pre V4 y").c_str(), y.get(), ry, 1e-5, 1e-6 * max_abs(x));
+                // y within its tolerance, then the norm's own few ulps.
+                expect_close(name("hc_pre V4 y_norm").c_str(), yn.get(), ryn, 2e-5,
+                             2e-6 * max_abs(ryn));
+                // Again: whichever block of a token arrives last, the partials are summed in the
+                // same order (and the arrival counters were left at zero), so the outputs repeat
+                // bitwise.
+                const auto y1 = y.get(), yn1 = yn.get(), comb1 = comb.get();
+                be->hc_pre({dx.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters,
+                            1e-6f, 1e-6f, false, dnw.p, yn.p, 1e-6f});
+                expect_close(name("hc_pre V4 y again").c_str(), y.get(), y1, 0.0, 0.0);
+                expect_close(name("hc_pre V4 y_norm again").c_str(), yn.get(), yn1, 0.0, 0.0);
+                expect_close(name("hc_pre V4 comb again").c_str(), comb.get(), comb1, 0.0, 0.0);
+                be->hc_head({dx.p, dhfn.p, dhbase.p, dhscale.p, head.p, T, n, D, 1e-6f, 1e-6f});
+                cpu_ref::hc_head({x.data(), hfn.data(), hbase.data(), hscale.data(), rhead.data(),
+                                  T, n, D, 1e-6f, 1e-6f});
+                expect_close(name("hc_head V4").c_str(), head.get(), rhead, 1e-5,
+                             1e-6 * max_abs(x));
+            }
         }
-    }
 }
 
 // hc_post fused in front of hc_pre (HcPreArgs::post_in), as the model calls it: the post and
 // comb it reads are the buffers hc_pre then overwrites. Against the composition on the CPU: the
 // new streams bitwise (hc_post's arithmetic), the rest within hc_pre's tolerances. Shapes: the
 // run-time stream count (3, 7), the global-memory collapse (D 133), one split (D 36), and V4's
-// n 4, D 4096 at 1 and 9 tokens (the compile-time path, many splits).
+// n 4, D 4096 at 1 and 9 tokens (the compile-time path, many splits); n 4 at up to 32 tokens
+// also by one cluster a token (D 4100: the last block of a cluster owns fewer columns), and by
+// the split kernel (cuda_set_hc_cluster off).
 TEST(CudaOpsGpu, HyperConnectionsWithFusedPost) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -444,33 +457,38 @@ TEST(CudaOpsGpu, HyperConnectionsWithFusedPost) {
         int64_t T;
         int n, D;
     };
-    for (const Shape& sh : {Shape{7, 3, 133}, Shape{7, 4, 256}, Shape{7, 7, 36}, Shape{1, 4, 4096},
-                            Shape{9, 4, 4096}}) {
-        const int64_t T = sh.T;
-        const int n = sh.n, D = sh.D, iters = 20, mix = (2 + n) * n;
-        const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.02f),
-                   base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng),
-                   nw = randn(D, rng), post0 = randn(T * n, rng), comb0 = randn(T * n * n, rng);
-        Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f),
-            dnw(*be, nw), post(*be, post0), comb(*be, comb0), next(*be, T * n * D), y(*be, T * D),
-            yn(*be, T * D);
-        const ops::HcPostArgs dpin{df.p, dx.p, post.p, comb.p, next.p, T, n, D};
-        be->hc_pre({next.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters, 1e-6f,
-                    1e-6f, false, dnw.p, yn.p, 1e-6f, &dpin});
-        std::vector<float> rpost = post0, rcomb = comb0, rnext(T * n * D), ry(T * D), ryn(T * D);
-        const ops::HcPostArgs rpin{f.data(), x.data(), rpost.data(), rcomb.data(), rnext.data(), T,
-                                   n,        D};
-        cpu_ref::hc_pre({rnext.data(), fn.data(), base.data(), scale.data(), ry.data(),
-                         rpost.data(), rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false, nw.data(),
-                         ryn.data(), 1e-6f, &rpin});
-        const std::string what = "fused post n=" + std::to_string(n) + " D=" + std::to_string(D) +
-                                 " T=" + std::to_string(T);
-        expect_close((what + " streams").c_str(), next.get(), rnext, 0.0, 0.0);
-        expect_close((what + " comb").c_str(), comb.get(), rcomb, 1e-5, 1e-6);
-        expect_close((what + " post").c_str(), post.get(), rpost, 1e-6, 1e-7);
-        expect_close((what + " y").c_str(), y.get(), ry, 1e-5, 1e-6 * max_abs(rnext));
-        expect_close((what + " y_norm").c_str(), yn.get(), ryn, 2e-5, 2e-6 * max_abs(ryn));
-    }
+    for (const bool clusters : {true, false})
+        for (const Shape& sh :
+             {Shape{7, 3, 133}, Shape{7, 4, 256}, Shape{7, 7, 36}, Shape{1, 4, 4096},
+              Shape{9, 4, 4096}, Shape{3, 4, 4100}, Shape{2, 4, 36}}) {
+            cuda_set_hc_cluster(*be, clusters);
+            const int64_t T = sh.T;
+            const int n = sh.n, D = sh.D, iters = 20, mix = (2 + n) * n;
+            const auto x = randn(T * n * D, rng), fn = randn(mix * n * D, rng, 0.02f),
+                       base = randn(mix, rng), scale = randn(3, rng), f = randn(T * D, rng),
+                       nw = randn(D, rng), post0 = randn(T * n, rng), comb0 = randn(T * n * n, rng);
+            Dev<float> dx(*be, x), dfn(*be, fn), dbase(*be, base), dscale(*be, scale), df(*be, f),
+                dnw(*be, nw), post(*be, post0), comb(*be, comb0), next(*be, T * n * D),
+                y(*be, T * D), yn(*be, T * D);
+            const ops::HcPostArgs dpin{df.p, dx.p, post.p, comb.p, next.p, T, n, D};
+            be->hc_pre({next.p, dfn.p, dbase.p, dscale.p, y.p, post.p, comb.p, T, n, D, iters,
+                        1e-6f, 1e-6f, false, dnw.p, yn.p, 1e-6f, &dpin});
+            std::vector<float> rpost = post0, rcomb = comb0, rnext(T * n * D), ry(T * D),
+                               ryn(T * D);
+            const ops::HcPostArgs rpin{
+                f.data(), x.data(), rpost.data(), rcomb.data(), rnext.data(), T, n, D};
+            cpu_ref::hc_pre({rnext.data(), fn.data(), base.data(), scale.data(), ry.data(),
+                             rpost.data(), rcomb.data(), T, n, D, iters, 1e-6f, 1e-6f, false,
+                             nw.data(), ryn.data(), 1e-6f, &rpin});
+            const std::string what = "fused post n=" + std::to_string(n) +
+                                     " D=" + std::to_string(D) + " T=" + std::to_string(T) +
+                                     (clusters ? " clusters" : " splits");
+            expect_close((what + " streams").c_str(), next.get(), rnext, 0.0, 0.0);
+            expect_close((what + " comb").c_str(), comb.get(), rcomb, 1e-5, 1e-6);
+            expect_close((what + " post").c_str(), post.get(), rpost, 1e-6, 1e-7);
+            expect_close((what + " y").c_str(), y.get(), ry, 1e-5, 1e-6 * max_abs(rnext));
+            expect_close((what + " y_norm").c_str(), yn.get(), ryn, 2e-5, 2e-6 * max_abs(ryn));
+        }
 }
 
 // Attention over a mixed step: sliding only, HCA (every valid entry) and CSA (top-k lists with

@@ -250,6 +250,9 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 19): =0 runs a decode batch's expert pairs one
         // row a group (every pair reads and decodes its expert's weights).
         moe_compact_ = env_flag("DSV4_CUDA_MOE_COMPACT", true);
+        // Measurements (docs/perf.md, session 21): =0 runs decode hc_pre launches on the split
+        // kernel (blocks meeting through global memory) instead of one cluster a token.
+        hc_cluster_ = env_flag("DSV4_CUDA_HC_CLUSTER", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -297,6 +300,7 @@ class CudaBackend final : public Backend {
     int64_t attention_split_runs() const { return attn_split_runs_; }
     void set_attention_split(bool on) { attn_split_ = on; }
     void set_moe_compact(bool on) { moe_compact_ = on; }
+    void set_hc_cluster(bool on) { hc_cluster_ = on; }
 
     Expected<void*> try_alloc(size_t bytes) override {
         if (broke_recording("allocate")) return error("allocation inside a recorded step");
@@ -911,7 +915,7 @@ class CudaBackend final : public Backend {
         }
         const auto prof = profile_.scope("hc_pre", recording_);
         uses(kHcScratch);
-        cuda::launch_hc_pre(a, hc_ws_, cur());
+        cuda::launch_hc_pre(a, hc_ws_, cur(), hc_cluster_);
     }
     void hc_post(const ops::HcPostArgs& a) override {
         {
@@ -1441,6 +1445,7 @@ class CudaBackend final : public Backend {
     bool branches_ = true;            // false: DSV4_CUDA_BRANCHES=0
     bool gemv_split_x_ = true;        // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;         // false: DSV4_CUDA_MOE_COMPACT=0
+    bool hc_cluster_ = true;          // false: DSV4_CUDA_HC_CLUSTER=0
     int32_t* local_sel_ = nullptr;    // [local_slots_] a share's pairs in its expert ids
     float* local_weight_ = nullptr;   // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
@@ -1490,6 +1495,12 @@ void cuda_set_moe_compact(Backend& b, bool on) {
     auto* cb = dynamic_cast<CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     cb->set_moe_compact(on);
+}
+
+void cuda_set_hc_cluster(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_hc_cluster(on);
 }
 
 Expected<std::pair<cuda::GemvPacked, cuda::GemvPacked>> cuda_download_experts(

@@ -49,4 +49,9 @@ void cuda_set_attention_split(Backend& b, bool on);
 // when `b` is another backend.
 void cuda_set_moe_compact(Backend& b, bool on);
 
+// Tests and comparisons: whether decode hc_pre launches (up to 32 tokens, 4 streams) take the
+// kernel of one thread-block cluster a token (on by default; off: the split kernel, as
+// DSV4_CUDA_HC_CLUSTER=0). Aborts when `b` is another backend.
+void cuda_set_hc_cluster(Backend& b, bool on);
+
 }  // namespace dsv4

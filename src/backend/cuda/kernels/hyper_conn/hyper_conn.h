@@ -28,8 +28,15 @@ struct HcScratch {
 // Doubles the scratch needs for steps of up to max_tokens tokens with n streams.
 int64_t hc_scratch_doubles(int64_t max_tokens, int n, int sm_count);
 
-void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t stream);
+// clusters: decode launches (up to 32 tokens of V4's 4 streams) take the kernel of one thread-block
+// cluster a token (hyper_conn_sm90.cu); false: always the split kernel (measurements).
+void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t stream,
+                   bool clusters = true);
 void launch_hc_post(const ops::HcPostArgs& a, cudaStream_t stream);
+
+// launch_hc_pre's decode path (hc_pre_cluster_sm90.cu): whether `a` can take it, and the launch.
+bool hc_pre_cluster_fits(const ops::HcPreArgs& a);
+void launch_hc_pre_cluster(const ops::HcPreArgs& a, cudaStream_t stream);
 void launch_hc_head(const ops::HcHeadArgs& a, const HcScratch& ws, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

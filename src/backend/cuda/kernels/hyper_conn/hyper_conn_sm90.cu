@@ -4,7 +4,8 @@
 // the only differences from the CPU are the summation order of the double dots and expf
 // (CUDA's is within 2 ulp, not correctly rounded). Tolerances: docs/numerics-cuda.md.
 //
-// hc_pre and hc_head are one launch each, grid (S splits of the n*D width, T tokens):
+// hc_pre and hc_head are one launch each, grid (S splits of the n*D width, T tokens; decode hc_pre
+// launches of V4's shapes take the cluster kernel of hc_pre_cluster_sm90.cu instead):
 //  1. every block multiplies its slice of each token's streams by the same slice of every mixing
 //     row and sums the squares, in double, and leaves one partial per row (and the sum of
 //     squares) in the scratch. At batch 1 the 1.5 MB mixing matrix of V4-Flash (24 x 16384 f32)
@@ -28,12 +29,20 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/common/ptx_sm90.cuh"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
+#include "backend/cuda/kernels/hyper_conn/hyper_conn_math_sm90.cuh"
 #include "base/check.h"
 
 namespace dsv4::cuda {
 namespace {
+
+using hc::add_scaled;
+using hc::pre_gate;
+using hc::sigmoidf_ref;
+using hc::sinkhorn_warp_upto;
+using hc::Team;
 
 constexpr int kThreads = 256;
 constexpr int kMaxN = kHcMaxStreams;          // residual streams (V4: 4)
@@ -44,15 +53,6 @@ constexpr int kMinSliceWidth = 256;  // elements per split, at least
 // Float4s of the collapsed row a thread holds: D <= 10240 on a whole block, 8960 on hc_pre's
 // 224 collapsing threads (Team::after_warp0; V4-Pro: 7168).
 constexpr int kMaxVec = 10;
-
-__device__ __forceinline__ float sigmoidf_ref(float x) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
-}
-
-// The pre gate of stream i from its mixing value: sigmoid(mix * scale + base) + hc_eps.
-__device__ __forceinline__ float pre_gate(float mix, float scale, float base, float hc_eps) {
-    return __fadd_rn(sigmoidf_ref(__fadd_rn(__fmul_rn(mix, scale), base)), hc_eps);
-}
 
 // Element i = k D + d of token t's streams after hc_post (pa), written to pa.out and returned:
 // post[k] f[d] + sum_j C[j][k] x[j][d] in j order, rounded as the reference's loop (hc_post_kernel
@@ -181,57 +181,6 @@ __device__ void finish_mix(const double* part, int S, int rows, int64_t width, f
     __syncthreads();
 }
 
-// Sinkhorn of an N x N matrix (N * N <= 32) on one warp, in place in m: lane e holds element e
-// in a register and reads its row's or column's elements by shuffles, no barriers. N is a
-// compile-time constant so each sum's N shuffles are issued together and then added in index
-// order (a runtime N leaves a loop of shuffle, add, each waiting on the last).
-template <int N>
-__device__ void sinkhorn_warp(float* m, int iters, float eps) {
-    static_assert(N * N <= 32, "one element a lane");
-    constexpr unsigned kAll = 0xffffffffu;
-    const int e = threadIdx.x;
-    const bool active = e < N * N;
-    const int j = active ? e / N : 0, k = active ? e % N : 0;
-    float v = m[active ? e : 0];
-    __syncwarp();  // every lane has read before lane e writes m[e] at the end
-    auto sum = [&](float x, int first, int step) {  // elements first + c * step, c in order
-        float t[N];
-#pragma unroll
-        for (int c = 0; c < N; ++c) t[c] = __shfl_sync(kAll, x, first + c * step);
-        float s = 0;
-#pragma unroll
-        for (int c = 0; c < N; ++c) s = __fadd_rn(s, t[c]);
-        return s;
-    };
-    float mx = 0;  // column 0 first
-#pragma unroll
-    for (int c = 0; c < N; ++c) {
-        const float x = __shfl_sync(kAll, v, j * N + c);
-        mx = c == 0 ? x : (x > mx ? x : mx);
-    }
-    v = expf(__fsub_rn(v, mx));
-    v = __fadd_rn(__fdiv_rn(v, sum(v, j * N, 1)), eps);
-    v = __fdiv_rn(v, __fadd_rn(sum(v, k, N), eps));
-    for (int it = 1; it < iters; ++it) {
-        v = __fdiv_rn(v, __fadd_rn(sum(v, j * N, 1), eps));
-        v = __fdiv_rn(v, __fadd_rn(sum(v, k, N), eps));
-    }
-    if (active) m[e] = v;
-    __syncwarp();
-}
-
-// sinkhorn_warp<n> for a run-time n <= N.
-template <int N>
-__device__ void sinkhorn_warp_upto(int n, float* m, int iters, float eps) {
-    if constexpr (N > 1) {
-        if (n < N) {
-            sinkhorn_warp_upto<N - 1>(n, m, iters, eps);
-            return;
-        }
-    }
-    sinkhorn_warp<N>(m, iters, eps);
-}
-
 // The reference's Sinkhorn on one n x n matrix held in buf[0], one thread per element (all
 // threads of the block call it; returns the buffer holding the result). Every sum is taken in
 // the reference's order by each thread that needs it, and each element gets the reference's
@@ -275,14 +224,6 @@ __device__ int sinkhorn(float (*buf)[kMaxN * kMaxN], int n, int iters, float eps
     return b;
 }
 
-// s += p * x per component, rounded as the reference's loop (no contraction).
-__device__ __forceinline__ void add_scaled(float4& s, float p, const float4& x) {
-    s.x = __fadd_rn(s.x, __fmul_rn(p, x.x));
-    s.y = __fadd_rn(s.y, __fmul_rn(p, x.y));
-    s.z = __fadd_rn(s.z, __fmul_rn(p, x.z));
-    s.w = __fadd_rn(s.w, __fmul_rn(p, x.w));
-}
-
 // y[d] = sum_i pre[i] * x[i*D + d], in i order (four dims a thread step when D allows). x is
 // read through L2 (__ldcg) in the collapses: with a fused hc_post other blocks wrote it.
 __device__ void collapse(const float* x, const float* pre, int n, int D, float* y) {
@@ -303,26 +244,6 @@ __device__ void collapse(const float* x, const float* pre, int n, int D, float* 
         y[d] = s;
     }
 }
-
-// The threads that run the collapse: the whole block, or (hc_pre's finish, Team::after_warp0)
-// warps 1.. while warp 0 runs the Sinkhorn, with a named barrier of their own so that the
-// norm's reduction does not wait for the Sinkhorn.
-struct Team {
-    int rank, size;
-    bool whole;
-    __device__ static Team block() {
-        return {static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), true};
-    }
-    __device__ static Team after_warp0() {
-        return {static_cast<int>(threadIdx.x) - 32, static_cast<int>(blockDim.x) - 32, false};
-    }
-    __device__ void sync() const {
-        if (whole)
-            __syncthreads();
-        else
-            asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
-    }
-};
 
 __device__ bool fits_regs(int D, int threads) {
     return (D & 3) == 0 && D / 4 <= kMaxVec * threads;
@@ -545,15 +466,20 @@ int64_t hc_scratch_doubles(int64_t max_tokens, int n, int sm_count) {
     return (max_tokens + 2 * int64_t{sm_count}) * ((2 + n) * n + 1);
 }
 
-void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t stream) {
+void launch_hc_pre(const ops::HcPreArgs& a, const HcScratch& ws, cudaStream_t stream,
+                   bool clusters) {
     DSV4_ASSERT(a.n >= 1 && a.n <= kMaxN, "hc_pre: n = ", a.n, " (at most ", kMaxN, ")");
     if (a.T == 0) return;
-    const int rows = (2 + a.n) * a.n;
-    const int S = splits_for(rows, a.T, int64_t{a.n} * a.D, ws);
     const ops::HcPostArgs* p = a.post_in;
     if (p != nullptr)
         DSV4_ASSERT(p->out == a.x && p->n == a.n && p->D == a.D && p->T == a.T && !p->round_bf16,
                     "hc_pre: the fused hc_post must write x, with its shape (no bf16 rounding)");
+    if (clusters && hc_pre_cluster_fits(a)) {
+        launch_hc_pre_cluster(a, stream);
+        return;
+    }
+    const int rows = (2 + a.n) * a.n;
+    const int S = splits_for(rows, a.T, int64_t{a.n} * a.D, ws);
     auto* kernel = p == nullptr ? hc_pre_kernel<kNoPost>
                    : a.n == 4   ? hc_pre_kernel<4>
                                 : hc_pre_kernel<0>;
