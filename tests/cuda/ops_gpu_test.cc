@@ -587,10 +587,16 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
         (std::string(what) + (splits ? " (split kernel)" : " (cluster kernel again)")).c_str(),
         out.get(), ref, 0.0, tol);
     EXPECT_EQ(cuda_attention_split_runs(*be), runs0 + (splits ? 1 : 0));
-    // The arrival counters are left at zero: a second launch gives the same result.
-    be->fill(out.p, std::nanf(""), out.n);
-    be->attention(g);
-    expect_close((std::string(what) + " (again)").c_str(), out.get(), ref, 0.0, tol);
+    // The split kernel's blocks merged through global memory instead of a cluster's shared
+    // memory (cuda_set_attention_merge_cluster off), twice: the arrival counters are left at
+    // zero, so the second launch gives the same result.
+    cuda_set_attention_merge_cluster(*be, false);
+    for (const char* run : {" (merged through global memory)", " (again)"}) {
+        be->fill(out.p, std::nanf(""), out.n);
+        be->attention(g);
+        expect_close((std::string(what) + run).c_str(), out.get(), ref, 0.0, tol);
+    }
+    cuda_set_attention_merge_cluster(*be, true);
     // Then writing the step's rows into the ring read (AttentionArgs::ring_out), by either
     // kernel: the same output, and the ring as ring_write leaves it. (The split kernel writes
     // it itself when every row is one token, the decode cases; else a ring_write launch.)

@@ -253,6 +253,9 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 21): =0 runs decode hc_pre launches on the split
         // kernel (blocks meeting through global memory) instead of one cluster a token.
         hc_cluster_ = env_flag("DSV4_CUDA_HC_CLUSTER", true);
+        // Measurements (docs/perf.md, session 21): =0 merges the split attention kernel's
+        // partials through global memory (the last block) instead of a cluster's shared memory.
+        attn_merge_cluster_ = env_flag("DSV4_CUDA_ATTN_MERGE_CLUSTER", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -301,6 +304,7 @@ class CudaBackend final : public Backend {
     void set_attention_split(bool on) { attn_split_ = on; }
     void set_moe_compact(bool on) { moe_compact_ = on; }
     void set_hc_cluster(bool on) { hc_cluster_ = on; }
+    void set_attention_merge_cluster(bool on) { attn_merge_cluster_ = on; }
 
     Expected<void*> try_alloc(size_t bytes) override {
         if (broke_recording("allocate")) return error("allocation inside a recorded step");
@@ -947,6 +951,7 @@ class CudaBackend final : public Backend {
         uses(kAttentionScratch);
         cuda::AttentionScratch ws = attn_ws_;
         if (!attn_split_) ws.part = nullptr;  // (the cluster kernel for every step)
+        ws.merge_in_cluster = attn_merge_cluster_;
         if (cuda::launch_attention(a, ws, cur(), ring_in_attention_)) ++attn_split_runs_;
     }
     void ring_write(const ops::RingWriteArgs& a) override {
@@ -1446,6 +1451,7 @@ class CudaBackend final : public Backend {
     bool gemv_split_x_ = true;        // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;         // false: DSV4_CUDA_MOE_COMPACT=0
     bool hc_cluster_ = true;          // false: DSV4_CUDA_HC_CLUSTER=0
+    bool attn_merge_cluster_ = true;  // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
     int32_t* local_sel_ = nullptr;    // [local_slots_] a share's pairs in its expert ids
     float* local_weight_ = nullptr;   // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
@@ -1495,6 +1501,12 @@ void cuda_set_moe_compact(Backend& b, bool on) {
     auto* cb = dynamic_cast<CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     cb->set_moe_compact(on);
+}
+
+void cuda_set_attention_merge_cluster(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_attention_merge_cluster(on);
 }
 
 void cuda_set_hc_cluster(Backend& b, bool on) {

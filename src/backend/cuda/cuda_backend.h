@@ -43,6 +43,9 @@ int64_t cuda_gemm_runs(const Backend& b);
 // step takes the cluster kernel, as DSV4_CUDA_ATTN_SPLIT=0). Abort when `b` is another backend.
 int64_t cuda_attention_split_runs(const Backend& b);
 void cuda_set_attention_split(Backend& b, bool on);
+// Tests and comparisons: whether the split kernel's blocks merge as a thread-block cluster (on by
+// default; off: through global memory, as DSV4_CUDA_ATTN_MERGE_CLUSTER=0).
+void cuda_set_attention_merge_cluster(Backend& b, bool on);
 
 // Tests and comparisons: whether decode batches of at least E / 3 expert pairs run their pairs
 // in groups by expert (on by default; off: one row a pair, as DSV4_CUDA_MOE_COMPACT=0). Aborts

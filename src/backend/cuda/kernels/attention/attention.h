@@ -24,6 +24,9 @@ struct AttentionScratch {
     unsigned* arrivals = nullptr;  // [max_blocks], zero
     int max_blocks = 0;
     int sm_count = 1;  // the split grid is at most two blocks an SM
+    // How the split kernel's blocks of a (token, head group) merge: as a thread-block cluster
+    // through distributed shared memory, or (false) through `part` and the arrival counters.
+    bool merge_in_cluster = true;
     // Either kernel: a step's own K=V rows encoded, when the cache rows are typed
     // (AttentionArgs::kv_format; f32 rows need none).
     uint8_t* rows = nullptr;

@@ -4,7 +4,7 @@
 // its blocks stalled on instruction fetch (a ~125 KB body, fully unrolled over 4 heads x 8 keys
 // x 4 chunks, run once per block: every instruction a cold miss) and on the cluster barriers;
 // its time grew by ~7 us per extra 16-key tile. This kernel keeps the loops small (they stay in
-// the instruction cache) and merges through global memory instead of a cluster:
+// the instruction cache); its clusters only merge the key splits (below):
 //  - grid (S key splits, G head groups x T tokens): a block takes 8 heads of one token and a
 //    contiguous slice of its keys; S (host-known: T, H, W, K, n_entries, the SM count, never the
 //    positions, so a CUDA graph replays it) fills up to two blocks an SM, at most kMaxSplits;
@@ -17,13 +17,18 @@
 //    registers, the tile's weights p and the rescale factor into shared memory;
 //  - values: warp (quad, chunk) keeps 4 heads x 4 dims a lane of the output in registers, each
 //    key's float4 feeding 4 heads (p read as float4 broadcasts, 4 keys a pass);
-//  - the partial (m, l, acc) of each head goes to the scratch; the last block of the (token,
-//    group) to arrive (dev::last_to_arrive) merges the S partials with the sink:
-//    M = max(sink, m_s), L = e^(sink - M) + sum l_s e^(m_s - M), out = sum acc_s e^(m_s - M) / L,
-//    then the fused output rope.
+//  - the S blocks of a (token, group) are a thread-block cluster (since session 21): each
+//    leaves the partial (m, l, acc) of each head in its own shared memory and, after a cluster
+//    barrier, merges a 1/S share of the outputs from every block's partial (distributed shared
+//    memory) with the sink: M = max(sink, m_s), L = e^(sink - M) + sum l_s e^(m_s - M),
+//    out = sum acc_s e^(m_s - M) / L, then the fused output rope. (AttentionScratch::
+//    merge_in_cluster false: the partials go to the scratch and the last block of the (token,
+//    group) to arrive (dev::last_to_arrive) merges them all, reading them back from L2.)
 // Missing keys (a CSA -1, past the slice) are zero rows with score -inf: p = 0. FP32
 // throughout, as the cluster kernel; the reference (backend/cpu/ref/attention.cc) accumulates in
 // double: tolerance in docs/numerics-cuda.md.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 
 #include "backend/cuda/common/check.cuh"
@@ -41,6 +46,7 @@ namespace dsv4::cuda {
 namespace {
 
 using namespace attn;
+namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -66,7 +72,11 @@ size_t split_smem(int hd) {
            kTile * sizeof(int);
 }
 
-template <bool kTyped>
+// The S blocks of a (token, head group) merge their partials one of two ways: kCluster, the
+// blocks are a thread-block cluster, each leaves its partial in its own shared memory and merges
+// a 1/S share of the outputs from all of them (distributed shared memory); otherwise through the
+// scratch, the last block to arrive merging everything (see the file comment).
+template <bool kTyped, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_split_kernel(ops::AttentionArgs a, KeyRows kr, ops::FusedRope rope, float* part,
                            unsigned* arrivals, int S, int G) {
@@ -210,6 +220,74 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     ptx::cp_async_wait<0>();  // (an empty slice: the queries' copies, never waited for)
 
+    if constexpr (kCluster) {
+        // The partial in the key tile's space (free after the loop's last barrier).
+        if (vc < nc) {
+#pragma unroll
+            for (int i = 0; i < kQuad; ++i)
+                f4(sk + (quad * kQuad + i) * hdp + vc * kChunk + lane * 4) = acc[i];
+        }
+        if (lane == 0) {
+            sk[kHeads * hdp + 2 * warp] = m_run;
+            sk[kHeads * hdp + 2 * warp + 1] = l_run;
+        }
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();  // every block's partial is written
+        // The weights of every split for the 8 heads (each block: its outputs cover any head),
+        // as the scratch path computes them; the loads of all splits issued together.
+        if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
+            const int h = threadIdx.x;
+            const float sink = a.sink[h0 + h];
+            float mr[kMaxSplits], lr[kMaxSplits];
+#pragma unroll
+            for (int r = 0; r < kMaxSplits; ++r) {
+                if (r < S) {
+                    const float* ml = cluster.map_shared_rank(sk, r) + kHeads * hdp + 2 * h;
+                    mr[r] = ml[0];
+                    lr[r] = ml[1];
+                }
+            }
+            float m_all = sink;
+#pragma unroll
+            for (int r = 0; r < kMaxSplits; ++r)
+                if (r < S) m_all = fmaxf(m_all, mr[r]);
+            float l_all = expf(sink - m_all);
+#pragma unroll
+            for (int r = 0; r < kMaxSplits; ++r) {
+                if (r >= S) break;
+                const float w = mr[r] == -INFINITY ? 0.0f : expf(mr[r] - m_all);
+                l_all += lr[r] * w;
+                wsplit[h][r] = w;
+            }
+            const float inv = 1.0f / l_all;
+            for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
+        }
+        __syncthreads();
+        // Output float4 o goes to thread o % kThreads of block o / kThreads % S.
+        const int n4 = hd / 4;
+        for (int o = s * kThreads + static_cast<int>(threadIdx.x); o < kHeads * n4;
+             o += S * kThreads) {
+            const int h = o / n4, d = (o - h * n4) * 4;
+            if (h0 + h >= a.H) break;  // o only grows
+            // Four splits' loads in flight at a time (all sixteen spill at 128 registers).
+            float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int r0 = 0; r0 < S; r0 += 4) {
+                float4 pr[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    if (r0 + k < S) pr[k] = f4(cluster.map_shared_rank(sk, r0 + k) + h * hdp + d);
+#pragma unroll
+                for (int k = 0; k < 4; ++k)  // (weight 0: an empty split, not added)
+                    if (r0 + k < S && wsplit[h][r0 + k] != 0.0f)
+                        fma4(out, wsplit[h][r0 + k], pr[k]);
+            }
+            const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
+            f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
+        }
+        cluster.sync();  // the other blocks have read this block's partial: it may exit
+        return;
+    }
+
     // This block's partial.
     float* const mine = part + (static_cast<int64_t>(blockIdx.y) * S + s) * kPartStride;
     if (vc < nc) {
@@ -296,21 +374,28 @@ bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
     static PerDeviceOnce set_attributes;  // (per device: ranks on several GPUs)
     const cudaError_t attr = set_attributes([] {
         cudaError_t e = cudaSuccess;
-        for (auto* k : {attention_split_kernel<false>, attention_split_kernel<true>})
+        for (auto* k : {attention_split_kernel<false, false>, attention_split_kernel<true, false>,
+                        attention_split_kernel<false, true>, attention_split_kernel<true, true>}) {
             if (e == cudaSuccess)
                 e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(split_smem(kAttnMaxHeadDim)));
+            if (e == cudaSuccess)  // (clusters of up to kMaxSplits = 16 blocks)
+                e = cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        }
         return e;
     });
     DSV4_CHECK_CUDA(attr);
     const RopeFusion rope = fuse_rope(a.out_rope, T * a.H, a.hd, true, "attention out");
     ops::AttentionArgs args = a;
     args.out_rope = nullptr;  // (host memory: the kernel takes the rope by value)
-    launch_pdl(kr.codec.type == CacheType::kF32 ? attention_split_kernel<false>
-                                                : attention_split_kernel<true>,
-               dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)), kThreads,
-               split_smem(a.hd), stream, 1, args, kr, rope.in_kernel, ws.part, ws.arrivals, S,
-               static_cast<int>(G));
+    const bool typed = kr.codec.type != CacheType::kF32, cluster = ws.merge_in_cluster;
+    auto* kernel =
+        typed ? (cluster ? attention_split_kernel<true, true> : attention_split_kernel<true, false>)
+              : (cluster ? attention_split_kernel<false, true>
+                         : attention_split_kernel<false, false>);
+    launch_pdl(kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)), kThreads,
+               split_smem(a.hd), stream, cluster ? static_cast<unsigned>(S) : 1u, args, kr,
+               rope.in_kernel, ws.part, ws.arrivals, S, static_cast<int>(G));
     rope.launch_after(a.out, T * a.H, a.hd, stream);
     return true;
 }
