@@ -33,6 +33,11 @@ class RankGroup {
     // collectives that would wait for it fail with an error instead (in process: theirs now and
     // later; over TCP: this process's connections close). Call it when a rank's run ends.
     void leave(int rank);
+    // Ranks as processes only (RankGroup::connect): rank 0's `value` to every rank (the others
+    // pass anything, and get rank 0's), e.g. a server's commands to its other ranks. Every rank
+    // calls it in the same order as the steps' collectives; an error once the group failed (a
+    // rank went away), or for an in-process group (its ranks share one process's engines).
+    Expected<std::string> broadcast(int rank, const std::string& value);
 
     struct Impl;
     Impl& impl() { return *impl_; }

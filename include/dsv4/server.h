@@ -29,6 +29,8 @@ struct ServerOptions {
     int draft_tokens = 0;
     // > 1: the routed experts split over this many in-process ranks (CPU backend;
     // docs/parallel.md), every request and step run on all of them, rank 0's tokens served.
+    // Ranks as processes instead: engine.rank_group from RankGroup::connect and engine.rank;
+    // rank 0 serves (Server::create), every other rank runs Server::follow.
     int ranks = 1;
 };
 
@@ -44,6 +46,10 @@ class Server {
     // Thread-safe, returns at once: new requests get 503, requests in flight are cancelled
     // (streams end with an error event), then the listener closes and run() returns.
     void shutdown();
+    // Rank options.engine.rank >= 1 of a server whose ranks are processes: loads its engine,
+    // then takes rank 0's requests, cancellations and steps until rank 0 stops (ok) or the
+    // group fails (rank 0 went away: the error). Serves nothing itself.
+    static Status follow(const ServerOptions& options);
 
     struct Impl;
 

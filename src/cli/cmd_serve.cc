@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "dsv4/server.h"
 
 namespace dsv4::cli {
@@ -30,7 +31,7 @@ int run_serve(const ServerOptions& options) {
     auto server = Server::create(options);
     if (!server) {
         print_error(server.status());
-        return 1;
+        return kExitError;
     }
     std::printf("dsv4 serve: listening on http://%s:%d (model \"%s\")\n", options.host.c_str(),
                 (*server)->port(), (*server)->model_name().c_str());
@@ -52,7 +53,28 @@ int run_serve(const ServerOptions& options) {
     finished = true;
     waiter.join();
     std::fprintf(stderr, "dsv4 serve: stopped\n");
-    return 0;
+    return kExitOk;
+}
+
+// With --rendezvous: this process's rank, rank 0 serving, the others following it.
+int run_serve_rank(const ServerOptions& options, const RankArgs& r) {
+    int code = kExitOk;
+    const Status st = run_on_ranks(options.engine, r, [&](const EngineOptions& eo, int rank) {
+        ServerOptions so = options;
+        so.engine = eo;
+        so.ranks = r.ranks;
+        if (rank == 0) {
+            code = run_serve(so);
+            return Status::ok();
+        }
+        // (rank 0 ending, by its shutdown or its failure, ends this one)
+        return Server::follow(so);
+    });
+    if (!st.is_ok()) {
+        print_error(st);
+        return kExitError;
+    }
+    return code;
 }
 
 }  // namespace
@@ -87,13 +109,21 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--encoding", o->encoding, "Chat encoding: v4 or v4-flash-0731")
         ->capture_default_str();
     add_speculative_options(cmd, *spec);
-    cmd->add_option("--ranks", o->ranks,
-                    "Split the routed experts over N ranks, threads of this process, each "
-                    "request and step run on all of them (CPU backend; docs/parallel.md)")
-        ->check(CLI::Range(1, 64));
-    cmd->callback([o, spec] {
+    auto ranks = std::make_shared<RankArgs>();
+    add_rank_options(cmd, *ranks);
+    cmd->callback([o, spec, ranks] {
         o->speculative = spec->speculation();
         o->draft_tokens = spec->draft_tokens;
+        if (Status st = check_rank_args(*ranks); !st.is_ok()) {
+            print_error(st);
+            set_exit_code(kExitUsage);
+            return;
+        }
+        if (!ranks->rendezvous.empty()) {
+            set_exit_code(run_serve_rank(*o, *ranks));
+            return;
+        }
+        o->ranks = ranks->ranks;
         set_exit_code(run_serve(*o));
     });
 }

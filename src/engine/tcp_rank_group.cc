@@ -8,8 +8,9 @@
 // rank 0 checks that each rank comes once with the same rank count and answers {magic}. A sum:
 // every other rank sends {n, x[0, n)} to rank 0, which adds 0.0f, its own x, then the others'
 // in rank order (the in-process group's order: the same bits) and sends the sum back to each.
-// shared_once: rank 0 makes the value and sends {length, bytes} to each. Any failure closes
-// every connection, so the other ranks' next receive fails too instead of waiting forever.
+// shared_once (every call: RankGroup::broadcast's stream of values, a server's commands): rank 0
+// makes the value and sends {length, bytes} to each. Any failure closes every connection, so the
+// other ranks' next receive fails too instead of waiting forever.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,8 +31,10 @@
 namespace dsv4 {
 namespace {
 
-constexpr uint32_t kMagic = 0x34767364;   // "dsv4"
-constexpr uint64_t kMaxShared = 1 << 20;  // bytes of a shared_once value
+constexpr uint32_t kMagic = 0x34767364;  // "dsv4"
+// Bytes of a shared_once value: a bound against a corrupt length (a server's command carries a
+// prompt: ~7 bytes a token, a million tokens in 7 MB).
+constexpr uint64_t kMaxShared = uint64_t{64} << 20;
 using Clock = std::chrono::steady_clock;
 
 struct Address {

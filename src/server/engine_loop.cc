@@ -28,7 +28,8 @@ EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue,
       others_(std::move(others)),
       group_(std::move(group)),
       metrics_(metrics),
-      max_queue_(max_queue) {
+      max_queue_(max_queue),
+      followers_(others_.empty() && group_ != nullptr && group_->size() > 1) {
     DSV4_ASSERT(others_.empty() || group_ != nullptr,
                 "an engine loop over ranks needs their group");
 }
@@ -68,6 +69,19 @@ void EngineLoop::stop() {
         cv_.notify_one();
     }
     if (thread_.joinable()) thread_.join();
+    // (The engine thread is gone: this thread may speak for rank 0 now.)
+    if (followers_ && !stopped_followers_) {
+        stopped_followers_ = true;
+        tell_followers(RankCommand::stop());
+        group_->leave(0);
+    }
+}
+
+void EngineLoop::tell_followers(const RankCommand& c) {
+    if (!followers_) return;
+    // A failure (a rank went away) fails the group: the next step fails with its error, which
+    // ends every request in flight.
+    (void)group_->broadcast(0, encode_rank_command(c));
 }
 
 void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
@@ -84,7 +98,7 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
             continue;
         }
         const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
-        const Request copy = others_.empty() ? Request{} : job.request;
+        const Request copy = others_.empty() && !followers_ ? Request{} : job.request;
         auto id = engine_.submit(std::move(job.request));
         if (!id) {
             // Requests are validated before they get here; what remains is the engine's view
@@ -98,6 +112,7 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
             DSV4_ASSERT(other && *other == *id, "rank ", r + 1, " did not take request ", *id,
                         " as rank 0 did");
         }
+        tell_followers(RankCommand::submit(*id, copy));
         metrics_.add_prompt_tokens(prompt_tokens);
         ChannelEvent ev;
         ev.kind = ChannelEvent::Kind::kAccepted;
@@ -140,9 +155,16 @@ void EngineLoop::deliver(const TokenEvent& ev) {
 void EngineLoop::cancel(RequestId id) {
     engine_.cancel(id);
     for (Engine* e : others_) e->cancel(id);
+    tell_followers(RankCommand::cancel(id));
 }
 
 Status EngineLoop::step(std::vector<TokenEvent>* events) {
+    if (followers_) {
+        tell_followers(RankCommand::step());
+        Status s = engine_.step(events);
+        if (!s.is_ok()) group_->leave(0);
+        return s;
+    }
     if (others_.empty()) return engine_.step(events);
     // A rank whose step fails leaves the group at once: a rank waiting in a sum for it then
     // fails too instead of waiting (and the group stays failed: every later step fails).
@@ -203,6 +225,32 @@ void EngineLoop::run() {
             }
         }
         publish_gauges();
+    }
+}
+
+Status follow_rank0(Engine& engine, RankGroup& group, int rank) {
+    std::vector<TokenEvent> events;  // (rank 0's are delivered)
+    while (true) {
+        DSV4_ASSIGN_OR_RETURN(const std::string text, group.broadcast(rank, {}));
+        DSV4_ASSIGN_OR_RETURN(const RankCommand c, decode_rank_command(text));
+        switch (c.op) {
+            case RankCommand::Op::kStop:
+                return Status::ok();
+            case RankCommand::Op::kStep:
+                events.clear();
+                DSV4_RETURN_IF_ERROR(engine.step(&events));
+                break;
+            case RankCommand::Op::kCancel:
+                engine.cancel(c.id);
+                break;
+            case RankCommand::Op::kSubmit: {
+                auto id = engine.submit(c.request);
+                if (!id || *id != c.id)
+                    return error("rank ", rank, " did not take request ", c.id, " as rank 0 did",
+                                 id ? "" : ": ", id ? "" : id.status().message());
+                break;
+            }
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 // and hands each token and end to the request's channel. With ranks (ServerOptions::ranks)
 // every rank's engine gets the same submissions, cancellations and steps in the same order
 // (their collectives meet), the other ranks' steps on threads beside rank 0's; rank 0's events
-// are delivered.
+// are delivered. With ranks as processes (a group over processes and no `others`: this is rank
+// 0) the same submissions, cancellations and steps go to the other processes as commands
+// (server/rank_commands.h) before rank 0 does them, and a stop when the loop stops.
 #pragma once
 
 #include <chrono>
@@ -21,6 +23,7 @@
 #include "dsv4/parallel.h"
 #include "server/channel.h"
 #include "server/metrics.h"
+#include "server/rank_commands.h"
 
 namespace dsv4::server {
 
@@ -34,7 +37,7 @@ class EngineLoop {
   public:
     // `max_queue`: requests that may wait for a slot before new ones get 429. `others`: the
     // other ranks' engines (rank 1, 2, ...) of `group`, rank 0's being `engine`; none without
-    // ranks.
+    // ranks, or with ranks as processes (then `group` is theirs and `engine` is rank 0's).
     EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue, std::vector<Engine*> others = {},
                std::shared_ptr<RankGroup> group = nullptr);
     ~EngineLoop();
@@ -61,12 +64,15 @@ class EngineLoop {
     void publish_gauges();
     void cancel(RequestId id);                     // on every rank
     Status step(std::vector<TokenEvent>* events);  // every rank's; rank 0's events
+    void tell_followers(const RankCommand& c);     // ranks as processes: the command to them
 
     Engine& engine_;
     std::vector<Engine*> others_;
     std::shared_ptr<RankGroup> group_;
     Metrics& metrics_;
     size_t max_queue_;
+    const bool followers_;            // ranks as processes
+    bool stopped_followers_ = false;  // told to stop
     std::thread thread_;
     std::mutex mu_;
     std::condition_variable cv_;
@@ -76,5 +82,10 @@ class EngineLoop {
     bool woken_ = false;
     std::map<RequestId, Active> active_;  // engine thread only
 };
+
+// The engine loop of rank `rank` >= 1 when a server's ranks are processes: rank 0's commands
+// (RankGroup::broadcast) done on `engine` in their order until a stop (ok), a failed step or a
+// failed group (its error).
+Status follow_rank0(Engine& engine, RankGroup& group, int rank);
 
 }  // namespace dsv4::server

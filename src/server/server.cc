@@ -50,19 +50,22 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (!tok) return tok.status();
     if (options.ranks < 1 || options.ranks > 64)
         return error("--ranks ", options.ranks, ": 1 to 64");
-    // Ranks: one engine a rank of one in-process group (made one after another: making an
-    // engine runs no collective), rank 0's first.
-    std::shared_ptr<RankGroup> group;
+    // Ranks as processes (engine.rank_group set by the caller): this is rank 0, the others run
+    // Server::follow. In process: one engine a rank of one group (made one after another:
+    // making an engine runs no collective), rank 0's first.
+    std::shared_ptr<RankGroup> group = options.engine.rank_group;
+    if (group != nullptr && options.engine.rank != 0)
+        return error("rank ", options.engine.rank, " of a server follows rank 0 (Server::follow)");
     EngineOptions eo = options.engine;
-    if (options.ranks > 1) {
+    if (group == nullptr && options.ranks > 1) {
         group = RankGroup::in_process(options.ranks);
         eo.rank_group = group;
         eo.rank = 0;
     }
     auto engine = Engine::create(eo);
     if (!engine) return engine.status();
-    std::vector<std::unique_ptr<Engine>> others;
-    for (int r = 1; r < options.ranks; ++r) {
+    std::vector<std::unique_ptr<Engine>> others;  // (in process; processes: their own)
+    for (int r = 1; options.engine.rank_group == nullptr && r < options.ranks; ++r) {
         eo.rank = r;
         auto other = Engine::create(eo);
         if (!other) return other.status();
@@ -148,6 +151,22 @@ void Server::run() {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s.http.stop();
     listener.join();
+}
+
+Status Server::follow(const ServerOptions& options) {
+    const std::shared_ptr<RankGroup>& group = options.engine.rank_group;
+    const int rank = options.engine.rank;
+    if (group == nullptr || rank <= 0)
+        return error("Server::follow: ranks as processes, rank >= 1 (rank 0 serves)");
+    auto engine = Engine::create(options.engine);
+    if (!engine) {
+        group->leave(rank);
+        return engine.status();
+    }
+    std::fprintf(stderr, "dsv4 serve: rank %d of %d, following rank 0\n", rank, group->size());
+    const Status s = server::follow_rank0(**engine, *group, rank);
+    group->leave(rank);
+    return s;
 }
 
 void Server::shutdown() {

@@ -91,6 +91,13 @@ INSTANTIATE_TEST_SUITE_P(
             "serve_drafts_without_speculation",
             "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER + " --port 0 --draft-tokens 2",
             1, "without speculative decoding"},
+        Case{"serve_rank_without_rendezvous",
+             "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER + " --port 0 --rank 1", 2,
+             "--rank needs --rendezvous"},
+        Case{"serve_rendezvous_rank_past_ranks",
+             "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER +
+                 " --port 0 --ranks 2 --rank 2 --rendezvous 127.0.0.1:1",
+             2, "--rank"},
         Case{"no_model", "bench --device cpu", 1, "no model"},
         Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
         Case{"temperature_negative", gen + " --temperature -1", 2, "--temperature"},

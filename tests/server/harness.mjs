@@ -3,6 +3,7 @@
 // markers sit inside the model's 512-token vocabulary (tools/make_test_tokenizer.py).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -15,14 +16,23 @@ const env = (name) => {
 
 export const MODEL = 'dsv4-test';
 
-export async function startServer(args = [], { apiKey, context = 512, threads = 2 } = {}) {
+// The temporary model folder (the caller removes it).
+function makeModelDir() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-serve-'));
   const weights = env('DSV4_SMALL_MODEL');
   for (const f of ['config.json', 'model.safetensors'])
     fs.symlinkSync(path.join(weights, f), path.join(dir, f));
   fs.copyFileSync(env('DSV4_TEST_TOKENIZER'), path.join(dir, 'tokenizer.json'));
-  const argv = ['serve', '--model', dir, '--port', '0', '--served-model-name', MODEL,
-                '--max-context', String(context), '--threads', String(threads), ...args];
+  return dir;
+}
+
+const serveArgs = (dir, context, threads, args) =>
+  ['serve', '--model', dir, '--served-model-name', MODEL, '--max-context', String(context),
+   '--threads', String(threads), ...args];
+
+export async function startServer(args = [], { apiKey, context = 512, threads = 2 } = {}) {
+  const dir = makeModelDir();
+  const argv = serveArgs(dir, context, threads, ['--port', '0', ...args]);
   if (apiKey) argv.push('--api-key', apiKey);
   const proc = spawn(env('DSV4_BIN'), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
@@ -55,6 +65,39 @@ export async function startServer(args = [], { apiKey, context = 512, threads = 
       return code ?? signal;
     },
   };
+}
+
+// `dsv4 serve ARGS` as a rank >= 1 of a server whose ranks are processes (--rank R
+// --rendezvous ...): it serves nothing; `exit()` waits for its exit status.
+export function startFollower(args, { context = 512, threads = 2 } = {}) {
+  const dir = makeModelDir();
+  const proc = spawn(env('DSV4_BIN'), serveArgs(dir, context, threads, args),
+                     { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  proc.stdout.on('data', () => {});
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  return {
+    proc,
+    stderr: () => stderr,
+    async exit() {
+      const { code, signal } = await exited;
+      fs.rmSync(dir, { recursive: true, force: true });
+      return code ?? signal;
+    },
+  };
+}
+
+// A TCP port free on loopback now (for a rendezvous address).
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
 }
 
 // Raw POST for what the client cannot send (broken JSON, huge bodies).

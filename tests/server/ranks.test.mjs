@@ -1,15 +1,25 @@
-// The server over ranks (dsv4 serve --ranks 2: the routed experts split over two in-process
-// ranks, every request and step run on both): the same answers as a plain server, greedy and
-// sampled, one request at a time and several batched together.
+// The server over ranks: the same answers as a plain server, greedy and sampled, one request at
+// a time and several batched together, with the routed experts split over two in-process ranks
+// (dsv4 serve --ranks 2) and over two processes (--ranks 2 --rank R --rendezvous: rank 0 serves,
+// rank 1 follows its commands); rank 0's shutdown stops rank 1, and a rank that dies fails the
+// requests instead of hanging them.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL } from './harness.mjs';
+import { startServer, startFollower, freePort, MODEL } from './harness.mjs';
 
-let plain, ranked;
+let plain, ranked, rank0, rank1;
 before(async () => {
-  [plain, ranked] = await Promise.all([startServer([]), startServer(['--ranks', '2'])]);
+  const rendezvous = `127.0.0.1:${await freePort()}`;
+  const proc = (r) => ['--ranks', '2', '--rank', String(r), '--rendezvous', rendezvous];
+  rank1 = startFollower(proc(1));
+  [plain, ranked, rank0] = await Promise.all([
+    startServer([]), startServer(['--ranks', '2']), startServer(proc(0))]);
 });
 after(async () => {
+  // (rank 0 and 1 already stopped by a test below, unless it failed first)
+  await rank0?.stop();
+  rank1?.proc.kill('SIGKILL');
+  await rank1?.exit();
   assert.equal(await plain.stop(), 0);
   assert.equal(await ranked.stop(), 0);
 });
@@ -19,10 +29,12 @@ const body = (prompt, extra) => ({ model: MODEL, prompt, max_tokens: 24, ...extr
 test('one request at a time: the same text, greedy and sampled', async () => {
   for (const extra of [{ temperature: 0 }, { temperature: 0.8, seed: 3 }]) {
     const a = await plain.client().completions.create(body('In the beginning', extra));
-    const b = await ranked.client().completions.create(body('In the beginning', extra));
-    assert.equal(b.choices[0].text, a.choices[0].text, JSON.stringify(extra));
-    assert.equal(b.usage.completion_tokens, a.usage.completion_tokens);
     assert.ok(a.usage.completion_tokens > 0);
+    for (const server of [ranked, rank0]) {
+      const b = await server.client().completions.create(body('In the beginning', extra));
+      assert.equal(b.choices[0].text, a.choices[0].text, JSON.stringify(extra));
+      assert.equal(b.usage.completion_tokens, a.usage.completion_tokens);
+    }
   }
 });
 
@@ -32,7 +44,28 @@ test('batched requests: each the same text as on one rank', async () => {
     Promise.all(prompts.map((p, i) =>
       server.client().completions.create(body(p, { temperature: 0.7, seed: i, max_tokens: 8 + 5 * i }))));
   const a = await run(plain);
-  const b = await run(ranked);
-  for (let i = 0; i < prompts.length; ++i)
-    assert.equal(b[i].choices[0].text, a[i].choices[0].text, prompts[i]);
+  for (const server of [ranked, rank0]) {
+    const b = await run(server);
+    for (let i = 0; i < prompts.length; ++i)
+      assert.equal(b[i].choices[0].text, a[i].choices[0].text, prompts[i]);
+  }
+});
+
+test('ranks as processes: rank 0 stopping stops rank 1', async () => {
+  assert.equal(await rank0.stop(), 0);
+  assert.equal(await rank1.exit(), 0, rank1.stderr());
+});
+
+test('ranks as processes: a rank that dies fails the requests, it does not hang them', async () => {
+  const rendezvous = `127.0.0.1:${await freePort()}`;
+  const proc = (r) => ['--ranks', '2', '--rank', String(r), '--rendezvous', rendezvous];
+  const follower = startFollower(proc(1));
+  const server = await startServer(proc(0));
+  const ok = await server.client().completions.create(body('abc', { max_tokens: 4 }));
+  assert.ok(ok.usage.completion_tokens > 0);
+  follower.proc.kill('SIGKILL');
+  await follower.exit();
+  await assert.rejects(server.client().completions.create(body('abc', { max_tokens: 4 })));
+  await assert.rejects(server.client().completions.create(body('again', { max_tokens: 4 })));
+  assert.equal(await server.stop(), 0);
 });

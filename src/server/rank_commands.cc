@@ -1,0 +1,88 @@
+#include "server/rank_commands.h"
+
+#include <nlohmann/json.hpp>
+
+namespace dsv4::server {
+
+namespace {
+
+using json = nlohmann::json;
+
+const char* op_name(RankCommand::Op op) {
+    switch (op) {
+        case RankCommand::Op::kSubmit:
+            return "submit";
+        case RankCommand::Op::kCancel:
+            return "cancel";
+        case RankCommand::Op::kStep:
+            return "step";
+        case RankCommand::Op::kStop:
+            return "stop";
+    }
+    return "?";
+}
+
+json request_json(const Request& r) {
+    return {{"prompt", r.prompt},
+            {"max_tokens", r.max_tokens},
+            {"temperature", r.sampling.temperature},
+            {"top_k", r.sampling.top_k},
+            {"top_p", r.sampling.top_p},
+            {"seed", r.sampling.seed},
+            {"stop_at_eos", r.stop_at_eos},
+            {"speculative", static_cast<int>(r.speculative)},
+            {"draft_tokens", r.draft_tokens}};
+}
+
+Request request_from(const json& j) {
+    Request r;
+    r.prompt = j.at("prompt").get<std::vector<int32_t>>();
+    r.max_tokens = j.at("max_tokens").get<int>();
+    r.sampling.temperature = j.at("temperature").get<float>();
+    r.sampling.top_k = j.at("top_k").get<int>();
+    r.sampling.top_p = j.at("top_p").get<float>();
+    r.sampling.seed = j.at("seed").get<uint64_t>();
+    r.stop_at_eos = j.at("stop_at_eos").get<bool>();
+    const int spec = j.at("speculative").get<int>();
+    if (spec < 0 || spec > static_cast<int>(Speculation::kNgram))
+        throw std::out_of_range("speculative " + std::to_string(spec));
+    r.speculative = static_cast<Speculation>(spec);
+    r.draft_tokens = j.at("draft_tokens").get<int>();
+    return r;
+}
+
+}  // namespace
+
+std::string encode_rank_command(const RankCommand& c) {
+    json j{{"op", op_name(c.op)}};
+    if (c.op == RankCommand::Op::kSubmit || c.op == RankCommand::Op::kCancel) j["id"] = c.id;
+    if (c.op == RankCommand::Op::kSubmit) j["request"] = request_json(c.request);
+    return j.dump();
+}
+
+Expected<RankCommand> decode_rank_command(const std::string& text) {
+    const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const std::string head = text.substr(0, 80);
+    if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
+        return error("not a command from rank 0: '", head, "'");
+    RankCommand c;
+    const std::string op = j["op"].get<std::string>();
+    if (op == "step") {
+        c.op = RankCommand::Op::kStep;
+    } else if (op == "stop") {
+        c.op = RankCommand::Op::kStop;
+    } else if (op == "submit" || op == "cancel") {
+        c.op = op == "submit" ? RankCommand::Op::kSubmit : RankCommand::Op::kCancel;
+        try {
+            c.id = j.at("id").get<RequestId>();
+            if (c.op == RankCommand::Op::kSubmit) c.request = request_from(j.at("request"));
+        } catch (const std::exception& e) {
+            return error("a malformed ", op, " command from rank 0 (", e.what(), "): '", head, "'");
+        }
+    } else {
+        return error("an unknown command from rank 0: '", head, "'");
+    }
+    return c;
+}
+
+}  // namespace dsv4::server
