@@ -17,8 +17,9 @@ inline constexpr int kAttnMaxHeadDim = 512;
 inline constexpr int kAttnSplitMaxTokens = 8;
 
 // Device scratch of the split kernel: each block's partial (m, l, out) per head and an arrival
-// counter per (token, head group) (zero; every launch leaves them zero). Without it (part ==
-// nullptr) every step takes the cluster kernel.
+// counter per (token, head group) (zero; every launch leaves them zero), read only when the
+// blocks merge through global memory (merge_in_cluster false). Without it (part == nullptr)
+// every step takes the cluster kernel.
 struct AttentionScratch {
     float* part = nullptr;         // [max_blocks][8 heads][512 + 2]
     unsigned* arrivals = nullptr;  // [max_blocks], zero
