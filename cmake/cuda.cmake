@@ -16,6 +16,16 @@ if(NOT DSV4_CUDA STREQUAL "OFF")
     # pass -std=c++20 themselves.
     find_package(CUDAToolkit REQUIRED)
     set(DSV4_CUDA_ENABLED ON)
+    # NCCL (ranks on several GPUs, docs/parallel.md): the CUDA toolkit's copy or the system's.
+    # Without it the CUDA backend still builds and refuses rank groups with an error.
+    find_path(DSV4_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(DSV4_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    if(DSV4_NCCL_INCLUDE_DIR AND DSV4_NCCL_LIBRARY)
+      set(DSV4_NCCL_FOUND ON)
+    else()
+      set(DSV4_NCCL_FOUND OFF)
+    endif()
+    message(STATUS "dsv4: NCCL ${DSV4_NCCL_FOUND} ${DSV4_NCCL_LIBRARY}")
   elseif(DSV4_CUDA STREQUAL "ON")
     message(FATAL_ERROR "DSV4_CUDA=ON but no CUDA compiler was found")
   endif()

@@ -3,9 +3,10 @@
 # (2) TSan on the thread pool and the forward passes that run on it, (3) each libFuzzer target
 # for FUZZ_SECONDS (default 15: CI's 30 minutes on 2 cores are nearly full), (4) the release
 # build, which also compiles the CUDA targets when nvcc exists (GPU tests skip without a GPU),
-# and all tests. The sanitized and fuzz builds
-# compile at -O1 (CMakePresets.json; the CPU reference's loops at -O2): a third less compile time
-# on CI's 2 cores.
+# and all tests. Compiling is most of the time on CI's 2 cores: every preset here is a unity
+# build (8 files a translation unit, CMakePresets.json: each header's inline code generated
+# once per batch instead of once per file; about half the compile time), and the sanitized and
+# fuzz builds compile at -O1 (the CPU reference's loops at -O2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh

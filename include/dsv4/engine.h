@@ -54,7 +54,8 @@ struct EngineOptions {
     // (layers done, layers in all). May be empty.
     std::function<void(int, int)> on_load_progress;
     // Ranks (include/dsv4/parallel.h): this engine is rank `rank` of the group and holds its
-    // share of the routed experts. CPU backend only so far ("auto" picks it). Empty: one rank.
+    // share of the routed experts; on cuda, GPU `rank` mod the GPUs visible, the ranks summing
+    // over NCCL ("auto" picks the CPU for ranks). Empty: one rank.
     std::shared_ptr<RankGroup> rank_group;
     int rank = 0;
 };

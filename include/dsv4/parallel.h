@@ -2,7 +2,7 @@
 // holds the whole model but a contiguous share of every layer's routed experts, with one sum
 // over the ranks per layer. The ranks are threads of one process (RankGroup::in_process) or
 // processes (RankGroup::connect: one rank a process, on one host or several), on the CPU
-// backend; ranks on GPUs over NCCL are not merged yet.
+// backend or on GPUs (one a rank; the sums over NCCL, its bootstrap through this group).
 #pragma once
 
 #include <memory>

@@ -312,7 +312,7 @@ int run_bench(BenchArgs a) {
         print_error(!batches ? batches.status() : contexts.status());
         return kExitUsage;
     }
-    if (Status st = check_rank_args(a.ranks); !st.is_ok()) {
+    if (Status st = check_rank_args(a.ranks, a.engine); !st.is_ok()) {
         print_error(st);
         return kExitUsage;
     }

@@ -43,7 +43,7 @@ Expected<CheckReport> check(const CheckArgs& a) {
 int run_check(CheckArgs a) {
     if (a.expected.empty())
         a.expected = (std::filesystem::path(a.engine.model_dir) / "expected.safetensors").string();
-    if (Status st = check_rank_args(a.ranks); !st.is_ok()) {
+    if (Status st = check_rank_args(a.ranks, a.engine); !st.is_ok()) {
         print_error(st);
         return kExitUsage;
     }

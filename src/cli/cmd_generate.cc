@@ -101,12 +101,12 @@ Status generate_on(const GenerateArgs& a, const EngineOptions& o, bool print, co
     return Status::ok();
 }
 
-int run_generate(const GenerateArgs& a) {
+int run_generate(GenerateArgs a) {  // (a copy: check_rank_args resolves --gpus into it)
     if (a.prompt.empty() == a.prompt_ids.empty()) {
         std::fprintf(stderr, "error: give exactly one of --prompt and --prompt-ids\n");
         return kExitUsage;
     }
-    if (Status st = check_rank_args(a.ranks); !st.is_ok()) {
+    if (Status st = check_rank_args(a.ranks, a.engine); !st.is_ok()) {
         print_error(st);
         return kExitUsage;
     }

@@ -1,8 +1,11 @@
 // `dsv4 info`: what a model folder holds and what running it needs.
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "dsv4/engine.h"
 #include "dsv4/parallel.h"
 
@@ -17,34 +20,52 @@ struct InfoArgs {
 
 constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
 
-// The memory plan over `ranks` ranks (docs/parallel.md): each rank's engine made in turn (the
-// same loading as `dsv4 check --ranks`), its share of the routed experts, the weights it binds
-// and what it allocates.
+// The memory plan over `ranks` ranks (docs/parallel.md): each rank's engine made (the same
+// loading as `dsv4 check --ranks`), its share of the routed experts, the weights it binds and
+// what it allocates. On the CPU one engine after another (one rank's memory at a time); on GPUs
+// all at once, a thread and a GPU each (run_on_ranks: they join one communicator as they are
+// made).
 int print_rank_plan(const EngineOptions& base, int ranks) {
-    auto group = RankGroup::in_process(ranks);
-    std::printf(
-        "plan over %d ranks (expert parallelism; attention, norms, head and the shared "
-        "expert on every rank, the shared expert computed on rank 0):\n",
-        ranks);
-    std::printf("  rank  routed experts/layer  weights MiB  cache pool MiB  allocated MiB\n");
-    for (int r = 0; r < ranks; ++r) {
-        EngineOptions o = base;
-        o.rank_group = group;
-        o.rank = r;
+    std::vector<std::string> rows(static_cast<size_t>(ranks));
+    auto make = [&](const EngineOptions& o, int r) -> Status {
         auto engine = Engine::create(o);
-        if (!engine) {
-            print_error(engine.status().with_context("rank " + std::to_string(r)));
-            return kExitError;
-        }
+        if (!engine) return engine.status().with_context("rank " + std::to_string(r));
         const ModelInfo& i = (*engine)->info();
         const std::string experts = std::to_string(i.experts_first) + "-" +
                                     std::to_string(i.experts_first + i.experts_local - 1) + " (" +
                                     std::to_string(i.experts_local) + " of " +
                                     std::to_string(i.experts_total) + ")";
-        std::printf("  %4d  %-20s  %11.1f  %14.1f  %13.1f\n", r, experts.c_str(),
-                    i.weight_bytes / kMiB, i.cache_pool_bytes / kMiB,
-                    (*engine)->memory_in_use() / kMiB);
+        char line[160];
+        std::snprintf(line, sizeof line, "  %4d  %-20s  %11.1f  %14.1f  %13.1f\n", r,
+                      experts.c_str(), i.weight_bytes / kMiB, i.cache_pool_bytes / kMiB,
+                      (*engine)->memory_in_use() / kMiB);
+        rows[static_cast<size_t>(r)] = line;
+        return Status::ok();
+    };
+    RankArgs all;
+    all.ranks = ranks;
+    Status made = Status::ok();
+    if (base.device != "cuda") {  // ("auto" runs ranks on the CPU)
+        auto group = RankGroup::in_process(ranks);
+        for (int r = 0; r < ranks && made.is_ok(); ++r) {
+            EngineOptions o = base;
+            o.rank_group = group;
+            o.rank = r;
+            made = make(o, r);
+        }
+    } else {
+        made = run_on_ranks(base, all, make);
     }
+    if (!made.is_ok()) {
+        print_error(made);
+        return kExitError;
+    }
+    std::printf(
+        "plan over %d ranks (expert parallelism; attention, norms, head and the shared "
+        "expert on every rank, the shared expert computed on rank 0):\n",
+        ranks);
+    std::printf("  rank  routed experts/layer  weights MiB  cache pool MiB  allocated MiB\n");
+    for (const std::string& row : rows) std::fputs(row.c_str(), stdout);
     return 0;
 }
 
@@ -93,7 +114,7 @@ void add_info_command(CLI::App& app) {
     add_engine_options(cmd, args->engine, /*synthetic=*/true);
     cmd->add_option("--ranks", args->ranks,
                     "Also print the memory plan over N ranks: each rank's routed experts, "
-                    "weights and allocation (CPU backend; docs/parallel.md)")
+                    "weights and allocation (docs/parallel.md; on GPUs, made on N GPUs)")
         ->check(CLI::Range(1, 64));
     cmd->callback([args] { set_exit_code(run_info(*args)); });
 }

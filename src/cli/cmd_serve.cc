@@ -114,7 +114,7 @@ void add_serve_command(CLI::App& app) {
     cmd->callback([o, spec, ranks] {
         o->speculative = spec->speculation();
         o->draft_tokens = spec->draft_tokens;
-        if (Status st = check_rank_args(*ranks); !st.is_ok()) {
+        if (Status st = check_rank_args(*ranks, o->engine); !st.is_ok()) {
             print_error(st);
             set_exit_code(kExitUsage);
             return;

@@ -3,10 +3,12 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/spawn.h"
 
 int main(int argc, char** argv) {
     namespace cli = dsv4::cli;
     CLI::App app{"dsv4: a DeepSeek-V4 inference engine"};
+    cli::set_program_args(argc, argv);  // (--processes and --gpus start copies of it)
     app.require_subcommand(0, 1);
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     app.set_version_flag("--version", std::string("dsv4 ") + DSV4_VERSION);

@@ -5,14 +5,16 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/spawn.h"
 #include "dsv4/parallel.h"
 
 namespace dsv4::cli {
 
 void add_rank_options(CLI::App* cmd, RankArgs& r) {
     cmd->add_option("--ranks", r.ranks,
-                    "Split the routed experts over N ranks, threads of this process, or with "
-                    "--rendezvous one process each (CPU backend; docs/parallel.md)")
+                    "Split the routed experts over N ranks: threads of this process, or one "
+                    "process each (--rendezvous, --processes); on CUDA a GPU each "
+                    "(docs/parallel.md)")
         ->check(CLI::Range(1, 64));
     cmd->add_option("--rank", r.rank,
                     "This process's rank of --ranks N, with --rendezvous (start every rank "
@@ -24,19 +26,76 @@ void add_rank_options(CLI::App* cmd, RankArgs& r) {
     cmd->add_option("--rendezvous-timeout", r.rendezvous_timeout,
                     "Seconds every rank waits for the others to join (default 60)")
         ->check(finite_number(0.1, 86400, false));
+    cmd->add_flag("--processes", r.processes,
+                  "With --ranks N: one process a rank on this host, ranks 1..N-1 started by "
+                  "this one (rank 0)");
+    cmd->add_option("--gpus", r.gpus,
+                    "Run on N GPUs of this host, one process each: --device cuda --ranks N "
+                    "--processes (rank r on GPU r)")
+        ->check(CLI::Range(1, 64));
 }
 
-Status check_rank_args(const RankArgs& r) {
+namespace {
+
+// The combinations that make no sense, however they were reached.
+Status usage_error(const RankArgs& r) {
     if (r.rank >= 0 && r.rendezvous.empty())
         return error("--rank needs --rendezvous HOST:PORT (ranks as processes)");
+    if (r.processes && r.ranks < 2) return error("--processes needs --ranks N >= 2");
     if (!r.rendezvous.empty() && (r.ranks < 2 || r.rank < 0 || r.rank >= r.ranks))
         return error("--rendezvous needs --ranks N >= 2 and --rank R with 0 <= R < N");
     return Status::ok();
 }
 
+}  // namespace
+
+Status check_rank_args(RankArgs& r, EngineOptions& e) {
+    if (r.gpus > 0) {
+        if (r.ranks != 1 && r.ranks != r.gpus)
+            return error("--gpus ", r.gpus, " runs ", r.gpus, " ranks: leave --ranks ", r.ranks,
+                         " out");
+        if (e.device != "auto" && e.device != "cuda")
+            return error("--gpus runs on CUDA, not --device ", e.device);
+        e.device = "cuda";
+        r.ranks = r.gpus;
+        r.processes = r.gpus > 1;
+    }
+    DSV4_RETURN_IF_ERROR(usage_error(r));
+    if (r.processes && r.rendezvous.empty()) {
+        DSV4_ASSIGN_OR_RETURN(const int port, free_local_port());
+        r.rendezvous = "127.0.0.1:" + std::to_string(port);
+        r.rank = 0;
+        r.start_others = true;
+    }
+    return Status::ok();
+}
+
+namespace {
+
+// Ranks 1..N-1 as this program's processes (spawn.h), told the rendezvous; then rank 0 here.
+Status run_starting_others(const EngineOptions& base, const RankArgs& r,
+                           const std::function<Status(const EngineOptions&, int rank)>& body) {
+    std::vector<std::vector<std::string>> extra;
+    std::vector<std::string> names;
+    for (int k = 1; k < r.ranks; ++k) {
+        extra.push_back({"--rank", std::to_string(k), "--rendezvous", r.rendezvous});
+        names.push_back("rank " + std::to_string(k));
+    }
+    DSV4_ASSIGN_OR_RETURN(const std::vector<int> pids, spawn_self(extra));
+    RankArgs mine = r;
+    mine.start_others = false;
+    const Status s = run_on_ranks(base, mine, body);
+    // (rank 0 failing ends the others: they would wait for it, in a rendezvous or a sum)
+    const Status others = wait_children(pids, names, /*terminate=*/!s.is_ok());
+    return s.is_ok() ? others : s;
+}
+
+}  // namespace
+
 Status run_on_ranks(const EngineOptions& base, const RankArgs& r,
                     const std::function<Status(const EngineOptions&, int rank)>& body) {
-    DSV4_RETURN_IF_ERROR(check_rank_args(r));
+    DSV4_RETURN_IF_ERROR(usage_error(r));
+    if (r.start_others) return run_starting_others(base, r, body);
     if (!r.rendezvous.empty()) {
         DSV4_ASSIGN_OR_RETURN(
             auto group, RankGroup::connect(r.rank, r.ranks, r.rendezvous, r.rendezvous_timeout));

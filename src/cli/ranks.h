@@ -1,5 +1,6 @@
-// The rank options that check, generate and bench share (docs/parallel.md): the routed experts
-// split over --ranks N engines, threads of this process, or with --rendezvous one process each.
+// The rank options that check, generate, bench and serve share (docs/parallel.md): the routed
+// experts split over --ranks N engines, threads of this process, or one process each (with
+// --rendezvous, every process started by hand; with --processes or --gpus N, by this one).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,18 +17,26 @@ struct RankArgs {
     int rank = -1;           // with a rendezvous: this process's rank
     std::string rendezvous;  // HOST:PORT: ranks as processes
     double rendezvous_timeout = 60;
+    bool processes = false;     // --processes: this process starts the other ranks' processes
+    int gpus = 0;               // --gpus N: --device cuda --ranks N --processes
+    bool start_others = false;  // (check_rank_args: this is rank 0 and starts ranks 1..N-1)
 };
 
-// --ranks, --rank, --rendezvous, --rendezvous-timeout.
+// --ranks, --rank, --rendezvous, --rendezvous-timeout, --processes, --gpus.
 void add_rank_options(CLI::App* cmd, RankArgs& r);
 
-// A usage error in the combination (--rank without --rendezvous, ...), or ok.
-Status check_rank_args(const RankArgs& r);
+// A usage error in the combination (--rank without --rendezvous, --gpus beside another device,
+// ...), or ok, after resolving --gpus (into the ranks, --processes and e's device) and
+// --processes without a rendezvous (this process is rank 0, at a free port of 127.0.0.1 that
+// the ranks it starts are told): from then on every rank looks like one given --rank and
+// --rendezvous.
+Status check_rank_args(RankArgs& r, EngineOptions& e);
 
 // Runs body(options, rank) for every rank this process drives, options = base with the rank's
 // group and rank set: --ranks 1: rank 0 alone on this thread (base unchanged); in process:
 // every rank on a thread of its own; with --rendezvous: this process's rank once the others
-// have joined. Every rank must run the same steps (their collectives meet); a rank whose body
+// have joined (with start_others: after starting ranks 1..N-1, waited for before returning).
+// Every rank must run the same steps (their collectives meet); a rank whose body
 // returns leaves the group, so the others fail instead of waiting for it. The error returned is
 // the first rank's to fail (the others' follow from it); ok when every rank's body was.
 // `rank == 0` in the body is the rank that prints.

@@ -296,7 +296,21 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
         if (b) return b;
         return make_cpu_backend();
     }
-    return make_cuda_backend(0);
+    // Ranks on GPUs (docs/parallel.md): rank r on GPU r mod the GPUs this process sees, so one
+    // process a GPU on each host with the ranks numbered host by host, or every rank a thread
+    // of one process with a GPU each (NCCL takes one rank a GPU).
+    int device = 0;
+    if (o.rank_group != nullptr) {
+        const int gpus = cuda_device_count();
+        bool all_here = true;
+        for (int r = 0; r < o.rank_group->size(); ++r)
+            all_here &= o.rank_group->impl().collective(r) != nullptr;
+        if (all_here && o.rank_group->size() > gpus)
+            return error(o.rank_group->size(), " ranks in one process need a GPU each; ", gpus,
+                         " visible");
+        if (gpus > 0) device = o.rank % gpus;
+    }
+    return make_cuda_backend(device);
 #else
     if (o.device == "auto") return make_cpu_backend();
     return error(
@@ -312,7 +326,7 @@ Engine::~Engine() = default;
 
 Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     EngineOptions options = given;
-    // Ranks run on the CPU backend only so far: "auto" picks it for them.
+    // Ranks take GPUs only when asked (--device cuda, --gpus N): "auto" picks the CPU for them.
     if (options.rank_group != nullptr && options.device == "auto") options.device = "cpu";
     auto impl = std::make_unique<Impl>();
     impl->options = options;
@@ -338,10 +352,6 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
             return error("rank ", options.rank, " of a group of ", options.rank_group->size());
         if (options.rank_group->impl().collective(options.rank) == nullptr)
             return error("rank ", options.rank, " runs in another process of the group");
-        if (options.device != "cpu")
-            return error(
-                "ranks (expert parallelism) run on the CPU backend only so far: "
-                "use --device cpu (ranks on GPUs over NCCL are not written yet)");
         // The bf16 configuration rounds the MoE's sum to bf16: per rank it would round partial
         // sums, which DeepSeek's code never does.
         if (options.numerics == "reference")
@@ -350,8 +360,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
                 "ranks (its MoE sum is rounded whole); use float or reference-fp32");
     }
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
-    if (options.rank_group != nullptr)
-        impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
+    if (options.rank_group != nullptr) {
+        const Status joined =
+            impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
+        if (!joined.is_ok()) return joined.with_context(str_cat("rank ", options.rank));
+    }
     const bool synthetic = !options.synthetic.empty();
     const std::string source =
         synthetic ? "synthetic " + options.synthetic + " (" + options.synthetic_format + ")"

@@ -197,12 +197,17 @@ class Backend {
     virtual void scale(float* x, float s, int64_t n) = 0;
 
     // Ranks (ops/collective.h, docs/parallel.md): the collective of this backend's rank, set
-    // once before the weights load; none for a model on one rank.
-    void set_collective(ops::Collective* c) { collective_ = c; }
+    // once before the weights load; none for a model on one rank. Every rank calls it at the
+    // same point (a device backend makes its own communicator here, a collective itself); an
+    // error when this backend cannot join.
+    virtual Status set_collective(ops::Collective* c) {
+        collective_ = c;
+        return Status::ok();
+    }
     int rank() const { return collective_ != nullptr ? collective_->rank() : 0; }
     int ranks() const { return collective_ != nullptr ? collective_->size() : 1; }
     // Ok, or why the ranks' collectives stopped (Collective::status; checked after each step).
-    Status collective_status() const {
+    virtual Status collective_status() const {
         return collective_ != nullptr ? collective_->status() : Status::ok();
     }
     // x[0, n) := its sum over the ranks, in step order with the other ops; nothing on one rank.

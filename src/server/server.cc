@@ -57,6 +57,12 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (group != nullptr && options.engine.rank != 0)
         return error("rank ", options.engine.rank, " of a server follows rank 0 (Server::follow)");
     EngineOptions eo = options.engine;
+    // (An engine on a GPU joins its communicator as it is made, waiting for the other ranks:
+    // made one after another, and stepped from passing threads, they need one process each.)
+    if (group == nullptr && options.ranks > 1 && eo.device != "cpu" && eo.device != "auto")
+        return error("--ranks ", options.ranks, " on device '", eo.device,
+                     "': a server's ranks on GPUs run one process each (--gpus N, or --rank R "
+                     "--rendezvous HOST:PORT)");
     if (group == nullptr && options.ranks > 1) {
         group = RankGroup::in_process(options.ranks);
         eo.rank_group = group;

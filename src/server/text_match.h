@@ -9,6 +9,9 @@
 
 namespace dsv4::server {
 
+// The model's end-of-sentence marker, as the output parsers meet it in text.
+inline constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+
 struct Found {
     size_t pos = std::string_view::npos;
     std::string_view marker;

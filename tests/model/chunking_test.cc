@@ -9,18 +9,14 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "fixture_util.h"
 #include "formats/safetensors.h"
 
 namespace dsv4 {
 namespace {
 
-std::vector<int32_t> fixture_ids(const std::string& dir) {
-    auto f = SafetensorsFile::open(dir + "/expected.safetensors");
-    EXPECT_TRUE(f.has_value());
-    auto ids = read_ids(**f, "input_ids");
-    EXPECT_TRUE(ids.has_value()) << (ids ? "" : ids.status().message());
-    return ids ? *ids : std::vector<int32_t>{};
-}
+using test::fixture_ids;
+using test::max_abs_diff;
 
 std::vector<float> run_chunked(const std::string& dir, const std::vector<int32_t>& ids,
                                const std::vector<int>& chunks, int max_chunk) {
@@ -43,14 +39,6 @@ std::vector<float> run_chunked(const std::string& dir, const std::vector<int32_t
     }
     EXPECT_EQ(pos, ids.size());
     return all;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-        m = std::max(m, std::fabs(double(a[i]) - b[i]));
-    return m;
 }
 
 class Chunking : public ::testing::TestWithParam<std::string> {};

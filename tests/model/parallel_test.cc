@@ -25,11 +25,15 @@
 
 #include "dsv4/engine.h"
 #include "engine/rank_group.h"
+#include "fixture_util.h"
 #include "formats/safetensors.h"
 #include "ops/collective.h"
 
 namespace dsv4 {
 namespace {
+
+using test::fixture_ids;
+using test::max_abs_diff;
 
 TEST(Ranks, ExpertSharesCoverEveryExpertOnce) {
     for (int E : {1, 7, 16, 256}) {
@@ -50,15 +54,6 @@ TEST(Ranks, ExpertSharesCoverEveryExpertOnce) {
 std::string fixture_dir(const std::string& name) {
     return name.rfind("dsref", 0) == 0 ? std::string(DSV4_DSREF_DIR) + "/" + name
                                        : std::string(DSV4_GOLDEN_DIR) + "/" + name;
-}
-
-std::vector<int32_t> fixture_ids(const std::string& dir) {
-    auto f = SafetensorsFile::open(dir + "/expected.safetensors");
-    EXPECT_TRUE(f.has_value());
-    if (!f) return {};
-    auto ids = read_ids(**f, "input_ids");
-    EXPECT_TRUE(ids.has_value());
-    return ids ? *ids : std::vector<int32_t>{};
 }
 
 // What one rank computed: the prompt's logits [n, V] (prefill steps of up to 128 tokens), then
@@ -96,14 +91,6 @@ RankRun run(const std::string& dir, const std::shared_ptr<RankGroup>& group, int
         out.decode.insert(out.decode.end(), last.begin(), last.end());
     }
     return out;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-        m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
-    return m;
 }
 
 class RanksMatchOneRank : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -155,8 +142,17 @@ TEST(Ranks, RefusedWhereNotSupported) {
     o.rank = 2;
     expect_refused(o, "rank 2 of a group of 2");
     o.rank = 0;
+    // Two ranks in one process on CUDA need two GPUs: refused by a build without CUDA, on a
+    // machine without a GPU, or with one GPU (tests/cuda's gpu2_golden.* run them on two).
     o.device = "cuda";
-    expect_refused(o, "CPU backend only");
+    {
+        auto e = Engine::create(o);
+        ASSERT_FALSE(e.has_value());
+        const std::string& why = e.status().message();
+        EXPECT_TRUE(why.find("CUDA") != std::string::npos ||
+                    why.find("need a GPU each") != std::string::npos)
+            << why;
+    }
     o.device = "cpu";
     o.numerics = "reference";
     expect_refused(o, "not split over ranks");
@@ -393,6 +389,31 @@ TEST(RanksAsProcesses, GenerateAndBenchCommands) {
          at_ = table.find("| context |", at_ + 1))
         ++headers;
     EXPECT_EQ(headers, 1u) << table;
+}
+
+// --processes: one command line, rank 0 starts rank 1 as a process of its own (a free local
+// port for the rendezvous) and waits for it; check passes on both, generate prints the one-rank
+// text once.
+TEST(RanksAsProcesses, StartedByRankZero) {
+    const std::string dir = fixture_dir("fmt-nvfp4");
+    const std::string out = ::testing::TempDir() + "ranks_started_";
+    const std::string check = std::string(DSV4_CLI_PATH) + " check --device cpu --model " + dir +
+                              " --ranks 2 --processes > " + out + "check 2>&1";
+    EXPECT_EQ(std::system(check.c_str()), 0);
+    const std::string report = read_file(out + "check");
+    for (int r = 0; r < 2; ++r)
+        EXPECT_NE(report.find("PASS on cpu, rank " + std::to_string(r) + " of 2 processes"),
+                  std::string::npos)
+            << report;
+
+    const std::string gen = std::string(DSV4_CLI_PATH) + " generate --device cpu --model " + dir +
+                            " --prompt-ids 1,2,3 --max-tokens 8 --temperature 0.8 --seed 7";
+    ASSERT_EQ(std::system((gen + " > " + out + "one 2>/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((gen + " --ranks 3 --processes > " + out + "three 2>/dev/null").c_str()),
+              0);
+    const std::string one = read_file(out + "one");
+    EXPECT_EQ(std::count(one.begin(), one.end(), ','), 7) << one;  // 8 token ids
+    EXPECT_EQ(read_file(out + "three"), one);
 }
 
 }  // namespace

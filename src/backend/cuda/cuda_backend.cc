@@ -14,6 +14,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/device.h"
+#include "backend/cuda/common/nccl_comm.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/gemm_op.h"
 #include "backend/cuda/gemv_op.h"
@@ -374,13 +375,14 @@ class CudaBackend final : public Backend {
     }
 
     // A CUDA graph captured in global mode: any synchronising call (a host wait, a blocking
-    // copy, cudaMalloc) anywhere in the process during `body` fails the capture.
+    // copy, cudaMalloc) anywhere in the process during `body` fails the capture. With ranks, in
+    // thread-local mode (NCCL's threads, and other ranks' in one process, run meanwhile).
     // Host transfers and waits inside `body` are not run: they end the recording with an error
     // naming the call (the step contract, ops/backend.h).
     Expected<std::unique_ptr<RecordedStep>> record(const std::function<void()>& body) override {
         DSV4_ASSERT(!recording_, "nested record()");
         auto step = std::make_unique<CudaRecordedStep>();
-        cuda::CudaGraph::begin_capture(stream_.get());
+        cuda::CudaGraph::begin_capture(stream_.get(), /*thread_local_mode=*/nccl_ != nullptr);
         recording_ = true;
         breaker_ = nullptr;
         body();
@@ -1166,10 +1168,28 @@ class CudaBackend final : public Backend {
                                  s);
         if (a.round_bf16) round_bf16_rows(a.out, a.T, D);
     }
-    // Ranks over NCCL are not written yet (docs/parallel.md): Engine::create refuses a rank
-    // group on this backend.
-    void all_reduce_sum(float*, int64_t) override {
-        DSV4_ASSERT(ranks() == 1, "CUDA all_reduce_sum: no collective on this backend");
+    // Ranks (docs/parallel.md): the rank group carries NCCL's unique id from rank 0 to the
+    // others, then every rank joins the communicator on this backend's GPU (the engine picked
+    // it: rank r on GPU r mod the GPUs visible). A group of one needs no communicator.
+    Status set_collective(ops::Collective* c) override {
+        DSV4_RETURN_IF_ERROR(Backend::set_collective(c));
+        if (c == nullptr || c->size() == 1) return Status::ok();
+        const std::string id = c->shared_once([] {
+            auto made = cuda::nccl_unique_id();
+            return made ? *made : std::string();  // (every rank then fails on the empty id)
+        });
+        DSV4_RETURN_IF_ERROR(c->status());
+        DSV4_ASSIGN_OR_RETURN(nccl_,
+                              cuda::NcclComm::create(id, c->rank(), c->size(), stream_.get()));
+        return Status::ok();
+    }
+    Status collective_status() const override {
+        DSV4_RETURN_IF_ERROR(Backend::collective_status());
+        return nccl_ != nullptr ? nccl_->status() : Status::ok();
+    }
+    void all_reduce_sum(float* x, int64_t n) override {
+        DSV4_ASSERT(ranks() == 1 || nccl_ != nullptr, "CUDA all_reduce_sum: no communicator");
+        if (nccl_ != nullptr) nccl_->all_reduce_sum(x, n, cur());
     }
     DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
     DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)
@@ -1462,12 +1482,19 @@ class CudaBackend final : public Backend {
     TransferCounts counts_;
     OpProfile profile_;
     bool recording_ = false;
-    const char* breaker_ = nullptr;  // the first forbidden call while recording
+    const char* breaker_ = nullptr;         // the first forbidden call while recording
+    std::unique_ptr<cuda::NcclComm> nccl_;  // with ranks: this rank's communicator
 };
 
 #undef DSV4_CUDA_OP
 
 }  // namespace
+
+int cuda_device_count() {
+    if (!cuda::gpu_available()) return 0;
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
 
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device) {
     if (!cuda::gpu_available()) return error("CUDA backend: no usable CUDA device");

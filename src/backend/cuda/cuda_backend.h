@@ -24,6 +24,9 @@ namespace dsv4 {
 // An error (not an abort) when there is no usable Hopper GPU.
 Expected<std::unique_ptr<Backend>> make_cuda_backend(int device = 0);
 
+// How many CUDA devices this process sees (0 without a usable one).
+int cuda_device_count();
+
 // The stream every op of `b` (a CUDA backend) is enqueued on: for capturing a step into a CUDA
 // graph. Aborts when `b` is another backend.
 cudaStream_t cuda_backend_stream(Backend& b);

@@ -57,8 +57,10 @@ float CudaEvent::elapsed_ms(const CudaEvent& start, const CudaEvent& end) {
     return ms;
 }
 
-void CudaGraph::begin_capture(cudaStream_t stream) {
-    DSV4_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+void CudaGraph::begin_capture(cudaStream_t stream, bool thread_local_mode) {
+    DSV4_CHECK_CUDA(cudaStreamBeginCapture(stream, thread_local_mode
+                                                       ? cudaStreamCaptureModeThreadLocal
+                                                       : cudaStreamCaptureModeGlobal));
 }
 
 cudaError_t CudaGraph::end_capture(cudaStream_t stream, CudaGraph* out) {

@@ -41,12 +41,14 @@ class CudaEvent {
     cudaEvent_t e_ = nullptr;
 };
 
-// A graph captured from a stream. Capture uses cudaStreamCaptureModeGlobal, under which any
-// synchronising call (a host sync, a blocking copy, cudaMalloc) anywhere in the process fails the
-// capture: a clean capture is the proof that the captured work has no host synchronisation.
+// A graph captured from a stream. Capture in global mode: any synchronising call (a host sync, a
+// blocking copy, cudaMalloc) anywhere in the process fails the capture, so a clean capture is the
+// proof that the captured work has no host synchronisation. `thread_local_mode`: only this
+// thread's calls count (ranks as threads of one process: the other ranks' threads and NCCL's
+// make legal calls of their own meanwhile).
 class CudaGraph {
   public:
-    static void begin_capture(cudaStream_t stream);
+    static void begin_capture(cudaStream_t stream, bool thread_local_mode = false);
     // Ends the capture and instantiates it; returns the error instead of aborting so tests can
     // report which call broke the capture.
     static cudaError_t end_capture(cudaStream_t stream, CudaGraph* out);
