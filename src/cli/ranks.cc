@@ -81,12 +81,13 @@ Status run_starting_others(const EngineOptions& base, const RankArgs& r,
         extra.push_back({"--rank", std::to_string(k), "--rendezvous", r.rendezvous});
         names.push_back("rank " + std::to_string(k));
     }
-    DSV4_ASSIGN_OR_RETURN(const std::vector<int> pids, spawn_self(extra));
+    DSV4_ASSIGN_OR_RETURN(std::vector<int> pids, spawn_self(extra));
+    RankWatch watch(std::move(pids), std::move(names));
     RankArgs mine = r;
     mine.start_others = false;
     const Status s = run_on_ranks(base, mine, body);
     // (rank 0 failing ends the others: they would wait for it, in a rendezvous or a sum)
-    const Status others = wait_children(pids, names, /*terminate=*/!s.is_ok());
+    const Status others = watch.finish(/*terminate=*/!s.is_ok());
     return s.is_ok() ? others : s;
 }
 

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -9,7 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 namespace dsv4::cli {
 namespace {
@@ -64,7 +70,12 @@ Expected<std::vector<int>> spawn_self(const std::vector<std::vector<std::string>
         }
         if (pid < 0) {
             const Status why = error("starting a rank's process: ", std::strerror(errno));
-            (void)wait_children(pids, std::vector<std::string>(pids.size()), true);
+            for (int started : pids) {
+                kill(started, SIGTERM);
+                int st = 0;
+                while (waitpid(started, &st, 0) < 0 && errno == EINTR) {
+                }
+            }
             return why;
         }
         pids.push_back(pid);
@@ -72,31 +83,105 @@ Expected<std::vector<int>> spawn_self(const std::vector<std::vector<std::string>
     return pids;
 }
 
-Status wait_children(const std::vector<int>& pids, const std::vector<std::string>& names,
-                     bool terminate) {
-    if (terminate)
-        for (int pid : pids) kill(pid, SIGTERM);
-    Status first = Status::ok();
-    for (size_t i = 0; i < pids.size(); ++i) {
-        int st = 0;
-        pid_t got;
-        do {
-            got = waitpid(pids[i], &st, 0);
-        } while (got < 0 && errno == EINTR);
-        if (!first.is_ok()) continue;
-        const std::string who =
-            i < names.size() && !names[i].empty() ? names[i] : "process " + std::to_string(pids[i]);
-        if (got < 0)
-            first = error(who, ": ", std::strerror(errno));
-        else if (WIFSIGNALED(st))
-            first = error(who, " was killed by signal ", WTERMSIG(st), " (",
-                          strsignal(WTERMSIG(st)), ")");
-        else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
-            first = error(who, " exited with status ", WEXITSTATUS(st),
-                          WEXITSTATUS(st) == 127 ? " (this program could not be started again)"
-                                                 : " (its error is above)");
+namespace {
+
+// Why a child's wait status is a failure, or "" for exit 0.
+std::string failure(int st) {
+    if (WIFSIGNALED(st))
+        return str_cat(" was killed by signal ", WTERMSIG(st), " (", strsignal(WTERMSIG(st)), ")");
+    if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+        return str_cat(" exited with status ", WEXITSTATUS(st),
+                       WEXITSTATUS(st) == 127 ? " (this program could not be started again)"
+                                              : " (its error is above)");
+    return "";
+}
+
+}  // namespace
+
+struct RankWatch::State {
+    std::vector<int> pids;
+    std::vector<std::string> names;
+    std::mutex m;
+    bool finishing = false;       // rank 0 ended (under m)
+    Status first = Status::ok();  // the first started rank's failure (under m)
+    std::thread thread;
+
+    // Reaps the children as they end; escalates while rank 0 outlives a lost rank.
+    void watch() {
+        using Clock = std::chrono::steady_clock;
+        std::vector<bool> done(pids.size(), false);
+        size_t left = pids.size();
+        std::optional<Clock::time_point> lost;
+        bool termed = false, killed = false;
+        // Until every started rank is reaped, and while rank 0 outlives a lost one.
+        for (bool escalating = false; left > 0 || escalating;) {
+            for (size_t i = 0; i < pids.size(); ++i) {
+                if (done[i]) continue;
+                int st = 0;
+                const pid_t got = waitpid(pids[i], &st, WNOHANG);
+                if (got == 0 || (got < 0 && errno == EINTR)) continue;
+                done[i] = true;
+                --left;
+                const std::string why = got < 0 ? str_cat(": ", std::strerror(errno)) : failure(st);
+                std::lock_guard<std::mutex> lock(m);
+                if (!why.empty() && first.is_ok()) {
+                    first = error(names[i], why);
+                    lost = Clock::now();
+                }
+            }
+            bool ended;
+            Status why;
+            {
+                std::lock_guard<std::mutex> lock(m);
+                ended = finishing;
+                why = first;
+            }
+            escalating = lost && !ended && !killed;
+            if (lost && !ended) {
+                const auto waited = Clock::now() - *lost;
+                if (!termed && waited > std::chrono::seconds(3)) {
+                    std::fprintf(stderr, "error: %s; rank 0 cannot go on without it: stopping\n",
+                                 why.message().c_str());
+                    kill(getpid(), SIGTERM);
+                    termed = true;
+                } else if (!killed && waited > std::chrono::seconds(13)) {
+                    kill(getpid(), SIGKILL);
+                    killed = true;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
     }
-    return first;
+};
+
+RankWatch::RankWatch(std::vector<int> pids, std::vector<std::string> names)
+    : s_(std::make_unique<State>()) {
+    s_->pids = std::move(pids);
+    s_->names = std::move(names);
+    s_->thread = std::thread([this] {
+        // Signals for the process are not this thread's: a server waits for SIGTERM / SIGINT
+        // with them blocked in its own threads, and one left unblocked here would take them.
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        s_->watch();
+    });
+}
+
+RankWatch::~RankWatch() {
+    if (s_->thread.joinable()) (void)finish(/*terminate=*/true);
+}
+
+Status RankWatch::finish(bool terminate) {
+    {
+        std::lock_guard<std::mutex> lock(s_->m);
+        s_->finishing = true;
+    }
+    if (terminate)
+        for (int pid : s_->pids) kill(pid, SIGTERM);  // (one already reaped: ESRCH or a zombie)
+    if (s_->thread.joinable()) s_->thread.join();
+    std::lock_guard<std::mutex> lock(s_->m);
+    return s_->first;
 }
 
 }  // namespace dsv4::cli

@@ -3,6 +3,7 @@
 // command line runs every rank.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,28 @@ Expected<int> free_local_port();
 // process dies. The children's ids, or an error (after ending those already started).
 Expected<std::vector<int>> spawn_self(const std::vector<std::vector<std::string>>& extra);
 
-// Waits for every child; with `terminate` first sends each SIGTERM (this rank failed: they would
-// otherwise wait for it). Ok when every child exited 0, else an error naming the first that did
-// not; `names[i]` says what child i was ("rank 1").
-Status wait_children(const std::vector<int>& pids, const std::vector<std::string>& names,
-                     bool terminate);
+// Watches the ranks rank 0 started while it runs its own (a thread). A rank that fails (a status
+// other than 0, a signal) usually fails rank 0's next collective too, and rank 0 ends with an
+// error; but a rank whose sum waits on a GPU for the lost one (inside NCCL) would wait forever.
+// So when rank 0 has not ended 3 s after a started rank failed, the watch says so on stderr and
+// sends this process SIGTERM (a server shuts down as on Ctrl-C; other commands end), then
+// SIGKILL 10 s later if it still runs.
+class RankWatch {
+  public:
+    // pids[i] is names[i] ("rank 1").
+    RankWatch(std::vector<int> pids, std::vector<std::string> names);
+    ~RankWatch();
+    RankWatch(const RankWatch&) = delete;
+    RankWatch& operator=(const RankWatch&) = delete;
+
+    // Rank 0 ended: `terminate` (it failed) sends the others SIGTERM (they would wait for it);
+    // then waits for every one. Ok when every one exited 0, else an error naming the first that
+    // did not.
+    Status finish(bool terminate);
+
+  private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
 
 }  // namespace dsv4::cli

@@ -3,7 +3,9 @@
 #include "dsv4/engine.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -285,6 +287,23 @@ Status check_model_folder(const std::string& dir) {
 
 namespace {
 
+// The bytes of `store` a rank holding `shard` of every layer's routed experts loads: every
+// tensor but the other ranks' experts (named "...experts.<e>." in every checkpoint layout; the
+// shared expert's "shared_experts." is not; a tensor of stacked experts counts whole).
+size_t rank_weight_bytes(const TensorStore& store, const ops::ExpertShard& shard) {
+    size_t n = 0;
+    for (const std::string& name : store.names()) {
+        const size_t at = name.find(".experts.");
+        if (at != std::string::npos && at + 9 < name.size() &&
+            std::isdigit(static_cast<unsigned char>(name[at + 9]))) {
+            const int e = std::atoi(name.c_str() + at + 9);
+            if (e < shard.first || e >= shard.first + shard.count) continue;
+        }
+        n += store.find(name)->nbytes;
+    }
+    return n;
+}
+
 // The backend for options.device ("auto": CUDA where it can run this configuration).
 Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     if (o.device == "cpu") return make_cpu_backend();
@@ -446,7 +465,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (!synthetic && impl->backend->name() != std::string("cpu")) {
         auto store = TensorStore::open(options.model_dir);
         if (!store) return store.status().with_context("loading " + options.model_dir);
-        const double weights = static_cast<double>(store->total_bytes());
+        const double weights = static_cast<double>(rank_weight_bytes(
+            *store, ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(),
+                                      impl->backend->ranks())));
         const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
         const double avail = static_cast<double>(impl->backend->memory_available());
         if (weights + cache > avail)

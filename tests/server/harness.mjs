@@ -51,6 +51,7 @@ export async function startServer(args = [], { apiKey, context = 512, threads = 
   return {
     url,
     proc,
+    exited,  // resolves to { code, signal } when the server ends (by itself or by stop())
     stderr: () => stderr,
     client: (key = apiKey ?? 'unused') =>
       // No retries: 429 and 5xx must reach the test as they are.

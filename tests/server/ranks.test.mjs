@@ -82,6 +82,20 @@ test('one command line (--processes): rank 0 starts rank 1 and stops it', async 
   assert.throws(() => readFileSync(`/proc/${kids[0]}/stat`));
 });
 
+test('one command line (--processes): a started rank that dies ends rank 0 with its error', async () => {
+  const server = await startServer(['--ranks', '2', '--processes']);
+  const ok = await server.client().completions.create(body('abc', { max_tokens: 4 }));
+  assert.ok(ok.usage.completion_tokens > 0);
+  const kids = children(server.proc.pid);
+  assert.equal(kids.length, 1);
+  process.kill(kids[0], 'SIGKILL');
+  // (no request needed: rank 0 would wait for its lost rank in a GPU's sum, so it stops itself)
+  const { code } = await server.exited;
+  assert.equal(code, 1, server.stderr());
+  assert.match(server.stderr(), /rank 1 was killed by signal 9/);
+  await server.stop();  // (its folder)
+});
+
 test('ranks as processes: a rank that dies fails the requests, it does not hang them', async () => {
   const rendezvous = `127.0.0.1:${await freePort()}`;
   const proc = (r) => ['--ranks', '2', '--rank', String(r), '--rendezvous', rendezvous];
