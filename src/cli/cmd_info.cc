@@ -16,6 +16,7 @@ namespace {
 struct InfoArgs {
     EngineOptions engine;
     int ranks = 1;  // > 1: also the plan over that many ranks
+    int gpus = 0;   // --gpus N: --device cuda --ranks N
 };
 
 constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
@@ -69,7 +70,16 @@ int print_rank_plan(const EngineOptions& base, int ranks) {
     return 0;
 }
 
-int run_info(const InfoArgs& a) {
+int run_info(InfoArgs a) {
+    if (a.gpus > 0) {
+        if ((a.ranks != 1 && a.ranks != a.gpus) ||
+            (a.engine.device != "auto" && a.engine.device != "cuda")) {
+            print_error(error("--gpus N is --device cuda --ranks N: leave the others out"));
+            return kExitUsage;
+        }
+        a.engine.device = "cuda";
+        a.ranks = a.gpus;
+    }
     const EngineOptions& o = a.engine;
     auto engine = Engine::create(o);
     if (!engine) {
@@ -115,6 +125,10 @@ void add_info_command(CLI::App& app) {
     cmd->add_option("--ranks", args->ranks,
                     "Also print the memory plan over N ranks: each rank's routed experts, "
                     "weights and allocation (docs/parallel.md; on GPUs, made on N GPUs)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--gpus", args->gpus,
+                    "The plan over N GPUs of this machine: --device cuda --ranks N (each rank's "
+                    "engine made on its GPU)")
         ->check(CLI::Range(1, 64));
     cmd->callback([args] { set_exit_code(run_info(*args)); });
 }

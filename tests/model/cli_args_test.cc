@@ -127,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"device_unknown", gen + " --device tpu", 2, "--device"},
         Case{"tolerance_negative", "check" + kModel + " --tolerance -1", 2, "--tolerance"},
         Case{"info_ranks_zero", "info" + kModel + " --ranks 0", 2, "--ranks"},
+        Case{"info_gpus_beside_cpu", "info" + kModel + " --gpus 2 --device cpu", 2,
+             "--gpus N is --device cuda"},
         Case{"info_more_ranks_than_experts", "info" + kModel + " --ranks 64", 1,
              "at most that many ranks"},
         Case{"prompt_and_ids", gen + " --prompt hi", 2, "exactly one of"},
