@@ -60,6 +60,10 @@ Status check_rank_args(RankArgs& r, EngineOptions& e) {
         r.ranks = r.gpus;
         r.processes = r.gpus > 1;
     }
+    // Ranks on GPUs run one process each (NCCL's usual model), started by this one unless
+    // started by hand: a lost rank then ends the command (RankWatch) instead of leaving the
+    // others inside a sum on their GPUs.
+    if (e.device == "cuda" && r.ranks > 1 && r.rendezvous.empty()) r.processes = true;
     DSV4_RETURN_IF_ERROR(usage_error(r));
     if (r.processes && r.rendezvous.empty()) {
         DSV4_ASSIGN_OR_RETURN(const int port, free_local_port());
@@ -105,7 +109,8 @@ Status run_on_ranks(const EngineOptions& base, const RankArgs& r,
         o.rank = r.rank;
         Status s = body(o, r.rank);
         group->leave(r.rank);
-        return s;
+        // (each process prints its own error: the other ranks' say whose)
+        return s.is_ok() || r.rank == 0 ? s : s.with_context("rank " + std::to_string(r.rank));
     }
     if (r.ranks <= 1) return body(base, 0);
     auto group = RankGroup::in_process(r.ranks);

@@ -26,7 +26,8 @@ struct RankArgs {
 void add_rank_options(CLI::App* cmd, RankArgs& r);
 
 // A usage error in the combination (--rank without --rendezvous, --gpus beside another device,
-// ...), or ok, after resolving --gpus (into the ranks, --processes and e's device) and
+// ...), or ok, after resolving --gpus (into the ranks, --processes and e's device), ranks on
+// cuda without a rendezvous (into --processes: on GPUs one process a rank) and
 // --processes without a rendezvous (this process is rank 0, at a free port of 127.0.0.1 that
 // the ranks it starts are told): from then on every rank looks like one given --rank and
 // --rendezvous.

@@ -102,10 +102,6 @@ INSTANTIATE_TEST_SUITE_P(
              "--processes needs --ranks"},
         Case{"gpus_beside_other_ranks", gen + " --gpus 2 --ranks 3", 2, "--gpus 2 runs 2 ranks"},
         Case{"gpus_beside_cpu", gen + " --gpus 2 --device cpu", 2, "--gpus runs on CUDA"},
-        Case{"serve_gpu_ranks_in_process",
-             "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER +
-                 " --port 0 --device cuda --ranks 2",
-             1, "one process each"},
         Case{"no_model", "bench --device cpu", 1, "no model"},
         Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
         Case{"temperature_negative", gen + " --temperature -1", 2, "--temperature"},
