@@ -444,18 +444,35 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
         const double workspaces =
             3.0 * step_tokens * 4 *
             (cfg->vocab_size + 16.0 * cfg->hidden_size + 2.0 * cfg->num_heads * cfg->head_dim);
-        double need = synth_fixed_bytes(*cfg, synth.format) + cache + workspaces + 2 * gib;
+        // (A rank holds its share of the routed experts.)
+        const int local =
+            ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(), impl->backend->ranks())
+                .count;
+        double need = synth_fixed_bytes(*cfg, synth.format, local) + cache + workspaces + 2 * gib;
         int fit = 0;
-        while (fit < cfg->num_layers && need + synth_layer_bytes(*cfg, synth.format, fit) <= avail)
-            need += synth_layer_bytes(*cfg, synth.format, fit++);
+        while (fit < cfg->num_layers &&
+               need + synth_layer_bytes(*cfg, synth.format, fit, local) <= avail)
+            need += synth_layer_bytes(*cfg, synth.format, fit++, local);
         if (fit == 0 || (synth.layers > 0 && fit < synth.layers))
             return error("synthetic ", options.synthetic, ": ",
                          synth.layers > 0 ? std::to_string(synth.layers) : std::string("1"),
                          " layers need more than the ", avail / gib, " GiB free on the ",
                          impl->backend->name(), " device (~",
-                         synth_layer_bytes(*cfg, synth.format, 0) / gib, " GiB per layer + ",
+                         synth_layer_bytes(*cfg, synth.format, 0, local) / gib, " GiB per layer + ",
                          cache / gib, " GiB of KV cache); at most ", fit, " fit");
         if (synth.layers == 0) {
+            if (options.rank_group != nullptr) {
+                // Every rank must build the same model: the fewest layers any rank fits (a sum
+                // of one-hot rows over the group's host collective, whatever the device).
+                ops::Collective& group = *options.rank_group->impl().collective(options.rank);
+                std::vector<float> hot(static_cast<size_t>(cfg->num_layers) + 1, 0.0f);
+                hot[static_cast<size_t>(fit)] = 1.0f;
+                group.all_reduce_sum(hot.data(), static_cast<int64_t>(hot.size()));
+                DSV4_RETURN_IF_ERROR(group.status());
+                fit = static_cast<int>(
+                    std::find_if(hot.begin(), hot.end(), [](float v) { return v > 0; }) -
+                    hot.begin());
+            }
             synth.layers = fit;
             DSV4_ASSIGN_OR_RETURN(*cfg, synth_config(synth));
         }

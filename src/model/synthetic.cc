@@ -159,7 +159,8 @@ double synth_bytes_per_value(WeightFormat f) {
 namespace {
 
 // One decoder block of `spec`'s kind as stored.
-double block_bytes(const ModelConfig& c, const std::string& format, const LayerSpec& spec) {
+double block_bytes(const ModelConfig& c, const std::string& format, const LayerSpec& spec,
+                   int local_experts) {
     using R = ops::WeightRole;
     const double D = c.hidden_size, hd = c.head_dim, Rq = c.q_lora_rank,
                  I = c.moe_intermediate_size;
@@ -182,23 +183,24 @@ double block_bytes(const ModelConfig& c, const std::string& format, const LayerS
     }
     m(R::kRouter, "gate", E, D);
     m(R::kSharedExpert, "shared", 3.0 * c.n_shared_experts * I, D);
-    m(R::kExperts, "experts", E * 3 * I, D);
+    m(R::kExperts, "experts", (local_experts < 0 ? E : local_experts) * 3 * I, D);
     b += 2.0 * c.hc_mix() * c.hc_mult * D * 4;  // the two mHC mixing matrices (f32)
     return b;
 }
 
 }  // namespace
 
-double synth_layer_bytes(const ModelConfig& c, const std::string& format, int l) {
-    return block_bytes(c, format, c.layers[l]);
+double synth_layer_bytes(const ModelConfig& c, const std::string& format, int l,
+                         int local_experts) {
+    return block_bytes(c, format, c.layers[l], local_experts);
 }
 
-double synth_fixed_bytes(const ModelConfig& c, const std::string& format) {
+double synth_fixed_bytes(const ModelConfig& c, const std::string& format, int local_experts) {
     double b = 2.0 * c.vocab_size * c.hidden_size *
                synth_bytes_per_value(synth_format(format, ops::WeightRole::kHead, "head"));
     if (c.num_mtp_layers > 0) {  // its block, e_proj and h_proj (model/weights.cc)
         const double D = c.hidden_size;
-        b += block_bytes(c, format, c.mtp_spec) +
+        b += block_bytes(c, format, c.mtp_spec, local_experts) +
              2 * D * D *
                  synth_bytes_per_value(synth_format(format, ops::WeightRole::kAttention, "proj"));
     }

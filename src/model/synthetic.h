@@ -38,12 +38,14 @@ Expected<ModelConfig> synth_config(const SynthSpec& spec);
 // exceptions), and estimates of a synthetic model's bytes as stored: one decoder layer (the
 // matrices bind_layer binds, model/weights.cc), and the embedding + head + the MTP block when
 // the config has one (for choosing how many layers fit before anything is allocated).
+// local_experts: the routed experts a layer this rank holds (ranks, ops::expert_shard); -1: all.
 WeightFormat synth_format(const std::string& format, ops::WeightRole role,
                           const std::string& prefix);
-double synth_layer_bytes(const ModelConfig& cfg, const std::string& format, int layer);
+double synth_layer_bytes(const ModelConfig& cfg, const std::string& format, int layer,
+                         int local_experts = -1);
 // Bytes per value of a synthetic matrix in `f` as stored (dense: BF16; FP4: codes + scales).
 double synth_bytes_per_value(WeightFormat f);
-double synth_fixed_bytes(const ModelConfig& cfg, const std::string& format);
+double synth_fixed_bytes(const ModelConfig& cfg, const std::string& format, int local_experts = -1);
 
 // Draws the tensors bind_weights asks for and keeps them alive for the model's lifetime.
 class SynthSource {

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "dsv4/parallel.h"
 
 namespace dsv4 {
 namespace {
@@ -38,6 +41,56 @@ TEST(Synthetic, ConfigKeepsTheFirstLayersOfTheRelease) {
     EXPECT_FALSE(synth_config({"v4-flash", 44, "nvfp4"}).has_value());
     EXPECT_FALSE(synth_config({"v4-flash", 2, "fp8"}).has_value());
     EXPECT_FALSE(synth_config({"/no/such/config.json", 2, "nvfp4"}).has_value());
+}
+
+// Ranks build one synthetic model together: each holds its share of the routed experts (the
+// layer estimate counts only those), and with the layers left to fit they agree on the fewest
+// any rank fits; two in-process ranks give one rank's logits.
+TEST(Synthetic, RanksAgreeOnTheModelAndMatchOneRank) {
+    auto cfg = synth_config({golden("fmt-official") + "/config.json", 0, "nvfp4"});
+    ASSERT_TRUE(cfg.has_value());
+    const int E = cfg->n_routed_experts;
+    EXPECT_LT(synth_layer_bytes(*cfg, "nvfp4", 0, E / 2), synth_layer_bytes(*cfg, "nvfp4", 0));
+    EXPECT_EQ(synth_layer_bytes(*cfg, "nvfp4", 0, E), synth_layer_bytes(*cfg, "nvfp4", 0));
+
+    EngineOptions o;
+    o.synthetic = golden("fmt-official") + "/config.json";
+    o.max_context = 128;
+    std::vector<int32_t> prompt(24);
+    for (int i = 0; i < 24; ++i) prompt[i] = (i * 37 + 5) % static_cast<int32_t>(cfg->vocab_size);
+    auto run = [&](const EngineOptions& eo, std::vector<float>* logits, int* layers) {
+        auto e = Engine::create(eo);
+        ASSERT_TRUE(e.has_value()) << e.status().message();
+        *layers = (*e)->info().num_layers;
+        auto s = (*e)->new_session();
+        ASSERT_TRUE(s.has_value());
+        const Status fed = (*s)->feed(prompt, nullptr, logits);
+        ASSERT_TRUE(fed.is_ok()) << fed.message();
+    };
+    std::vector<float> one;
+    int one_layers = 0;
+    run(o, &one, &one_layers);
+    auto group = RankGroup::in_process(2);
+    std::vector<std::vector<float>> got(2);
+    int layers[2] = {0, 0};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            EngineOptions eo = o;
+            eo.rank_group = group;
+            eo.rank = r;
+            run(eo, &got[static_cast<size_t>(r)], &layers[r]);
+            group->leave(r);
+        });
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(layers[0], one_layers);
+    EXPECT_EQ(layers[1], one_layers);
+    ASSERT_EQ(got[0].size(), one.size());
+    EXPECT_EQ(got[0], got[1]);  // (every rank the same bits)
+    double worst = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+        worst = std::max(worst, std::fabs(static_cast<double>(got[0][i]) - one[i]));
+    EXPECT_LT(worst, 1e-4);
 }
 
 TEST(Synthetic, ReleaseAndNvfp4ModelsRunOnTheCpu) {

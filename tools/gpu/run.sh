@@ -10,6 +10,10 @@
 #          compute-sanitizer memcheck / racecheck on the op and numerics tests; run after `test`
 #   decode the GPU tests of the step graphs and synthetic experts, then the V4-Flash-size decode
 #          benchmark (tools/gpu/bench_decode.sh; CONTEXT, default 8192)
+#   multigpu  (a machine with 2+ GPUs) ctest --preset gpu2 (ranks over NCCL, label multigpu),
+#          then `dsv4 bench --gpus N` (GPUS, default 2) on synthetic V4-Flash, all 43 layers,
+#          batch 1 and 32 at 8K (FORMAT, default nvfp4) with the op profile (the collective's
+#          time), beside one GPU's batch 1 on the layers that fit it
 # TARGETS="a b" builds only those targets.
 #   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers; LAYERS=N
 #          for more; tools/gpu/kprof_summary.py sums them by part of the layer);
@@ -96,6 +100,18 @@ if [ "$mode" = decode ]; then
   step synth_test timeout 60 $B/tests/cuda/cuda_ops_gpu_test --gtest_filter='*Synthetic*'
   step bench_decode timeout 560 bash tools/gpu/bench_decode.sh $B $L/decode ${CONTEXT:-8192}
   cat $L/bench_decode.log
+fi
+if [ "$mode" = multigpu ]; then
+  nvidia-smi -L
+  step ctest_gpu2 timeout 300 ctest --preset gpu2
+  grep -E "tests passed|tests failed|\(Failed\)|Timeout" $L/ctest_gpu2.log | head -20
+  bench="$B/src/cli/dsv4 bench --synthetic v4-flash --context 8192 --prompt-len 512 --max-chunk 512
+         --repeats 1 --decode 24 --format ${FORMAT:-nvfp4}"
+  # (--profile: the op table has the sum over the ranks, all_reduce_sum, beside the rest)
+  step bench_gpus timeout 250 $bench --gpus ${GPUS:-2} --layers 43 --batch 1,32 --profile
+  cat $L/bench_gpus.log
+  step bench_one timeout 150 $bench --device cuda --batch 1
+  cat $L/bench_one.log
 fi
 if [ "$mode" = engine ]; then
   step bench_engine timeout 330 bash tools/gpu/bench_engine.sh $B $L/engine

@@ -1189,7 +1189,9 @@ class CudaBackend final : public Backend {
     }
     void all_reduce_sum(float* x, int64_t n) override {
         DSV4_ASSERT(ranks() == 1 || nccl_ != nullptr, "CUDA all_reduce_sum: no communicator");
-        if (nccl_ != nullptr) nccl_->all_reduce_sum(x, n, cur());
+        if (nccl_ == nullptr) return;
+        const auto prof = profile_.scope("all_reduce_sum", recording_);  // (the ranks' cost)
+        nccl_->all_reduce_sum(x, n, cur());
     }
     DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
     DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)
