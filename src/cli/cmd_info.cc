@@ -71,14 +71,9 @@ int print_rank_plan(const EngineOptions& base, int ranks) {
 }
 
 int run_info(InfoArgs a) {
-    if (a.gpus > 0) {
-        if ((a.ranks != 1 && a.ranks != a.gpus) ||
-            (a.engine.device != "auto" && a.engine.device != "cuda")) {
-            print_error(error("--gpus N is --device cuda --ranks N: leave the others out"));
-            return kExitUsage;
-        }
-        a.engine.device = "cuda";
-        a.ranks = a.gpus;
+    if (Status st = apply_gpus(a.gpus, a.ranks, a.engine); !st.is_ok()) {
+        print_error(st);
+        return kExitUsage;
     }
     const EngineOptions& o = a.engine;
     auto engine = Engine::create(o);

@@ -49,17 +49,21 @@ Status usage_error(const RankArgs& r) {
 
 }  // namespace
 
+Status apply_gpus(int gpus, int& ranks, EngineOptions& e) {
+    if (gpus <= 0) return Status::ok();
+    if (ranks != 1 && ranks != gpus)
+        return error("--gpus ", gpus, " runs ", gpus, " ranks: leave --ranks ", ranks, " out");
+    if (e.device != "auto" && e.device != "cuda")
+        return error("--gpus runs on CUDA, not --device ", e.device,
+                     " (--gpus N is --device cuda --ranks N)");
+    e.device = "cuda";
+    ranks = gpus;
+    return Status::ok();
+}
+
 Status check_rank_args(RankArgs& r, EngineOptions& e) {
-    if (r.gpus > 0) {
-        if (r.ranks != 1 && r.ranks != r.gpus)
-            return error("--gpus ", r.gpus, " runs ", r.gpus, " ranks: leave --ranks ", r.ranks,
-                         " out");
-        if (e.device != "auto" && e.device != "cuda")
-            return error("--gpus runs on CUDA, not --device ", e.device);
-        e.device = "cuda";
-        r.ranks = r.gpus;
-        r.processes = r.gpus > 1;
-    }
+    DSV4_RETURN_IF_ERROR(apply_gpus(r.gpus, r.ranks, e));
+    if (r.gpus > 1) r.processes = true;
     // Ranks on GPUs run one process each (NCCL's usual model), started by this one unless
     // started by hand: a lost rank then ends the command (RankWatch) instead of leaving the
     // others inside a sum on their GPUs.

@@ -33,6 +33,10 @@ void add_rank_options(CLI::App* cmd, RankArgs& r);
 // --rendezvous.
 Status check_rank_args(RankArgs& r, EngineOptions& e);
 
+// --gpus N (N > 0) into `ranks` = N and e's device cuda; a usage error beside another --ranks
+// or --device. Nothing for gpus = 0. (check_rank_args calls it; `dsv4 info` has no rank args.)
+Status apply_gpus(int gpus, int& ranks, EngineOptions& e);
+
 // Runs body(options, rank) for every rank this process drives, options = base with the rank's
 // group and rank set: --ranks 1: rank 0 alone on this thread (base unchanged); in process:
 // every rank on a thread of its own; with --rendezvous: this process's rank once the others

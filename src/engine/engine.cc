@@ -321,10 +321,7 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     int device = 0;
     if (o.rank_group != nullptr) {
         const int gpus = cuda_device_count();
-        bool all_here = true;
-        for (int r = 0; r < o.rank_group->size(); ++r)
-            all_here &= o.rank_group->impl().collective(r) != nullptr;
-        if (all_here && o.rank_group->size() > gpus)
+        if (o.rank_group->impl().all_here() && o.rank_group->size() > gpus)
             return error(o.rank_group->size(), " ranks in one process need a GPU each; ", gpus,
                          " visible");
         if (gpus > 0) device = o.rank % gpus;
@@ -433,6 +430,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
                          " compressed entries per sequence)");
     }
     const double gib = 1024.0 * 1024.0 * 1024.0;
+    // The routed experts this rank holds (all on one rank): what the memory checks count.
+    const ops::ExpertShard shard =
+        ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(), impl->backend->ranks());
     if (synthetic) {
         // As many layers as fit (or the ones asked for, if they fit), with the cache and a
         // margin for the workspaces.
@@ -444,10 +444,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
         const double workspaces =
             3.0 * step_tokens * 4 *
             (cfg->vocab_size + 16.0 * cfg->hidden_size + 2.0 * cfg->num_heads * cfg->head_dim);
-        // (A rank holds its share of the routed experts.)
-        const int local =
-            ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(), impl->backend->ranks())
-                .count;
+        const int local = shard.count;
         double need = synth_fixed_bytes(*cfg, synth.format, local) + cache + workspaces + 2 * gib;
         int fit = 0;
         while (fit < cfg->num_layers &&
@@ -482,9 +479,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (!synthetic && impl->backend->name() != std::string("cpu")) {
         auto store = TensorStore::open(options.model_dir);
         if (!store) return store.status().with_context("loading " + options.model_dir);
-        const double weights = static_cast<double>(rank_weight_bytes(
-            *store, ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(),
-                                      impl->backend->ranks())));
+        const double weights = static_cast<double>(rank_weight_bytes(*store, shard));
         const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
         const double avail = static_cast<double>(impl->backend->memory_available());
         if (weights + cache > avail)
@@ -534,7 +529,6 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
     i.rank = impl->backend->rank();
     i.ranks = impl->backend->ranks();
-    const ops::ExpertShard shard = ops::expert_shard(c.n_routed_experts, i.rank, i.ranks);
     i.experts_first = shard.first;
     i.experts_local = shard.count;
     i.experts_total = c.n_routed_experts;

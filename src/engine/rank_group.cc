@@ -119,9 +119,7 @@ Expected<std::string> RankGroup::broadcast(int rank, const std::string& value) {
                 "RankGroup::broadcast(", rank, "): not a rank of this process");
     // In process every rank's collective is here (their shared value is made once: not a
     // stream of values).
-    bool over_processes = false;
-    for (int r = 0; r < impl_->size(); ++r) over_processes |= impl_->collective(r) == nullptr;
-    if (!over_processes) return error("broadcast: an in-process group (ranks as threads)");
+    if (impl_->all_here()) return error("broadcast: an in-process group (ranks as threads)");
     ops::Collective& c = *impl_->collective(rank);
     std::string v = c.shared_once([&] { return value; });
     DSV4_RETURN_IF_ERROR(c.status());

@@ -24,6 +24,12 @@ struct RankGroup::Impl {
     virtual ops::Collective* collective(int rank) = 0;
     virtual int size() const = 0;
     virtual void leave(int rank) = 0;  // RankGroup::leave
+    // Whether every rank runs in this process (threads), none in another.
+    bool all_here() {
+        for (int r = 0; r < size(); ++r)
+            if (collective(r) == nullptr) return false;
+        return true;
+    }
 };
 
 class LocalRankGroup final : public RankGroup::Impl {

@@ -16,7 +16,7 @@ namespace dsv4::cuda {
 namespace {
 
 Status nccl_error(const char* what, ncclResult_t r, ncclComm_t comm = nullptr) {
-    const char* last = comm != nullptr ? ncclGetLastError(comm) : ncclGetLastError(nullptr);
+    const char* last = ncclGetLastError(comm);
     return error("NCCL ", what, ": ", ncclGetErrorString(r),
                  last != nullptr && last[0] != '\0' ? str_cat(" (", last, ")") : std::string());
 }
@@ -26,10 +26,6 @@ Status nccl_error(const char* what, ncclResult_t r, ncclComm_t comm = nullptr) {
 struct NcclComm::Impl {
     ncclComm_t comm = nullptr;
 };
-
-bool nccl_built() {
-    return true;
-}
 
 Expected<std::string> nccl_unique_id() {
     ncclUniqueId id;
@@ -89,10 +85,6 @@ Status NcclComm::status() const {
 #else  // no NCCL in this build
 
 struct NcclComm::Impl {};
-
-bool nccl_built() {
-    return false;
-}
 
 Expected<std::string> nccl_unique_id() {
     return error("this build has no NCCL (configure with NCCL installed: docs/parallel.md)");

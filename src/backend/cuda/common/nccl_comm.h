@@ -15,9 +15,6 @@
 
 namespace dsv4::cuda {
 
-// Whether this build links NCCL.
-bool nccl_built();
-
 // A fresh unique id's bytes (rank 0 draws it, every rank joins with it), or NCCL's error.
 Expected<std::string> nccl_unique_id();
 
