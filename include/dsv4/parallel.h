@@ -12,6 +12,10 @@
 
 namespace dsv4 {
 
+// The CUDA GPUs this process sees (CUDA_VISIBLE_DEVICES applies); 0 in a build without the
+// CUDA backend or without a usable driver. Ranks on GPUs take one each (rank r: GPU r mod this).
+int visible_gpus();
+
 class RankGroup {
   public:
     // `ranks` engines in this process, each made with EngineOptions::rank_group = this group

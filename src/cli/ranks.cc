@@ -1,6 +1,8 @@
 #include "cli/ranks.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,7 +20,8 @@ void add_rank_options(CLI::App* cmd, RankArgs& r) {
         ->check(CLI::Range(1, 64));
     cmd->add_option("--rank", r.rank,
                     "This process's rank of --ranks N, with --rendezvous (start every rank "
-                    "0..N-1 as a process of its own)")
+                    "0..N-1 as a process of its own; under mpirun or srun the launcher's rank "
+                    "and size are taken when --rank is left out)")
         ->check(CLI::Range(0, 63));
     cmd->add_option("--rendezvous", r.rendezvous,
                     "HOST:PORT where rank 0 listens and the other ranks connect (the port free "
@@ -47,6 +50,40 @@ Status usage_error(const RankArgs& r) {
     return Status::ok();
 }
 
+// This process's rank and the size of its job as a parallel launcher set them in the
+// environment (mpirun / mpiexec of Open MPI, of MPICH or Intel MPI, Slurm's srun); nothing when
+// none did; an error for a value that is not a number.
+struct LauncherRank {
+    int rank = 0, size = 0;
+    std::string size_var;
+};
+Expected<std::optional<LauncherRank>> launcher_rank() {
+    static constexpr const char* kVars[][2] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},  // Open MPI
+        {"PMI_RANK", "PMI_SIZE"},                          // MPICH, Intel MPI (Hydra)
+        {"SLURM_PROCID", "SLURM_NTASKS"},                  // srun
+    };
+    for (const auto& v : kVars) {
+        const char* rank = std::getenv(v[0]);
+        const char* size = std::getenv(v[1]);
+        if (rank == nullptr || size == nullptr) continue;
+        LauncherRank l;
+        l.size_var = v[1];
+        auto number = [](const char* name, const char* text, int& out) -> Status {
+            char* end = nullptr;
+            const long n = std::strtol(text, &end, 10);
+            if (end == text || *end != '\0' || n < 0 || n > 1 << 20)
+                return error("the launcher's ", name, "='", text, "' is not a rank or a size");
+            out = static_cast<int>(n);
+            return Status::ok();
+        };
+        DSV4_RETURN_IF_ERROR(number(v[0], rank, l.rank));
+        DSV4_RETURN_IF_ERROR(number(v[1], size, l.size));
+        return std::optional<LauncherRank>(l);
+    }
+    return std::optional<LauncherRank>();
+}
+
 }  // namespace
 
 Status apply_gpus(int gpus, int& ranks, EngineOptions& e) {
@@ -68,12 +105,33 @@ Status check_rank_args(RankArgs& r, EngineOptions& e) {
     // started by hand: a lost rank then ends the command (RankWatch) instead of leaving the
     // others inside a sum on their GPUs.
     if (e.device == "cuda" && r.ranks > 1 && r.rendezvous.empty()) r.processes = true;
+    // Started by a parallel launcher (mpirun, srun: one process a rank, on one host or
+    // several) with --rendezvous and no --rank: the rank and the size it set.
+    if (!r.rendezvous.empty() && r.rank < 0) {
+        DSV4_ASSIGN_OR_RETURN(const std::optional<LauncherRank> l, launcher_rank());
+        if (l) {
+            if (r.ranks != 1 && r.ranks != l->size)
+                return error("--ranks ", r.ranks, " but the launcher started ", l->size,
+                             " processes (", l->size_var, ")");
+            r.ranks = l->size;
+            r.rank = l->rank;
+        }
+    }
     DSV4_RETURN_IF_ERROR(usage_error(r));
     if (r.processes && r.rendezvous.empty()) {
         DSV4_ASSIGN_OR_RETURN(const int port, free_local_port());
         r.rendezvous = "127.0.0.1:" + std::to_string(port);
         r.rank = 0;
         r.start_others = true;
+        // The ranks started here share this host's GPUs, one each: two on one GPU would meet
+        // only inside NCCL's join (its "duplicate GPU" error).
+        if (e.device == "cuda") {
+            const int gpus = visible_gpus();
+            if (gpus < r.ranks)
+                return error(r.ranks, " ranks on GPUs need a GPU each: ", gpus,
+                             " visible here (ranks on several hosts: start each with --rank R "
+                             "--rendezvous ADDR)");
+        }
     }
     return Status::ok();
 }
@@ -113,8 +171,11 @@ Status run_on_ranks(const EngineOptions& base, const RankArgs& r,
         o.rank = r.rank;
         Status s = body(o, r.rank);
         group->leave(r.rank);
-        // (each process prints its own error: the other ranks' say whose)
-        return s.is_ok() || r.rank == 0 ? s : s.with_context("rank " + std::to_string(r.rank));
+        // (each process prints its own error: the other ranks' say whose, once: the engine's
+        // errors of joining the group already do)
+        const std::string whose = "rank " + std::to_string(r.rank);
+        if (s.is_ok() || r.rank == 0 || s.message().rfind(whose + ": ", 0) == 0) return s;
+        return s.with_context(whose);
     }
     if (r.ranks <= 1) return body(base, 0);
     auto group = RankGroup::in_process(r.ranks);

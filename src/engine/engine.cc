@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "backend/cpu/cpu_backend.h"
+#include "dsv4/parallel.h"
 #include "engine/rank_group.h"
 #include "ops/collective.h"
 #if DSV4_WITH_CUDA
@@ -285,6 +286,14 @@ Status check_model_folder(const std::string& dir) {
     return Status::ok();
 }
 
+int visible_gpus() {
+#if DSV4_WITH_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 namespace {
 
 // The bytes of `store` a rank holding `shard` of every layer's routed experts loads: every
@@ -320,7 +329,7 @@ Expected<std::unique_ptr<Backend>> make_backend(const EngineOptions& o) {
     // of one process with a GPU each (NCCL takes one rank a GPU).
     int device = 0;
     if (o.rank_group != nullptr) {
-        const int gpus = cuda_device_count();
+        const int gpus = visible_gpus();
         if (o.rank_group->impl().all_here() && o.rank_group->size() > gpus)
             return error(o.rank_group->size(), " ranks in one process need a GPU each; ", gpus,
                          " visible");

@@ -102,6 +102,7 @@ INSTANTIATE_TEST_SUITE_P(
              "--processes needs --ranks"},
         Case{"gpus_beside_other_ranks", gen + " --gpus 2 --ranks 3", 2, "--gpus 2 runs 2 ranks"},
         Case{"gpus_beside_cpu", gen + " --gpus 2 --device cpu", 2, "--gpus runs on CUDA"},
+        Case{"gpus_beyond_visible", gen + " --gpus 33", 2, "33 ranks on GPUs need a GPU each"},
         Case{"no_model", "bench --device cpu", 1, "no model"},
         Case{"max_tokens_negative", gen + " --max-tokens -1", 2, "--max-tokens"},
         Case{"temperature_negative", gen + " --temperature -1", 2, "--temperature"},

@@ -416,5 +416,36 @@ TEST(RanksAsProcesses, StartedByRankZero) {
     EXPECT_EQ(read_file(out + "three"), one);
 }
 
+// Under a parallel launcher (mpirun, srun) --rank and --ranks come from its environment:
+// two processes given only --rendezvous, one as Open MPI, one as MPICH's Hydra would start it.
+TEST(RanksAsProcesses, RankAndSizeFromTheLauncher) {
+    const std::string dir = fixture_dir("fmt-nvfp4");
+    const std::string at = local(free_port());
+    const std::string out = ::testing::TempDir() + "ranks_launcher_";
+    const std::string check = std::string(DSV4_CLI_PATH) + " check --device cpu --model " + dir +
+                              " --rendezvous " + at + " > " + out;
+    const std::string both = "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 " + check +
+                             "1 2>&1 & p=$!; PMI_RANK=0 PMI_SIZE=2 " + check +
+                             "0 2>&1; r0=$?; wait $p; r1=$?; exit $((r0 + r1))";
+    EXPECT_EQ(std::system(both.c_str()), 0);
+    for (int r = 0; r < 2; ++r) {
+        const std::string report = read_file(out + std::to_string(r));
+        EXPECT_NE(report.find("PASS on cpu, rank " + std::to_string(r) + " of 2 processes"),
+                  std::string::npos)
+            << report;
+    }
+    // A size that disagrees with --ranks, and a rank that is not a number: one-line errors.
+    const std::string base =
+        std::string(DSV4_CLI_PATH) + " check --device cpu --model " + dir + " --rendezvous " + at;
+    EXPECT_NE(
+        std::system(
+            ("SLURM_PROCID=0 SLURM_NTASKS=3 " + base + " --ranks 2 2> " + out + "size").c_str()),
+        0);
+    EXPECT_NE(read_file(out + "size").find("the launcher started 3 processes (SLURM_NTASKS)"),
+              std::string::npos);
+    EXPECT_NE(std::system(("PMI_RANK=x PMI_SIZE=2 " + base + " 2> " + out + "rank").c_str()), 0);
+    EXPECT_NE(read_file(out + "rank").find("PMI_RANK='x' is not a rank"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dsv4

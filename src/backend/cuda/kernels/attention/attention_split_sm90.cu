@@ -72,6 +72,70 @@ size_t split_smem(int hd) {
            kTile * sizeof(int);
 }
 
+// The merge of the S key splits of one (token t, head group from h0), split r's partial at
+// split(r) (acc [kHeads][hdp], then (m, l) per head), with the sink: M = max(sink, m_r),
+// L = e^(sink - M) + sum l_r e^(m_r - M), out = sum acc_r e^(m_r - M) / L, then the output
+// rope. The weights per (head, split) into wsplit, then float4 outputs first, first + step, ...
+// of the kHeads x hd. kCluster: the partials are in the cluster's blocks' shared memory (every
+// block merges a share); else in the scratch, written by other blocks: read from L2 (__ldcg).
+template <bool kCluster, class Split>
+__device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
+                                             const ops::FusedRope& rope, int t, int h0, int S,
+                                             Split split, float (*wsplit)[kMaxSplits], int first,
+                                             int step) {
+    const int hd = a.hd, hdp = padded_hd(hd);
+    if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
+        const int h = threadIdx.x;
+        const float sink = a.sink[h0 + h];
+        float mr[kMaxSplits], lr[kMaxSplits];  // (all splits' loads issued together)
+#pragma unroll
+        for (int r = 0; r < kMaxSplits; ++r) {
+            if (r < S) {
+                const float* ml = split(r) + kHeads * hdp + 2 * h;
+                mr[r] = kCluster ? ml[0] : __ldcg(ml);
+                lr[r] = kCluster ? ml[1] : __ldcg(ml + 1);
+            }
+        }
+        float m_all = sink;
+#pragma unroll
+        for (int r = 0; r < kMaxSplits; ++r)
+            if (r < S) m_all = fmaxf(m_all, mr[r]);
+        float l_all = expf(sink - m_all);
+#pragma unroll
+        for (int r = 0; r < kMaxSplits; ++r) {
+            if (r >= S) break;
+            const float w = mr[r] == -INFINITY ? 0.0f : expf(mr[r] - m_all);
+            l_all += lr[r] * w;
+            wsplit[h][r] = w;
+        }
+        const float inv = 1.0f / l_all;
+        for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
+    }
+    __syncthreads();
+    const int n4 = hd / 4;
+    for (int o = first; o < kHeads * n4; o += step) {
+        const int h = o / n4, d = (o - h * n4) * 4;
+        if (h0 + h >= a.H) break;  // o only grows
+        // Four splits' loads in flight at a time (all sixteen spill at 128 registers).
+        float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int r0 = 0; r0 < S; r0 += 4) {
+            float4 pr[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (r0 + k < S) {
+                    const float* p = split(r0 + k) + h * hdp + d;
+                    pr[k] = kCluster ? f4(p) : __ldcg(reinterpret_cast<const float4*>(p));
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 4; ++k)  // (weight 0: an empty split, not added)
+                if (r0 + k < S && wsplit[h][r0 + k] != 0.0f) fma4(out, wsplit[h][r0 + k], pr[k]);
+        }
+        const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
+        f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
+    }
+}
+
 // The S blocks of a (token, head group) merge their partials one of two ways: kCluster, the
 // blocks are a thread-block cluster, each leaves its partial in its own shared memory and merges
 // a 1/S share of the outputs from all of them (distributed shared memory); otherwise through the
@@ -220,76 +284,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     ptx::cp_async_wait<0>();  // (an empty slice: the queries' copies, never waited for)
 
-    if constexpr (kCluster) {
-        // The partial in the key tile's space (free after the loop's last barrier).
-        if (vc < nc) {
-#pragma unroll
-            for (int i = 0; i < kQuad; ++i)
-                f4(sk + (quad * kQuad + i) * hdp + vc * kChunk + lane * 4) = acc[i];
-        }
-        if (lane == 0) {
-            sk[kHeads * hdp + 2 * warp] = m_run;
-            sk[kHeads * hdp + 2 * warp + 1] = l_run;
-        }
-        cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync();  // every block's partial is written
-        // The weights of every split for the 8 heads (each block: its outputs cover any head),
-        // as the scratch path computes them; the loads of all splits issued together.
-        if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
-            const int h = threadIdx.x;
-            const float sink = a.sink[h0 + h];
-            float mr[kMaxSplits], lr[kMaxSplits];
-#pragma unroll
-            for (int r = 0; r < kMaxSplits; ++r) {
-                if (r < S) {
-                    const float* ml = cluster.map_shared_rank(sk, r) + kHeads * hdp + 2 * h;
-                    mr[r] = ml[0];
-                    lr[r] = ml[1];
-                }
-            }
-            float m_all = sink;
-#pragma unroll
-            for (int r = 0; r < kMaxSplits; ++r)
-                if (r < S) m_all = fmaxf(m_all, mr[r]);
-            float l_all = expf(sink - m_all);
-#pragma unroll
-            for (int r = 0; r < kMaxSplits; ++r) {
-                if (r >= S) break;
-                const float w = mr[r] == -INFINITY ? 0.0f : expf(mr[r] - m_all);
-                l_all += lr[r] * w;
-                wsplit[h][r] = w;
-            }
-            const float inv = 1.0f / l_all;
-            for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
-        }
-        __syncthreads();
-        // Output float4 o goes to thread o % kThreads of block o / kThreads % S.
-        const int n4 = hd / 4;
-        for (int o = s * kThreads + static_cast<int>(threadIdx.x); o < kHeads * n4;
-             o += S * kThreads) {
-            const int h = o / n4, d = (o - h * n4) * 4;
-            if (h0 + h >= a.H) break;  // o only grows
-            // Four splits' loads in flight at a time (all sixteen spill at 128 registers).
-            float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int r0 = 0; r0 < S; r0 += 4) {
-                float4 pr[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    if (r0 + k < S) pr[k] = f4(cluster.map_shared_rank(sk, r0 + k) + h * hdp + d);
-#pragma unroll
-                for (int k = 0; k < 4; ++k)  // (weight 0: an empty split, not added)
-                    if (r0 + k < S && wsplit[h][r0 + k] != 0.0f)
-                        fma4(out, wsplit[h][r0 + k], pr[k]);
-            }
-            const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
-            f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
-        }
-        cluster.sync();  // the other blocks have read this block's partial: it may exit
-        return;
-    }
-
-    // This block's partial.
-    float* const mine = part + (static_cast<int64_t>(blockIdx.y) * S + s) * kPartStride;
+    // This block's partial: with kCluster in the key tile's space (free after the loop's last
+    // barrier), else in the scratch.
+    float* const all = part + static_cast<int64_t>(blockIdx.y) * S * kPartStride;
+    float* const mine = kCluster ? sk : all + s * kPartStride;
     if (vc < nc) {
 #pragma unroll
         for (int i = 0; i < kQuad; ++i)
@@ -299,48 +297,21 @@ __global__ void __launch_bounds__(kThreads, 2)
         mine[kHeads * hdp + 2 * warp] = m_run;
         mine[kHeads * hdp + 2 * warp + 1] = l_run;
     }
-    if (!dev::last_to_arrive(arrivals, S)) return;
-    __syncthreads();  // (S == 1: this block's own writes)
-
-    // The merge: the weights per (head, split) first, then thread o one float4 of the outputs.
-    const float* const all = part + static_cast<int64_t>(blockIdx.y) * S * kPartStride;
-    if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
-        const int h = threadIdx.x;
-        const float sink = a.sink[h0 + h];
-        const float* ml = all + kHeads * hdp + 2 * h;  // split r's (m, l) at r * kPartStride
-        float m_all = sink;
-        for (int r = 0; r < S; ++r) {
-            wsplit[h][r] = __ldcg(ml + r * kPartStride);  // m, turned into the weight below
-            m_all = fmaxf(m_all, wsplit[h][r]);
-        }
-        float l_all = expf(sink - m_all);
-        for (int r = 0; r < S; ++r) {
-            const float m = wsplit[h][r];
-            const float w = m == -INFINITY ? 0.0f : expf(m - m_all);
-            l_all += __ldcg(ml + r * kPartStride + 1) * w;
-            wsplit[h][r] = w;
-        }
-        const float inv = 1.0f / l_all;
-        for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
-    }
-    __syncthreads();
-    const int n4 = hd / 4;
-#pragma unroll 2
-    for (int o = threadIdx.x; o < kHeads * n4; o += kThreads) {
-        const int h = o / n4, d = (o - h * n4) * 4;
-        if (h0 + h >= a.H) break;  // o only grows
-        // Every split's load issued before any is used (splits past S read the last again).
-        float4 pr[kMaxSplits];
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r)
-            pr[r] = __ldcg(reinterpret_cast<const float4*>(all + (r < S ? r : S - 1) * kPartStride +
-                                                           h * hdp + d));
-        float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r)
-            if (r < S && wsplit[h][r] != 0.0f) fma4(out, wsplit[h][r], pr[r]);  // (0: empty)
-        const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
-        f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
+    if constexpr (kCluster) {
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();  // every block's partial is written
+        // Output float4 o goes to thread o % kThreads of block o / kThreads % S.
+        merge_splits<true>(
+            a, rope, t, h0, S,
+            [&](int r) -> const float* { return cluster.map_shared_rank(sk, r); }, wsplit,
+            s* kThreads + static_cast<int>(threadIdx.x), S * kThreads);
+        cluster.sync();  // the other blocks have read this block's partial: it may exit
+    } else {
+        if (!dev::last_to_arrive(arrivals, S)) return;
+        __syncthreads();  // (S == 1: this block's own writes)
+        merge_splits<false>(
+            a, rope, t, h0, S, [&](int r) -> const float* { return all + r * kPartStride; }, wsplit,
+            static_cast<int>(threadIdx.x), kThreads);
     }
 }
 
