@@ -21,8 +21,8 @@ constexpr std::string_view kParameterEnd = "</｜DSML｜parameter";
 // A JSON string's text without its quotes: escaping is per character, so the escaped pieces
 // of a value join to the escaped value.
 std::string json_escape(std::string_view s) {
-    const std::string quoted =
-        nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const std::string quoted = nlohmann::json(std::string(s))
+                                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     return quoted.substr(1, quoted.size() - 2);
 }
 
@@ -151,7 +151,8 @@ DsmlStreamParser::Step DsmlStreamParser::step(bool at_end, StreamDelta& out) {
             if (!head.starts_with(kOpen) || !head.ends_with(kClose) ||
                 head.size() < kOpen.size() + kClose.size())
                 return fail(out);
-            const std::string name(head.substr(kOpen.size(), head.size() - kOpen.size() - kClose.size()));
+            const std::string name(
+                head.substr(kOpen.size(), head.size() - kOpen.size() - kClose.size()));
             turn_.tool_calls.push_back({name, {}});
             out.tool_calls.push_back({static_cast<int>(turn_.tool_calls.size()) - 1, name, {}});
             consume(f.pos + f.marker.size());
@@ -189,7 +190,8 @@ DsmlStreamParser::Step DsmlStreamParser::step(bool at_end, StreamDelta& out) {
                                  ? f.pos
                                  : buf_.size() - (at_end ? 0 : held_back(buf_, {kParameterEnd}));
             const std::string_view value = std::string_view(buf_).substr(0, n);
-            if (!value.empty()) emit_arguments(string_param_ ? json_escape(value) : std::string(value), out);
+            if (!value.empty())
+                emit_arguments(string_param_ ? json_escape(value) : std::string(value), out);
             consume(n);
             if (f.pos == std::string_view::npos) return at_end ? fail(out) : Step::kNeedMore;
             if (string_param_) emit_arguments("\"", out);

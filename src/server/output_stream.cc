@@ -51,9 +51,9 @@ StreamDelta OutputStream::finish() {
 
 chat::Json OutputStream::message(const std::string& id_prefix) const {
     // parse_completion reads a whole turn, which ends with EOS.
-    auto parsed = chat::parse_completion(text_ + std::string(kEos),
-                                         thinking_ ? chat::ThinkingMode::kThinking
-                                                   : chat::ThinkingMode::kChat);
+    auto parsed =
+        chat::parse_completion(text_ + std::string(kEos), thinking_ ? chat::ThinkingMode::kThinking
+                                                                    : chat::ThinkingMode::kChat);
     chat::Json m = chat::Json::object();
     m["role"] = "assistant";
     chat::Json calls = chat::Json::array();
