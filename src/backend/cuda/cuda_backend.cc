@@ -257,13 +257,6 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 21): =0 merges the split attention kernel's
         // partials through global memory (the last block) instead of a cluster's shared memory.
         attn_merge_cluster_ = env_flag("DSV4_CUDA_ATTN_MERGE_CLUSTER", true);
-        // Measurements (docs/perf.md, session 24): pipeline stages of the decode GEMVs'
-        // split-column variant (2 or 4): a launch requests stages - 1 units a warp before its
-        // programmatic-launch wait.
-        if (const char* d = std::getenv("DSV4_CUDA_GEMV_DEPTH"); d != nullptr && d[0] == '4') {
-            gemv_depth_linear_ = d[1] != 'e' ? 4 : 2;   // "4e": the experts only
-            gemv_depth_experts_ = d[1] != 'l' ? 4 : 2;  // "4l": the linears only
-        }
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -826,7 +819,7 @@ class CudaBackend final : public Backend {
                 g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
                 g.x = static_cast<const uint8_t*>(a.x) + m0 * ldx * xe;
                 g.y = static_cast<uint8_t*>(a.y) + m0 * ldy * ye;
-                cuda::launch_gemv(g, gemv_config(g), cur());
+                cuda::launch_gemv(g, {info_.sm_count}, cur());
             }
             return;
         }
@@ -902,7 +895,7 @@ class CudaBackend final : public Backend {
                 g.x = a.x + m0 * w.cols;
                 for (int i = 0; i < r.count; ++i)
                     g.segments[i].y = a.out[r.first + i].y + m0 * g.segments[i].ldy;
-                cuda::launch_gemv(g, gemv_config(g), cur());
+                cuda::launch_gemv(g, {info_.sm_count}, cur());
             }
         }
         return true;
@@ -1313,15 +1306,7 @@ class CudaBackend final : public Backend {
         // prefill's groups of 16 rows: the grouped MoE test failed for FP8 (E8M0) experts in the
         // one run with it, on other random weights too (docs/perf.md; cause not established).
         g.pdl = m == 1;
-        cuda::launch_gemv(g, gemv_config(g), cur());
-    }
-
-    // The launch configuration of g: the split-column variant (decode) at the stages chosen.
-    cuda::GemvLaunchConfig gemv_config(const cuda::GemvArgs& g) const {
-        cuda::GemvLaunchConfig c{info_.sm_count};
-        if (g.x_f32 && g.x_split && g.m <= 8)
-            c.depth = g.expert_ids != nullptr ? gemv_depth_experts_ : gemv_depth_linear_;
-        return c;
+        cuda::launch_gemv(g, {info_.sm_count}, cur());
     }
 
     // y[p] = x[p / x_div] . W[sel[p]]^T for P rows, W a dense f32 stack [E][N][K].
@@ -1489,10 +1474,8 @@ class CudaBackend final : public Backend {
     bool moe_compact_ = true;         // false: DSV4_CUDA_MOE_COMPACT=0
     bool hc_cluster_ = true;          // false: DSV4_CUDA_HC_CLUSTER=0
     bool attn_merge_cluster_ = true;  // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
-    int gemv_depth_linear_ = 2;       // DSV4_CUDA_GEMV_DEPTH
-    int gemv_depth_experts_ = 2;
-    int32_t* local_sel_ = nullptr;   // [local_slots_] a share's pairs in its expert ids
-    float* local_weight_ = nullptr;  // [local_slots_] (in the same allocation)
+    int32_t* local_sel_ = nullptr;    // [local_slots_] a share's pairs in its expert ids
+    float* local_weight_ = nullptr;   // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
     cuda::CudaStream side_;  // the branches' stream
     cudaEvent_t fork_ = nullptr, join_ = nullptr;

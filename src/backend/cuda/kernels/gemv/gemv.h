@@ -114,7 +114,7 @@ struct GemvLaunchConfig {
     int sm_count = 0;            // required
     int ctas_per_sm = 0;         // 0: as many as fit
     int min_tiles_per_warp = 0;  // units (4 tiles) per warp; 0: default (2)
-    int depth = 0;  // pipeline stages of one unit (0: default 2; 4: NVFP4 tuning, split columns)
+    int depth = 0;               // pipeline stages of one unit (0: default 2; 4 for tuning NVFP4)
 };
 
 // Workspace for launches of up to `max_row_blocks_total` (= n_groups * row_blocks). Zeroed once;

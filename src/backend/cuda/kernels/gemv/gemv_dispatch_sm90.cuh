@@ -21,24 +21,8 @@ struct Variant {
     int index;  // into the per-format occupancy cache
 };
 
-// Split columns (GemvArgs::x_split, f32 x, m <= 8): 4 tokens an n-tile; occupancy-cache
-// indices first .. first + 3.
-template <GemvFormat F, int kStages>
-Variant split_variant(const GemvArgs& a, int first) {
-    switch ((a.m > 4 ? 2 : 0) + (a.y_bf16 ? 1 : 0)) {
-        case 0:
-            return {gemv_kernel<F, true, 1, false, kStages, true>, first};
-        case 1:
-            return {gemv_kernel<F, true, 1, true, kStages, true>, first + 1};
-        case 2:
-            return {gemv_kernel<F, true, 2, false, kStages, true>, first + 2};
-        default:
-            return {gemv_kernel<F, true, 2, true, kStages, true>, first + 3};
-    }
-}
-
 // The instantiation for (args, depth = pipeline stages of one unit each). Depth 4 exists for
-// tuning the NVFP4 path and for the split-column decode variants (GemvLaunchConfig::depth).
+// tuning the NVFP4 path.
 template <GemvFormat F>
 Variant select_variant(const GemvArgs& a, int depth) {
     const bool two = a.m > 8;
@@ -46,11 +30,21 @@ Variant select_variant(const GemvArgs& a, int depth) {
         if (depth == 4 && !a.x_f32 && !two && !a.y_bf16)
             return {gemv_kernel<F, false, 1, false, 4>, 8};
     }
-    if (a.x_f32 && a.x_split && a.m <= 8) {
-        DSV4_ASSERT(depth == 2 || depth == 4, "gemv: depth ", depth, " is not instantiated");
-        return depth == 4 ? split_variant<F, 4>(a, 13) : split_variant<F, 2>(a, 9);
-    }
     DSV4_ASSERT(depth == 2, "gemv: depth ", depth, " is not instantiated for this variant");
+    if (a.x_f32 && a.x_split && a.m <= 8) {
+        // Split columns (GemvArgs::x_split): 4 tokens an n-tile.
+        const bool two_tiles = a.m > 4;
+        switch ((two_tiles ? 2 : 0) + (a.y_bf16 ? 1 : 0)) {
+            case 0:
+                return {gemv_kernel<F, true, 1, false, 2, true>, 9};
+            case 1:
+                return {gemv_kernel<F, true, 1, true, 2, true>, 10};
+            case 2:
+                return {gemv_kernel<F, true, 2, false, 2, true>, 11};
+            default:
+                return {gemv_kernel<F, true, 2, true, 2, true>, 12};
+        }
+    }
     const int index = (a.x_f32 ? 4 : 0) + (two ? 2 : 0) + (a.y_bf16 ? 1 : 0);
     switch (index) {
         case 0:
@@ -75,7 +69,7 @@ Variant select_variant(const GemvArgs& a, int depth) {
 template <GemvFormat F>
 int format_ctas_per_sm(const GemvArgs& a, int depth) {
     // Occupancy per instantiation, queried once (host-side only, capture-safe).
-    static std::atomic<int> cache[17] = {};
+    static std::atomic<int> cache[13] = {};
     const Variant v = select_variant<F>(a, depth);
     int n = cache[v.index].load(std::memory_order_relaxed);
     if (n == 0) {
