@@ -19,6 +19,12 @@ static ops::AttentionArgs writing_ring(ops::AttentionArgs a, float* ring) {
     return a;
 }
 
+// a, its queries normed by `norm` first (AttentionArgs::q_norm).
+static ops::AttentionArgs with_q_norm(ops::AttentionArgs a, const ops::RmsNormArgs* norm) {
+    a.q_norm = norm;
+    return a;
+}
+
 void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,
                             const LayerSpec& spec, const LayerCache& lc, const float* x,
                             float* out) {
@@ -58,22 +64,32 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
         bf16 ? ops::RoundTrip::kHadamardBf16Fp4 : ops::RoundTrip::kHadamardFp4;
 
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims. The
-    // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear).
+    // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear), and
+    // the one shared K=V head's norm (and rope) rides along (independent rows: one launch on
+    // CUDA).
     const int g = c.o_groups, Ro = c.o_lora_rank;
+    const ops::FusedRope kv_rope{rope.inv_freq, st.tok_pos, 1, rd, rope.scale};
+    const ops::RmsNormArgs kv_norm{ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope};
     ops::RmsNormArgs q_lora_norm{ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16};
+    q_lora_norm.also = &kv_norm;
     q_lora_norm.clear[0] = {ws.q, T * H * hd};
     q_lora_norm.clear[1] = {ws.u, T * g * Ro};
     q_lora_norm.clear[2] = {out, T * c.hidden_size};
     if (spec.kind == LayerKind::kCsa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
     q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
+    // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
+    // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
+    // through it too, so here and on the main entries the round trip is redundant. (The fp8
+    // entry also keeps the RoPE dims in bf16, which the fp32 round trip leaves alone.)
+    const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
+    if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
     // The compressors and CSA's lightning indexer need nothing of the query and K=V chain below
     // until attention: a branch that may run beside it (Backend::branch_begin). On CSA layers
     // the branch is the indexer (its own compressed keys, queries from the q latent, top-k:
     // the longer side, so the main compressor stays beside the query chain), on HCA layers the
     // main compressor.
-    const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
     auto compress_main = [&] {
         compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
                  fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
@@ -111,17 +127,6 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
 
     b.linear(cleared(
         {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
-    // (The rope fused into the norms: rms_norm then rope.)
-    // The one shared K=V head's norm rides along (independent rows: one launch on CUDA).
-    const ops::FusedRope q_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale};
-    const ops::FusedRope kv_rope{rope.inv_freq, st.tok_pos, 1, rd, rope.scale};
-    const ops::RmsNormArgs kv_norm{ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope};
-    b.rms_norm({ws.q, nullptr, ws.q, T * H, hd, eps, bf16, &q_rope, &kv_norm});
-    // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
-    // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
-    // through it too, so here and on the main entries the round trip is redundant. (The fp8
-    // entry also keeps the RoPE dims in bf16, which the fp32 round trip leaves alone.)
-    if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
     if (spec.kind == LayerKind::kCsa) compress_main();
     if (branch) b.branch_join();
@@ -129,12 +134,18 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
 
     // K = V carries rotated rope dims: the output is de-rotated at the query position (an
     // inverse rope fused into attention).
+    // The queries' per-head norm and rope run inside the attention op (AttentionArgs::q_norm:
+    // rms_norm then attention).
     const ops::FusedRope o_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale, /*inverse=*/true};
-    b.attention(writing_ring({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
-                              c.sliding_window, c.index_topk, m, lc.main.n_entries,
-                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
-                              lc.kv_format, bf16, &o_rope, lc.ring_rows},
-                             lc.ring));
+    const ops::FusedRope q_rope{rope.inv_freq, st.tok_pos, H, rd, rope.scale};
+    const ops::RmsNormArgs q_norm{ws.q, nullptr, ws.q, T * H, hd, eps, bf16, &q_rope};
+    b.attention(
+        with_q_norm(writing_ring({ws.q, ws.kv, lc.ring, entries, topk, w.attn_sink, ws.o, st, H, hd,
+                                  c.sliding_window, c.index_topk, m, lc.main.n_entries,
+                                  static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                                  lc.kv_format, bf16, &o_rope, lc.ring_rows},
+                                 lc.ring),
+                    &q_norm));
 
     // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
     b.linear(cleared({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "formats/cache_row.h"
+#include "ops/norm.h"
 #include "ops/rope.h"
 #include "ops/step.h"
 
@@ -51,6 +52,11 @@ struct AttentionArgs {
     // a step of one token a row writes from inside the attention launch, since no token of the
     // step reads the ring row its own row overwrites: one launch fewer a layer.)
     float* ring_out = nullptr;
+    // The queries' per-head norm (and its rope) to run first (optional; host memory): exactly
+    // rms_norm(*q_norm), then attention. It norms q's rows in place (x == out == q); afterwards
+    // q holds the normed rows, or still the raw ones where the backend norms them as it reads
+    // them (CUDA's decode kernel: one launch fewer a layer).
+    const RmsNormArgs* q_norm = nullptr;
 };
 
 // Writes each row's last min(len, W) tokens into its slot's ring (after attention has read it),

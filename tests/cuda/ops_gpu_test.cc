@@ -616,6 +616,41 @@ void attention_case(const char* what, int H, int hd, bool with_entries, bool csa
         EXPECT_EQ(dring_w.get(), ring_ref) << w;
     }
     cuda_set_attention_split(*be, true);
+    // The queries normed per head first (AttentionArgs::q_norm, with a rope on the trailing
+    // dims): the CPU norms them in place, then attends; the split kernel norms them as it
+    // stages them (float4 rows, the rope's dims starting on a float4: hd 129 does not), the
+    // cluster kernel after a norm launch.
+    const int rd = hd >= 128 ? 64 : hd / 4 * 2;
+    std::vector<float> inv_freq(rd / 2);
+    for (int i = 0; i < rd / 2; ++i)
+        inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rd));
+    std::vector<float> qn = q, ref_n(ref.size());
+    const ops::FusedRope hrope{inv_freq.data(), st.tok_pos.data(), H, rd, 1.1f};
+    const ops::RmsNormArgs hnorm{qn.data(), nullptr, qn.data(), int64_t{T} * H,
+                                 hd,        1e-6f,   false,     &hrope};
+    ops::AttentionArgs rn = r;
+    rn.q = qn.data(), rn.q_norm = &hnorm, rn.out = ref_n.data();
+    cpu_ref::attention(rn);
+    Dev<float> dinv(*be, inv_freq);
+    const ops::FusedRope drope{dinv.p, ds.view().tok_pos, H, rd, 1.1f};
+    const ops::RmsNormArgs dnorm{dq.p, nullptr, dq.p, int64_t{T} * H, hd, 1e-6f, false, &drope};
+    const bool fused = splits && (hd - rd) % 4 == 0;
+    for (const bool split : {false, true}) {
+        ops::AttentionArgs gn = g;
+        gn.q_norm = &dnorm;
+        dq.set(q);
+        cuda_set_attention_split(*be, split);
+        be->fill(out.p, std::nanf(""), out.n);
+        be->attention(gn);
+        const std::string w = std::string(what) + ", queries normed" +
+                              (split && fused ? " by the split kernel" : " by a launch first");
+        expect_close(w.c_str(), out.get(), ref_n, 0.0, tol);
+        // (q itself: still raw where the kernel normed it as staged, normed in place otherwise.)
+        if (split && fused) {
+            EXPECT_EQ(dq.get(), q) << w;
+        }
+    }
+    cuda_set_attention_split(*be, true);
 }
 
 TEST(CudaOpsGpu, AttentionSlidingOnly) {
@@ -1121,16 +1156,20 @@ TEST(CudaOpsGpu, DenseLinear) {
             }
 }
 
-// Score routing (gate f32 and bf16) and hash routing. Inputs are redrawn until the k-th and
-// (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32 gate
-// sums cannot reorder them: the selections must match exactly.
-// An f32 gate takes the fused path (the gate product inside the routing kernel); a bf16 gate the
-// two-kernel path (the GEMV, then the routing kernel).
-void router_case(int D, bool bf16_gate) {
+// Score routing (gate f32, bf16 and NVFP4) and hash routing. Inputs are redrawn until the k-th
+// and (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32
+// gate sums cannot reorder them: the selections must match exactly.
+// One-token steps with 16-byte gate rows take the one-launch decode router (the product over
+// blocks, the last one routing: launch_gate_route); otherwise an f32 gate takes the fused path
+// (the gate product inside the routing kernel), a bf16 or NVFP4 gate the two-kernel path (the
+// GEMV, then the routing kernel).
+enum class GateType { kF32, kBf16, kNvfp4 };
+
+void router_case(int D, GateType type, int64_t T) {
     auto be = make_gpu();
-    std::mt19937 rng(13);
-    const int64_t T = 19;
+    std::mt19937 rng(13 + T);
     const int E = 67, k = 6;
+    const bool bf16_gate = type == GateType::kBf16;
     auto wf = randn(int64_t{E} * D, rng, 0.1f);
     const auto bias = randn(E, rng, 0.1f);
     std::vector<uint16_t> wb(wf.size());
@@ -1143,6 +1182,11 @@ void router_case(int D, bool bf16_gate) {
     q.cols = D;
     q.dtype = bf16_gate ? DType::kBF16 : DType::kF32;
     q.data = bf16_gate ? static_cast<const void*>(wb.data()) : wf.data();
+    cuda::test::OwnedWeight ow;
+    if (type == GateType::kNvfp4) {
+        ow = cuda::test::random_weight(cuda::test::TestFormat::kNvfp4, E, D, rng);
+        q = ow.w;
+    }
     const ops::Weight rw = cpu_ref::wrap(q);
     auto w = be->upload_weight(q, {ops::WeightRole::kRouter});
     ASSERT_TRUE(w.has_value());
@@ -1178,10 +1222,13 @@ void router_case(int D, bool bf16_gate) {
             cpu_ref::router({x.data(), &rw, hash ? nullptr : bias.data(),
                              hash ? tid2eid.data() : nullptr, ids.data(), rlog.data(), rsel.data(),
                              rwt.data(), T, E, k, 2.5f});
-            const std::string what =
-                std::string(bf16_gate ? "router bf16 gate " : "router fused ") +
-                (hash ? "hash weights" : "score weights") +
-                (cleared ? ", logits cleared before" : "");
+            const char* gate = type == GateType::kF32    ? "f32"
+                               : type == GateType::kBf16 ? "bf16"
+                                                         : "nvfp4";
+            const std::string what = std::string("router ") + gate +
+                                     " gate, T=" + std::to_string(T) + ", " +
+                                     (hash ? "hash weights" : "score weights") +
+                                     (cleared ? ", logits cleared before" : "");
             EXPECT_EQ(dsel.get(), rsel) << what;
             // The weights inherit the gate's FP32 error through sqrt-softplus: relative 1e-5.
             expect_close(what.c_str(), dwt.get(), rwt, 1e-5, 1e-7);
@@ -1190,8 +1237,24 @@ void router_case(int D, bool bf16_gate) {
 
 TEST(CudaOpsGpu, RouterMatchesSelections) {
     DSV4_REQUIRE_GPU();
-    router_case(129, false);
-    router_case(132, true);
+    router_case(129, GateType::kF32, 19);
+    router_case(132, GateType::kBf16, 19);
+    router_case(192, GateType::kNvfp4, 19);
+}
+// Decode steps: one token on the one-launch router (16-byte gate rows), and rows off 16 bytes
+// or more tokens (the fused or two-kernel paths).
+TEST(CudaOpsGpu, RouterDecodeSteps) {
+    DSV4_REQUIRE_GPU();
+    for (const int64_t T : {1, 3, 8}) {
+        router_case(128, GateType::kF32, T);
+        router_case(136, GateType::kBf16, T);
+        router_case(192, GateType::kNvfp4, T);
+        router_case(129, GateType::kF32, T);
+        router_case(132, GateType::kBf16, T);
+    }
+    // A gate of more rows than fit a block's shared memory at once in a few blocks: 4096 f32
+    // columns (6 rows a block).
+    router_case(4096, GateType::kF32, 1);
 }
 
 // Every checkpoint format through the weight GEMV: whole weights and row ranges on 64-row

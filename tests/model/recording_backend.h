@@ -39,11 +39,11 @@ void put_all(std::ostream& out, const F&... f) {
     out << '}';
 }
 
-// The fields of an aggregate of up to 20 fields, as one printed tuple.
+// The fields of an aggregate of up to 21 fields, as one printed tuple.
 template <class T>
 void put_fields(std::ostream& out, const T& t) {
     constexpr size_t n = field_count<T>();
-    static_assert(n >= 1 && n <= 20, "recording: aggregate with an unsupported field count");
+    static_assert(n >= 1 && n <= 21, "recording: aggregate with an unsupported field count");
 #define DSV4_F(N, ...)                 \
     if constexpr (n == N) {            \
         const auto& [__VA_ARGS__] = t; \
@@ -69,6 +69,7 @@ void put_fields(std::ostream& out, const T& t) {
     DSV4_F(18, a, b, c, d, e, f, g, h, i, j, k, l, m, n_, o, p, q, r)
     DSV4_F(19, a, b, c, d, e, f, g, h, i, j, k, l, m, n_, o, p, q, r, s)
     DSV4_F(20, a, b, c, d, e, f, g, h, i, j, k, l, m, n_, o, p, q, r, s, u)
+    DSV4_F(21, a, b, c, d, e, f, g, h, i, j, k, l, m, n_, o, p, q, r, s, u, v_)
 #undef DSV4_F
 }
 

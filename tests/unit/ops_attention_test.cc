@@ -125,6 +125,42 @@ TEST(OpsFused, AttentionWithOutRopeIsAttentionThenInverseRope) {
     }
 }
 
+TEST(OpsFused, AttentionWithQueryNormIsNormThenAttention) {
+    // AttentionArgs::q_norm against its plain composition, bit for bit: the per-head norm (and
+    // rope) in place on q, then attention; q holds the normed rows afterwards. 3 heads of 8
+    // dims (the last 4 rotated), 5 tokens from position 9, in both bf16 modes.
+    const int H = 3, hd = 8, rd = 4, T = 5, W = 4;
+    const std::vector<float> q = unit::lcg_values(T * H * hd, 17),
+                             kv = unit::lcg_values(T * hd, 18), ring = unit::lcg_values(W * hd, 19),
+                             sink = {0.1f, -0.2f, 0.3f}, inv = {0.5f, 0.01f};
+    const ops::StepDesc st = one_row(9, T);
+    for (bool bf16 : {false, true}) {
+        std::vector<float> q_plain = q, q_fused = q, fused(T * H * hd), plain(T * H * hd);
+        const ops::FusedRope r{inv.data(), st.tok_pos, H, rd, 1.25f};
+        ops::AttentionArgs a{.q = q_plain.data(),
+                             .kv = kv.data(),
+                             .ring = ring.data(),
+                             .sink = sink.data(),
+                             .out = plain.data(),
+                             .step = st,
+                             .H = H,
+                             .hd = hd,
+                             .W = W,
+                             .softmax_scale = 0.3f,
+                             .round_bf16 = bf16};
+        cpu_ref::rms_norm({q_plain.data(), nullptr, q_plain.data(), T * H, hd, 1e-6f, bf16, &r});
+        cpu_ref::attention(a);
+        const ops::RmsNormArgs n{q_fused.data(), nullptr, q_fused.data(), T * H, hd, 1e-6f,
+                                 bf16,           &r};
+        a.q = q_fused.data();
+        a.q_norm = &n;
+        a.out = fused.data();
+        cpu_ref::attention(a);
+        EXPECT_EQ(fused, plain) << "bf16 " << bf16;
+        EXPECT_EQ(q_fused, q_plain) << "bf16 " << bf16;
+    }
+}
+
 TEST(OpsAttention, WindowWithinChunkIsCausal) {
     // pos0 = 0, T = 4, W = 2: query p sees positions max(0, p - 1) .. p of the chunk.
     std::vector<float> ring(2, 777.0f), kv = {1, 10, 100, 1000}, q(4, 0.0f), sink = {kNoSink},

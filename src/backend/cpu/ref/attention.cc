@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/ref/ref_ops.h"
+#include "base/check.h"
 #include "base/fp_codes.h"
 #include "base/thread_pool.h"
 
@@ -85,6 +86,11 @@ void attend_bf16(const float* z, size_t n_keys, const float* keys, int hd, float
 }  // namespace
 
 void attention(const ops::AttentionArgs& a) {
+    if (a.q_norm != nullptr) {
+        DSV4_ASSERT(a.q_norm->x == a.q && a.q_norm->out == a.q,
+                    "attention: q_norm must norm q in place");
+        rms_norm(*a.q_norm);
+    }
     std::vector<float> chunk(static_cast<size_t>(a.step.T) * a.hd);
     for (int t = 0; t < a.step.T; ++t)
         store_and_load_row(a.kv_format, a.hd, a.kv + int64_t{t} * a.hd,

@@ -28,6 +28,9 @@ struct AttentionScratch {
     // How the split kernel's blocks of a (token, head group) merge: as a thread-block cluster
     // through distributed shared memory, or (false) through `part` and the arrival counters.
     bool merge_in_cluster = true;
+    // AttentionArgs::q_norm: done by the split kernel as it stages the queries where it can
+    // (attn::split_norms_queries); false: always a norm launch first (for comparisons).
+    bool norm_in_kernel = true;
     // Either kernel: a step's own K=V rows encoded, when the cache rows are typed
     // (AttentionArgs::kv_format; f32 rows need none).
     uint8_t* rows = nullptr;
@@ -38,9 +41,11 @@ struct AttentionScratch {
 int64_t attention_scratch_bytes(int sm_count);
 AttentionScratch attention_scratch(void* p, int sm_count);
 
-// True when the step took the split kernel. a.ring_out's write (ops/attention.h) is done by
-// the split kernel itself when ring_in_kernel and every row of the step is one token (T == B:
-// rows have at least one token), else by a ring_write launch after the attention.
+// True when the step took the split kernel. a.q_norm runs first, in a launch of its own unless
+// the split kernel takes it (AttentionScratch::norm_in_kernel). a.ring_out's write
+// (ops/attention.h) is done by the split kernel itself when ring_in_kernel and every row of the
+// step is one token (T == B: rows have at least one token), else by a ring_write launch after the
+// attention.
 bool launch_attention(const ops::AttentionArgs& a, const AttentionScratch& ws, cudaStream_t stream,
                       bool ring_in_kernel = true);
 void launch_ring_write(const ops::RingWriteArgs& a, cudaStream_t stream);

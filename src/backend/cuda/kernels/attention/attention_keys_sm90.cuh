@@ -154,10 +154,16 @@ __device__ __forceinline__ void copy_row(uint8_t* dst, const uint8_t* src, int64
     }
 }
 
+// Whether the split kernel can norm the queries as it stages them (AttentionArgs::q_norm): the
+// unweighted fp32 per-head norm of q in place, its rope (if any) on float4-aligned trailing dims.
+bool split_norms_queries(const ops::AttentionArgs& a, const ops::RmsNormArgs& n);
+
 // The split kernel for a decode step (attention_split_sm90.cu); false (nothing launched) when
-// the step is too large, the rows are not float4-aligned (vec) or there is no scratch.
+// the step is too large, the rows are not float4-aligned (vec) or there is no scratch. q_norm
+// (split_norms_queries; may be nullptr): the queries' norm, done in the kernel.
 bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
-                            const AttentionScratch& ws, bool vec, cudaStream_t stream);
+                            const AttentionScratch& ws, bool vec, const ops::RmsNormArgs* q_norm,
+                            cudaStream_t stream);
 
 // The bf16 reference mode's kernel (a.round_bf16; attention_bf16_sm90.cu), with the output rope;
 // a.ring_out is not written (the caller writes the ring after it).

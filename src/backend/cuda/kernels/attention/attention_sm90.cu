@@ -450,6 +450,15 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
     // a: what the kernels see; a.ring_out stays set only for a split kernel's fused write.
     ops::AttentionArgs a = a_in;
     if (!ring_in_kernel || a.step.T != a.step.B) a.ring_out = nullptr;
+    // The queries' norm: a launch of its own (norm_first) unless the split kernel takes it.
+    a.q_norm = nullptr;  // (host memory)
+    const ops::RmsNormArgs* q_norm = a_in.q_norm;
+    auto norm_first = [&] {
+        if (q_norm != nullptr) launch_rms_norm(*q_norm, stream);
+        q_norm = nullptr;
+    };
+    if (q_norm != nullptr && (!ws.norm_in_kernel || !attn::split_norms_queries(a, *q_norm)))
+        norm_first();
     auto ring_after = [&] {
         if (a_in.ring_out != nullptr)
             launch_ring_write({a_in.kv, a_in.ring_out, a_in.step, a_in.W, a_in.hd, a_in.kv_format,
@@ -459,7 +468,10 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
     DSV4_ASSERT(a.hd >= 1 && a.hd <= kAttnMaxHeadDim, "attention: head_dim ", a.hd, " (at most ",
                 kAttnMaxHeadDim, ")");
     DSV4_ASSERT(a.entries == nullptr || a.compress_rate > 0, "attention: compress_rate 0");
-    if (a.step.T == 0) return false;
+    if (a.step.T == 0) {
+        norm_first();
+        return false;
+    }
     // Typed rows: the step's own rows encoded first (into the scratch), read back like the ring's.
     attn::KeyRows kr;
     kr.codec = row_codec(a.kv_format, a.hd);
@@ -475,6 +487,7 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
         kr.chunk = reinterpret_cast<const uint8_t*>(a.kv);
     }
     if (a.round_bf16) {  // the bf16 reference mode: its own kernel, then the ring write
+        norm_first();
         attn::launch_attention_bf16(a, kr, stream);
         ring_after();
         return false;
@@ -482,10 +495,11 @@ bool launch_attention(const ops::AttentionArgs& a_in, const AttentionScratch& ws
     // The row loads and the output stores go 16 bytes at a time when every row is aligned.
     const bool vec = a.hd % 4 == 0 && aligned16(a.q) && aligned16(a.out) &&
                      (typed || (aligned16(a.kv) && aligned16(a.ring) && aligned16(a.entries)));
-    if (attn::launch_attention_split(a, kr, ws, vec, stream)) {
+    if (attn::launch_attention_split(a, kr, ws, vec, q_norm, stream)) {
         if (a.ring_out == nullptr) ring_after();
         return true;
     }
+    norm_first();
     a.ring_out = nullptr;  // (the cluster kernel does not write the ring)
     static const int sms = sm_count();
     const int64_t T = a.step.T;

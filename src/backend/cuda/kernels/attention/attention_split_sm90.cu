@@ -24,6 +24,9 @@
 //    out = sum acc_s e^(m_s - M) / L, then the fused output rope. (AttentionScratch::
 //    merge_in_cluster false: the partials go to the scratch and the last block of the (token,
 //    group) to arrive (dev::last_to_arrive) merges them all, reading them back from L2.)
+// With AttentionArgs::q_norm (split_norms_queries), each block norms its 8 heads' queries once
+// they are staged (warp h head h: the sum of squares in double, then the norm kernel's scaling
+// and rope, rms_norm_vec_row's arithmetic) instead of a norm launch before it.
 // Missing keys (a CSA -1, past the slice) are zero rows with score -inf: p = 0. FP32
 // throughout, as the cluster kernel; the reference (backend/cpu/ref/attention.cc) accumulates in
 // double: tolerance in docs/numerics-cuda.md.
@@ -136,6 +139,42 @@ __device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
     }
 }
 
+// The queries' per-head norm done in the kernel (AttentionArgs::q_norm): on, its eps and rope
+// (by value; rope.inv_freq null: none).
+struct QueryNorm {
+    bool on = false;
+    float eps = 0.0f;
+    ops::FusedRope rope;
+};
+
+// Warp h norms head h of the block's staged queries (sq [kHeads][hdp]) in place: the sum of
+// squares in double, inv = rms_inv, then each float4 scaled and roped as rms_norm_vec_row does.
+__device__ __forceinline__ void norm_queries(float* sq, const ops::AttentionArgs& a,
+                                             const QueryNorm& qn, int t, int h0, int warp,
+                                             int lane) {
+    constexpr int kVec = kAttnMaxHeadDim / 4 / 32;  // float4s a lane
+    if (h0 + warp >= a.H) return;
+    const int hd = a.hd, n4 = hd / 4;
+    float* const row = sq + warp * padded_hd(hd);
+    float4 v[kVec];
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+        const int i = lane + 32 * j;
+        v[j] = i < n4 ? f4(row + 4 * i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        ss = dev::add_squares(ss, v[j]);
+    }
+    const float inv = dev::rms_inv(dev::warp_sum(ss), hd, qn.eps);
+    const int64_t qrow = static_cast<int64_t>(t) * a.H + h0 + warp;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n4)
+            f4(row + 4 * i) =
+                dev::rope_float4(dev::rms_scale(v[j], inv, nullptr), qn.rope, qrow, 4 * i, hd);
+    }
+}
+
 // The S blocks of a (token, head group) merge their partials one of two ways: kCluster, the
 // blocks are a thread-block cluster, each leaves its partial in its own shared memory and merges
 // a 1/S share of the outputs from all of them (distributed shared memory); otherwise through the
@@ -143,7 +182,7 @@ __device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
 template <bool kTyped, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_split_kernel(ops::AttentionArgs a, KeyRows kr, ops::FusedRope rope, float* part,
-                           unsigned* arrivals, int S, int G) {
+                           unsigned* arrivals, int S, int G, QueryNorm qn) {
     dev::pdl_enter();
     extern __shared__ float4 smem4[];
     __shared__ float wsplit[kHeads][kMaxSplits];  // the merge's weight of each split
@@ -215,7 +254,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         ptx::cp_async_commit();
         ptx::cp_async_wait<0>();
-        __syncthreads();  // the tile (and, the first time, the queries) is in
+        __syncthreads();               // the tile (and, the first time, the queries) is in
+        if (qn.on && j0 == j_begin) {  // (block-uniform)
+            norm_queries(sq, a, qn, t, h0, warp, lane);
+            __syncthreads();
+        }
 
         {  // Scores: item i * 8 + j = (head 4 quad + i, key 8 oct + j).
             float sc[kQuad * kOct];
@@ -333,8 +376,21 @@ AttentionScratch attention_scratch(void* p, int sm_count) {
 
 namespace attn {
 
+bool split_norms_queries(const ops::AttentionArgs& a, const ops::RmsNormArgs& n) {
+    DSV4_ASSERT(n.x == a.q && n.out == a.q && n.rows == a.step.T * a.H && n.dim == a.hd,
+                "attention: q_norm must norm q in place, a row a head");
+    for (const ops::RmsNormArgs::Clear& c : n.clear)
+        if (c.p != nullptr) return false;
+    const ops::FusedRope* r = n.rope;
+    const bool rope_ok = r == nullptr || r->inv_freq == nullptr ||
+                         (r->heads == a.H && r->rope_dim % 4 == 0 && (a.hd - r->rope_dim) % 4 == 0);
+    return n.weight == nullptr && !n.round_bf16 && n.also == nullptr && a.hd % 4 == 0 &&
+           a.hd <= kAttnMaxHeadDim && rope_ok;
+}
+
 bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
-                            const AttentionScratch& ws, bool vec, cudaStream_t stream) {
+                            const AttentionScratch& ws, bool vec, const ops::RmsNormArgs* q_norm,
+                            cudaStream_t stream) {
     const int64_t T = a.step.T;
     if (ws.part == nullptr || !vec || T > kAttnSplitMaxTokens) return false;
     const int64_t G = (a.H + kHeads - 1) / kHeads;
@@ -364,9 +420,16 @@ bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
         typed ? (cluster ? attention_split_kernel<true, true> : attention_split_kernel<true, false>)
               : (cluster ? attention_split_kernel<false, true>
                          : attention_split_kernel<false, false>);
+    QueryNorm qn;
+    if (q_norm != nullptr) {
+        DSV4_ASSERT(split_norms_queries(a, *q_norm), "attention: a q_norm the kernel cannot take");
+        qn.on = true;
+        qn.eps = q_norm->eps;
+        if (q_norm->rope != nullptr) qn.rope = *q_norm->rope;
+    }
     launch_pdl(kernel, dim3(static_cast<unsigned>(S), static_cast<unsigned>(T * G)), kThreads,
                split_smem(a.hd), stream, cluster ? static_cast<unsigned>(S) : 1u, args, kr,
-               rope.in_kernel, ws.part, ws.arrivals, S, static_cast<int>(G));
+               rope.in_kernel, ws.part, ws.arrivals, S, static_cast<int>(G), qn);
     rope.launch_after(a.out, T * a.H, a.hd, stream);
     return true;
 }
