@@ -1159,10 +1159,8 @@ TEST(CudaOpsGpu, DenseLinear) {
 // Score routing (gate f32, bf16 and NVFP4) and hash routing. Inputs are redrawn until the k-th
 // and (k+1)-th biased scores of every token are at least 1e-3 apart on the CPU, so the FP32
 // gate sums cannot reorder them: the selections must match exactly.
-// One-token steps with 16-byte gate rows take the one-launch decode router (the product over
-// blocks, the last one routing: launch_gate_route); otherwise an f32 gate takes the fused path
-// (the gate product inside the routing kernel), a bf16 or NVFP4 gate the two-kernel path (the
-// GEMV, then the routing kernel).
+// An f32 gate takes the fused path (the gate product inside the routing kernel); a bf16 or NVFP4
+// gate the two-kernel path (the GEMV, then the routing kernel).
 enum class GateType { kF32, kBf16, kNvfp4 };
 
 void router_case(int D, GateType type, int64_t T) {
@@ -1241,8 +1239,8 @@ TEST(CudaOpsGpu, RouterMatchesSelections) {
     router_case(132, GateType::kBf16, 19);
     router_case(192, GateType::kNvfp4, 19);
 }
-// Decode steps: one token on the one-launch router (16-byte gate rows), and rows off 16 bytes
-// or more tokens (the fused or two-kernel paths).
+// Decode steps (1, 3 and 8 tokens), every gate type, rows on and off 16 bytes, and a gate of
+// 4096 columns.
 TEST(CudaOpsGpu, RouterDecodeSteps) {
     DSV4_REQUIRE_GPU();
     for (const int64_t T : {1, 3, 8}) {
@@ -1252,8 +1250,6 @@ TEST(CudaOpsGpu, RouterDecodeSteps) {
         router_case(129, GateType::kF32, T);
         router_case(132, GateType::kBf16, T);
     }
-    // A gate of more rows than fit a block's shared memory at once in a few blocks: 4096 f32
-    // columns (6 rows a block).
     router_case(4096, GateType::kF32, 1);
 }
 

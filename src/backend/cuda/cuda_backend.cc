@@ -260,9 +260,6 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 25): =0 runs the queries' per-head norm
         // (AttentionArgs::q_norm) as a launch of its own before the split attention kernel.
         attn_norm_in_kernel_ = env_flag("DSV4_CUDA_ATTN_QNORM", true);
-        // Measurements (docs/perf.md, session 25): =0 routes decode steps by the gate's GEMV
-        // and the routing kernel (two launches) instead of launch_gate_route.
-        gate_route_ = env_flag("DSV4_CUDA_GATE_ROUTE", true);
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -503,19 +500,6 @@ class CudaBackend final : public Backend {
             DSV4_ASSIGN_OR_RETURN(cw.gemv, upload_gemv(parts, 1, 1));
             cw.has_gemv = true;
             if (gemm_.ready()) cw.gemm_exact = cuda::gemm_exact(cw.gemv, gemm_flag_, stream_.get());
-            // The router's gate keeps a dense copy beside it for the decode router, which reads
-            // rows (route(): launch_gate_route): its bf16 values, or dequantized to f32 (~4 MB a
-            // V4-Flash layer; prefill keeps the GEMV).
-            if (where.role == ops::WeightRole::kRouter) {
-                if (keep_bf16) {
-                    DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(w.nbytes()));
-                    upload(p, w.data, w.nbytes());
-                    cw.dtype = DType::kBF16;
-                    cw.dense = p;
-                } else {
-                    DSV4_ASSIGN_OR_RETURN(cw.dense, upload_dequantized(w));
-                }
-            }
         }
         weights_.push_back(cw);
         return ops::Weight{w.rows, w.cols, &weights_.back()};
@@ -701,10 +685,6 @@ class CudaBackend final : public Backend {
             free(hc_ws_.part);
             auto* part = static_cast<double*>(p);
             hc_ws_ = {part, reinterpret_cast<unsigned*>(part + hc), hc, max_rows, info_.sm_count};
-        }
-        if (route_arrivals_ == nullptr) {  // (zeroed by try_alloc)
-            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(sizeof(unsigned)));
-            route_arrivals_ = static_cast<unsigned*>(p);
         }
         if (indexer_ws_.scores == nullptr) {
             DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(cuda::indexer_scratch_bytes()));
@@ -993,10 +973,8 @@ class CudaBackend final : public Backend {
         uses(kIndexerScratch);
         cuda::launch_indexer_topk(a, indexer_ws_, cur());
     }
-    // One launch for a one-token step with a dense copy of the gate (launch_gate_route: the
-    // product spread over blocks, the last one routing); else fused for a dense-only gate (the
-    // product inside the routing kernel, a block a token), else two kernels (the gate through
-    // linear, then the routing kernel).
+    // Fused (a dense gate: the product inside the routing kernel, one launch), else two
+    // kernels (the gate through linear, then the routing kernel).
     void router(const ops::RouterArgs& a) override { route(a, nullptr); }
     // The router, its kernel also preparing a one-token MoE's launches when prep is given.
     void route(const ops::RouterArgs& a, const cuda::MoePrep* prep) {
@@ -1006,14 +984,8 @@ class CudaBackend final : public Backend {
                                a.weight, a.T,    a.E,       a.k,   a.scale};
         if (g.dense != nullptr) {
             const cuda::RouterGate fused{a.x, g.dense, g.dtype == DType::kBF16, g.cols, a.logits};
-            if (gate_route_ && route_arrivals_ != nullptr && cuda::gate_route_fits(r, fused)) {
-                cuda::launch_gate_route(r, fused, prep, route_arrivals_, cur());
-                return;
-            }
-            if (!g.has_gemv) {
-                cuda::launch_route(r, cur(), &fused, prep);
-                return;
-            }
+            cuda::launch_route(r, cur(), &fused, prep);
+            return;
         }
         ops::LinearArgs gate{a.x, a.gate, a.logits, a.T, a.E};
         gate.y_cleared = a.logits_cleared;
@@ -1497,20 +1469,18 @@ class CudaBackend final : public Backend {
     int64_t attn_split_runs_ = 0;      // cuda_attention_split_runs
     int64_t act_floats_ = 0;
     int64_t gemv_ws_row_blocks_ = 0;
-    bool gemv_memset_ = true;             // false: DSV4_CUDA_GEMV_ZERO
-    bool trust_y_cleared_ = true;         // false: DSV4_CUDA_Y_CLEARED=0
-    bool ring_in_attention_ = true;       // false: DSV4_CUDA_RING_IN_ATTN=0
-    bool route_prepares_moe_ = true;      // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
-    bool branches_ = true;                // false: DSV4_CUDA_BRANCHES=0
-    bool gemv_split_x_ = true;            // false: DSV4_CUDA_GEMV_SPLIT_X=0
-    bool moe_compact_ = true;             // false: DSV4_CUDA_MOE_COMPACT=0
-    bool hc_cluster_ = true;              // false: DSV4_CUDA_HC_CLUSTER=0
-    bool attn_merge_cluster_ = true;      // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
-    bool attn_norm_in_kernel_ = true;     // false: DSV4_CUDA_ATTN_QNORM=0
-    bool gate_route_ = true;              // false: DSV4_CUDA_GATE_ROUTE=0
-    unsigned* route_arrivals_ = nullptr;  // [1] launch_gate_route's counter, zero
-    int32_t* local_sel_ = nullptr;        // [local_slots_] a share's pairs in its expert ids
-    float* local_weight_ = nullptr;       // [local_slots_] (in the same allocation)
+    bool gemv_memset_ = true;          // false: DSV4_CUDA_GEMV_ZERO
+    bool trust_y_cleared_ = true;      // false: DSV4_CUDA_Y_CLEARED=0
+    bool ring_in_attention_ = true;    // false: DSV4_CUDA_RING_IN_ATTN=0
+    bool route_prepares_moe_ = true;   // false: DSV4_CUDA_ROUTE_PREPARES_MOE=0
+    bool branches_ = true;             // false: DSV4_CUDA_BRANCHES=0
+    bool gemv_split_x_ = true;         // false: DSV4_CUDA_GEMV_SPLIT_X=0
+    bool moe_compact_ = true;          // false: DSV4_CUDA_MOE_COMPACT=0
+    bool hc_cluster_ = true;           // false: DSV4_CUDA_HC_CLUSTER=0
+    bool attn_merge_cluster_ = true;   // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
+    bool attn_norm_in_kernel_ = true;  // false: DSV4_CUDA_ATTN_QNORM=0
+    int32_t* local_sel_ = nullptr;     // [local_slots_] a share's pairs in its expert ids
+    float* local_weight_ = nullptr;    // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
     cuda::CudaStream side_;  // the branches' stream
     cudaEvent_t fork_ = nullptr, join_ = nullptr;

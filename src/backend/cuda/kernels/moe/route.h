@@ -6,8 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdint>
-
 #include "ops/moe.h"
 
 namespace dsv4::cuda {
@@ -45,22 +43,5 @@ struct MoePrep {
 // one-token step only (a.T == 1).
 void launch_route(const ops::RouteArgs& a, cudaStream_t stream, const RouterGate* gate = nullptr,
                   const MoePrep* prep = nullptr);
-
-// One-token steps (batch-1 decode): the gate's product spread over blocks of up to 8 rows each
-// (their rows copied into shared memory before the programmatic-launch wait), the last block to
-// finish routing the token: one launch that streams the gate while the kernel before it runs,
-// instead of a gate GEMV and the routing kernel (or the fused kernel's one block a token reading
-// the whole gate). The logits are launch_route's fused gate's, bit for bit, and so are the
-// selections. (The kernel takes up to kGateRouteMaxTokens tokens, but the last block routes them
-// one after another, where the routing kernel routes each in a block of its own: more tokens
-// stay on the two-kernel path.)
-inline constexpr int kGateRouteMaxTokens = 1;
-inline constexpr int64_t kGateRouteStageBytes = 96 * 1024;  // gate rows a block stages
-// Whether launch_gate_route takes (a, g): up to kGateRouteMaxTokens tokens, 16-byte rows of at
-// most kGateRouteStageBytes, a 16-byte aligned gate.
-bool gate_route_fits(const ops::RouteArgs& a, const RouterGate& g);
-// arrivals: one counter, zero (every launch leaves it zero); one launch at a time uses it.
-void launch_gate_route(const ops::RouteArgs& a, const RouterGate& g, const MoePrep* prep,
-                       unsigned* arrivals, cudaStream_t stream);
 
 }  // namespace dsv4::cuda
