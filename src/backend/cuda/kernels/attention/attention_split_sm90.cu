@@ -381,11 +381,10 @@ bool split_norms_queries(const ops::AttentionArgs& a, const ops::RmsNormArgs& n)
                 "attention: q_norm must norm q in place, a row a head");
     for (const ops::RmsNormArgs::Clear& c : n.clear)
         if (c.p != nullptr) return false;
-    const ops::FusedRope* r = n.rope;
-    const bool rope_ok = r == nullptr || r->inv_freq == nullptr ||
-                         (r->heads == a.H && r->rope_dim % 4 == 0 && (a.hd - r->rope_dim) % 4 == 0);
+    // (The rope as the norm kernel fuses it: on float4-aligned trailing dims.)
     return n.weight == nullptr && !n.round_bf16 && n.also == nullptr && a.hd % 4 == 0 &&
-           a.hd <= kAttnMaxHeadDim && rope_ok;
+           a.hd <= kAttnMaxHeadDim &&
+           fuse_rope(n.rope, n.rows, n.dim, true, "attention q_norm").after.inv_freq == nullptr;
 }
 
 bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
@@ -420,9 +419,8 @@ bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
         typed ? (cluster ? attention_split_kernel<true, true> : attention_split_kernel<true, false>)
               : (cluster ? attention_split_kernel<false, true>
                          : attention_split_kernel<false, false>);
-    QueryNorm qn;
+    QueryNorm qn;  // (q_norm: one split_norms_queries took)
     if (q_norm != nullptr) {
-        DSV4_ASSERT(split_norms_queries(a, *q_norm), "attention: a q_norm the kernel cannot take");
         qn.on = true;
         qn.eps = q_norm->eps;
         if (q_norm->rope != nullptr) qn.rope = *q_norm->rope;
