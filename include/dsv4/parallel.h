@@ -5,6 +5,7 @@
 // backend or on GPUs (one a rank; the sums over NCCL, its bootstrap through this group).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,14 @@ class RankGroup {
     // calls it in the same order as the steps' collectives; an error once the group failed (a
     // rank went away), or for an in-process group (its ranks share one process's engines).
     Expected<std::string> broadcast(int rank, const std::string& value);
+    // Ranks as processes only: `lost` is called once, on a thread of the group's, when this
+    // process's connection to another rank closes before this process's rank left the group
+    // (that rank's process ended or its host went away; rank 0's own loss reaches every rank,
+    // another rank's reaches rank 0 alone), with why. The group's sums over TCP notice a loss
+    // by themselves; a sum waiting inside NCCL on a GPU does not, which is what this is for (the
+    // CLI ends such a rank's process: docs/parallel.md). Nothing for an in-process group (its
+    // ranks fail each other's sums when they leave). Call it once, before the steps.
+    void on_lost(std::function<void(const std::string& why)> lost);
 
     struct Impl;
     Impl& impl() { return *impl_; }

@@ -36,6 +36,11 @@ void add_rank_options(CLI::App* cmd, RankArgs& r) {
                     "Run on N GPUs of this host, one process each: --device cuda --ranks N "
                     "--processes (rank r on GPU r)")
         ->check(CLI::Range(1, 64));
+    cmd->add_flag("--stop-on-lost-rank", r.stop_on_lost,
+                  "Ranks as processes: end this rank's process 3 s after another rank's process "
+                  "ends first (always on CUDA, where a sum would wait inside NCCL for the lost "
+                  "rank forever; on the CPU the sums fail by themselves, and a server goes on, "
+                  "failing its requests)");
 }
 
 namespace {
@@ -105,6 +110,11 @@ Status check_rank_args(RankArgs& r, EngineOptions& e) {
     // started by hand: a lost rank then ends the command (RankWatch) instead of leaving the
     // others inside a sum on their GPUs.
     if (e.device == "cuda" && r.ranks > 1 && r.rendezvous.empty()) r.processes = true;
+    if (r.stop_on_lost && !r.processes && r.rendezvous.empty())
+        return error(
+            "--stop-on-lost-rank is for ranks as processes (--rendezvous, --processes, "
+            "--gpus)");
+    if (e.device == "cuda") r.stop_on_lost = true;
     // Started by a parallel launcher (mpirun, srun: one process a rank, on one host or
     // several) with --rendezvous and no --rank: the rank and the size it set.
     if (!r.rendezvous.empty() && r.rank < 0) {
@@ -151,6 +161,7 @@ Status run_starting_others(const EngineOptions& base, const RankArgs& r,
     RankWatch watch(std::move(pids), std::move(names));
     RankArgs mine = r;
     mine.start_others = false;
+    mine.stop_on_lost = false;  // (the watch here sees every other rank end: its children)
     const Status s = run_on_ranks(base, mine, body);
     // (rank 0 failing ends the others: they would wait for it, in a rendezvous or a sum)
     const Status others = watch.finish(/*terminate=*/!s.is_ok());
@@ -169,7 +180,13 @@ Status run_on_ranks(const EngineOptions& base, const RankArgs& r,
         EngineOptions o = base;
         o.rank_group = group;
         o.rank = r.rank;
+        std::optional<PeerWatch> watch;
+        if (r.stop_on_lost) watch.emplace(*group, r.rank);
         Status s = body(o, r.rank);
+        if (watch) {
+            const Status lost = watch->finish();  // (the cause, where the body ended for it)
+            if (!lost.is_ok()) s = lost;
+        }
         group->leave(r.rank);
         // (each process prints its own error: the other ranks' say whose, once: the engine's
         // errors of joining the group already do)

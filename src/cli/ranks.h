@@ -20,9 +20,13 @@ struct RankArgs {
     bool processes = false;     // --processes: this process starts the other ranks' processes
     int gpus = 0;               // --gpus N: --device cuda --ranks N --processes
     bool start_others = false;  // (check_rank_args: this is rank 0 and starts ranks 1..N-1)
+    // --stop-on-lost-rank (always on CUDA): ranks as processes end this one (PeerWatch) when
+    // another's process ends before this rank's run.
+    bool stop_on_lost = false;
 };
 
-// --ranks, --rank, --rendezvous, --rendezvous-timeout, --processes, --gpus.
+// --ranks, --rank, --rendezvous, --rendezvous-timeout, --processes, --gpus,
+// --stop-on-lost-rank.
 void add_rank_options(CLI::App* cmd, RankArgs& r);
 
 // A usage error in the combination (--rank without --rendezvous, --gpus beside another device,

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -98,6 +99,31 @@ std::string failure(int st) {
 
 }  // namespace
 
+bool StopAfterLoss::step(std::chrono::steady_clock::duration since_loss, const std::string& why) {
+    if (!termed_ && since_loss > std::chrono::seconds(3)) {
+        std::fprintf(stderr, "error: %s; %s cannot go on without it: stopping\n", why.c_str(),
+                     who_.c_str());
+        kill(getpid(), SIGTERM);
+        termed_ = true;
+    } else if (!killed_ && since_loss > std::chrono::seconds(13)) {
+        kill(getpid(), SIGKILL);
+        killed_ = true;
+    }
+    return !killed_;
+}
+
+namespace {
+
+// Signals for the process are not a watch thread's: a server waits for SIGTERM / SIGINT with
+// them blocked in its own threads, and one left unblocked here would take them.
+void block_signals() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+}
+
+}  // namespace
+
 struct RankWatch::State {
     std::vector<int> pids;
     std::vector<std::string> names;
@@ -112,7 +138,7 @@ struct RankWatch::State {
         std::vector<bool> done(pids.size(), false);
         size_t left = pids.size();
         std::optional<Clock::time_point> lost;
-        bool termed = false, killed = false;
+        StopAfterLoss stop("rank 0");
         // Until every started rank is reaped, and while rank 0 outlives a lost one.
         for (bool escalating = false; left > 0 || escalating;) {
             for (size_t i = 0; i < pids.size(); ++i) {
@@ -136,19 +162,7 @@ struct RankWatch::State {
                 ended = finishing;
                 why = first;
             }
-            escalating = lost && !ended && !killed;
-            if (lost && !ended) {
-                const auto waited = Clock::now() - *lost;
-                if (!termed && waited > std::chrono::seconds(3)) {
-                    std::fprintf(stderr, "error: %s; rank 0 cannot go on without it: stopping\n",
-                                 why.message().c_str());
-                    kill(getpid(), SIGTERM);
-                    termed = true;
-                } else if (!killed && waited > std::chrono::seconds(13)) {
-                    kill(getpid(), SIGKILL);
-                    killed = true;
-                }
-            }
+            escalating = lost && !ended && stop.step(Clock::now() - *lost, why.message());
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
     }
@@ -159,11 +173,7 @@ RankWatch::RankWatch(std::vector<int> pids, std::vector<std::string> names)
     s_->pids = std::move(pids);
     s_->names = std::move(names);
     s_->thread = std::thread([this] {
-        // Signals for the process are not this thread's: a server waits for SIGTERM / SIGINT
-        // with them blocked in its own threads, and one left unblocked here would take them.
-        sigset_t all;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, nullptr);
+        block_signals();
         s_->watch();
     });
 }
@@ -182,6 +192,51 @@ Status RankWatch::finish(bool terminate) {
     if (s_->thread.joinable()) s_->thread.join();
     std::lock_guard<std::mutex> lock(s_->m);
     return s_->first;
+}
+
+struct PeerWatch::State {
+    std::mutex m;
+    std::condition_variable cv;
+    bool finishing = false;                                     // this rank's run ended (under m)
+    std::optional<std::chrono::steady_clock::time_point> lost;  // (under m)
+    Status why = Status::ok();                                  // the loss (under m)
+    bool stopping = false;                                      // SIGTERM sent for it (under m)
+};
+
+PeerWatch::PeerWatch(RankGroup& group, int rank) : s_(std::make_shared<State>()) {
+    group.on_lost([s = s_](const std::string& why) {
+        std::lock_guard<std::mutex> lock(s->m);
+        s->lost = std::chrono::steady_clock::now();
+        s->why = Status::error(why);
+        s->cv.notify_all();
+    });
+    thread_ = std::thread([s = s_, rank] {
+        block_signals();
+        StopAfterLoss stop("rank " + std::to_string(rank));
+        std::unique_lock<std::mutex> lock(s->m);
+        s->cv.wait(lock, [&] { return s->finishing || s->lost; });
+        while (!s->finishing &&
+               stop.step(std::chrono::steady_clock::now() - *s->lost, s->why.message())) {
+            s->stopping = stop.stopping();
+            s->cv.wait_for(lock, std::chrono::milliseconds(20));
+        }
+        s->stopping = stop.stopping();
+    });
+}
+
+PeerWatch::~PeerWatch() {
+    if (thread_.joinable()) (void)finish();
+}
+
+Status PeerWatch::finish() {
+    {
+        std::lock_guard<std::mutex> lock(s_->m);
+        s_->finishing = true;
+        s_->cv.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(s_->m);
+    return s_->stopping ? s_->why : Status::ok();
 }
 
 }  // namespace dsv4::cli

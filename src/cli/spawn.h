@@ -3,10 +3,13 @@
 // command line runs every rank.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "dsv4/parallel.h"
 #include "dsv4/status.h"
 
 namespace dsv4::cli {
@@ -23,12 +26,28 @@ Expected<int> free_local_port();
 // process dies. The children's ids, or an error (after ending those already started).
 Expected<std::vector<int>> spawn_self(const std::vector<std::vector<std::string>>& extra);
 
-// Watches the ranks rank 0 started while it runs its own (a thread). A rank that fails (a status
-// other than 0, a signal) usually fails rank 0's next collective too, and rank 0 ends with an
-// error; but a rank whose sum waits on a GPU for the lost one (inside NCCL) would wait forever.
-// So when rank 0 has not ended 3 s after a started rank failed, the watch says so on stderr and
-// sends this process SIGTERM (a server shuts down as on Ctrl-C; other commands end), then
-// SIGKILL 10 s later if it still runs.
+// How a rank's process ends itself when it outlives a rank it cannot go on without: a rank that
+// fails usually fails the others' next collective too, and they end with an error; but a sum
+// waiting on a GPU for the lost rank (inside NCCL) would wait forever. A watch thread calls
+// step() every few milliseconds from the moment of the loss until the process's own run ends: 3 s
+// after the loss it says why on stderr and sends this process SIGTERM (a server shuts down as on
+// Ctrl-C; other commands end), then SIGKILL 10 s later if it still runs.
+class StopAfterLoss {
+  public:
+    // `who`: this process's rank as the message names it ("rank 0").
+    explicit StopAfterLoss(std::string who) : who_(std::move(who)) {}
+    // Whether there is more to do (SIGKILL not yet sent).
+    bool step(std::chrono::steady_clock::duration since_loss, const std::string& why);
+    // Whether it has sent SIGTERM.
+    bool stopping() const { return termed_; }
+
+  private:
+    std::string who_;
+    bool termed_ = false, killed_ = false;
+};
+
+// Watches the ranks rank 0 started while it runs its own (a thread): reaps them, and when one
+// fails, StopAfterLoss unless rank 0 ends first.
 class RankWatch {
   public:
     // pids[i] is names[i] ("rank 1").
@@ -45,6 +64,26 @@ class RankWatch {
   private:
     struct State;
     std::unique_ptr<State> s_;
+};
+
+// Watches the other ranks of a group of processes while this one runs its rank (ranks started
+// by hand or by a launcher, --rank R --rendezvous): when a connection to another rank closes
+// (RankGroup::on_lost), StopAfterLoss unless this rank's run ends first.
+class PeerWatch {
+  public:
+    PeerWatch(RankGroup& group, int rank);
+    ~PeerWatch();
+    PeerWatch(const PeerWatch&) = delete;
+    PeerWatch& operator=(const PeerWatch&) = delete;
+
+    // This rank's run ended: stops watching. The loss that stopped this process, else ok (a
+    // rank that ended normally just before this one is no failure).
+    Status finish();
+
+  private:
+    struct State;
+    std::shared_ptr<State> s_;  // (shared with the group's callback, which may outlive this)
+    std::thread thread_;
 };
 
 }  // namespace dsv4::cli

@@ -126,6 +126,10 @@ Expected<std::string> RankGroup::broadcast(int rank, const std::string& value) {
     return v;
 }
 
+void RankGroup::on_lost(std::function<void(const std::string& why)> lost) {
+    impl_->on_lost(std::move(lost));
+}
+
 void RankGroup::leave(int rank) {
     DSV4_ASSERT(rank >= 0 && rank < impl_->size() && impl_->collective(rank) != nullptr,
                 "RankGroup::leave(", rank, "): not a rank of this process");

@@ -24,6 +24,8 @@ struct RankGroup::Impl {
     virtual ops::Collective* collective(int rank) = 0;
     virtual int size() const = 0;
     virtual void leave(int rank) = 0;  // RankGroup::leave
+    // RankGroup::on_lost (nothing in process).
+    virtual void on_lost(std::function<void(const std::string& why)> /*lost*/) {}
     // Whether every rank runs in this process (threads), none in another.
     bool all_here() {
         for (int r = 0; r < size(); ++r)

@@ -9,17 +9,25 @@
 // every other rank sends {n, x[0, n)} to rank 0, which adds 0.0f, its own x, then the others'
 // in rank order (the in-process group's order: the same bits) and sends the sum back to each.
 // shared_once (every call: RankGroup::broadcast's stream of values, a server's commands): rank 0
-// makes the value and sends {length, bytes} to each. Any failure closes every connection, so the
-// other ranks' next receive fails too instead of waiting forever.
+// makes the value and sends {length, bytes} to each. Any failure shuts every connection down, so
+// the other ranks' next receive fails too instead of waiting forever.
+//
+// The watch (RankGroup::on_lost): a thread that polls the connections for a hangup only (it reads
+// nothing), so it sees a rank's process end while this one is not in a TCP receive at all (a
+// step waiting inside NCCL on a GPU). The connections' descriptors stay open until the group is
+// destroyed, after the watch has stopped: failures shut them down, they do not close them.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -67,6 +75,11 @@ class Fd {
     void close() {
         if (fd_ >= 0) ::close(fd_);
         fd_ = -1;
+    }
+    // No more sends or receives either way: the peer's receive sees the end of the stream, and
+    // a receive of ours waiting on it (another thread's) returns.
+    void shutdown() {
+        if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
     }
     int get() const { return fd_; }
 
@@ -189,6 +202,32 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
   public:
     TcpRankGroup(int rank, int ranks, std::vector<Fd> peers)
         : rank_(rank), ranks_(ranks), peers_(std::move(peers)) {}
+    ~TcpRankGroup() override {
+        ended_ = true;
+        if (watch_.joinable()) {
+            const char one = 1;
+            while (::write(wake_[1].get(), &one, 1) < 0 && errno == EINTR) {
+            }
+            watch_.join();
+        }
+    }
+    TcpRankGroup(const TcpRankGroup&) = delete;
+    TcpRankGroup& operator=(const TcpRankGroup&) = delete;
+
+    void on_lost(std::function<void(const std::string& why)> lost) override {
+        DSV4_ASSERT(!watch_.joinable(), "RankGroup::on_lost called twice");
+        int p[2];
+        DSV4_ASSERT(::pipe(p) == 0, "a pipe for the rank group's watch: ", std::strerror(errno));
+        wake_[0] = Fd(p[0]);
+        wake_[1] = Fd(p[1]);
+        watch_ = std::thread([this, lost = std::move(lost)] {
+            // Signals are not this thread's (a server waits for them in its own thread).
+            sigset_t all;
+            sigfillset(&all);
+            pthread_sigmask(SIG_BLOCK, &all, nullptr);
+            if (const std::string why = watch(); !why.empty()) lost(why);
+        });
+    }
 
     ops::Collective* collective(int rank) override { return rank == rank_ ? this : nullptr; }
     int rank() const override { return rank_; }
@@ -266,14 +305,42 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
 
   private:
     void fail(std::string why) {
+        ended_ = true;  // (first: the watch must not take our own shutdown for a lost rank)
         failed_ = std::move(why);
-        for (Fd& p : peers_) p.close();  // the others' next receive fails instead of waiting
+        for (Fd& p : peers_) p.shutdown();  // the others' next receive fails instead of waiting
+    }
+
+    // Waits until a connection hangs up or the group ends; why, or "" if this rank ended first.
+    std::string watch() {
+        std::vector<pollfd> fds;
+        std::vector<int> whose;  // [i] the rank at the other end of fds[i]
+        for (size_t r = 0; r < peers_.size(); ++r)
+            if (peers_[r].get() >= 0) {
+                fds.push_back({peers_[r].get(), POLLRDHUP, 0});
+                whose.push_back(static_cast<int>(r));
+            }
+        fds.push_back({wake_[0].get(), POLLIN, 0});
+        for (;;) {
+            const int n = ::poll(fds.data(), fds.size(), -1);
+            if (ended_) return "";
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                return str_cat("rank ", rank_,
+                               ": watching the other ranks: ", std::strerror(errno));
+            for (size_t i = 0; i + 1 < fds.size(); ++i)
+                if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
+                    return str_cat("rank ", rank_, ": the connection to rank ", whose[i],
+                                   " closed (its process ended, or its host went away)");
+        }
     }
 
     int rank_, ranks_;
     std::vector<Fd> peers_;  // rank 0: [r] the connection to rank r (r >= 1); others: [0]
     std::vector<float> sum_, in_;
     std::string failed_;
+    std::atomic<bool> ended_{false};  // this rank left or failed: a hangup is not news
+    Fd wake_[2];                      // a pipe: the destructor wakes the watch
+    std::thread watch_;
 };
 
 struct Hello {

@@ -100,6 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
              2, "--rank"},
         Case{"processes_without_ranks", "check --device cpu" + kModel + " --processes", 2,
              "--processes needs --ranks"},
+        Case{"stop_on_lost_rank_in_process", gen + " --ranks 2 --stop-on-lost-rank", 2,
+             "--stop-on-lost-rank is for ranks as processes"},
         Case{"gpus_beside_other_ranks", gen + " --gpus 2 --ranks 3", 2, "--gpus 2 runs 2 ranks"},
         Case{"gpus_beside_cpu", gen + " --gpus 2 --device cpu", 2, "--gpus runs on CUDA"},
         Case{"gpus_beyond_visible", gen + " --gpus 33", 2, "33 ranks on GPUs need a GPU each"},

@@ -3,8 +3,9 @@
 // summed in another order) and the same greedy tokens, prefill and decode, every rank the same
 // bits; the shares cover every expert once; misuse is refused with a clear error. Ranks as
 // processes (RankGroup::connect, over TCP on this host) give the in-process ranks' bits, fail
-// cleanly when a rank goes away or never comes, and run `dsv4 check`, `generate` and `bench` in
-// two processes; a rank that leaves an in-process group fails the others instead of hanging.
+// cleanly when a rank goes away or never comes, see a rank's process end outside the sums, and
+// run `dsv4 check`, `generate` and `bench` in two processes; a rank that leaves an in-process
+// group fails the others instead of hanging.
 #include "dsv4/parallel.h"
 
 #include <arpa/inet.h>
@@ -16,7 +17,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -304,6 +307,66 @@ TEST(RanksAsProcesses, SumsSharedValuesAndALostRank) {
     o.rank_group = groups[0];
     o.rank = 1;
     expect_refused(o, "rank 1 runs in another process");
+}
+
+// The watch (RankGroup::on_lost): a rank's process that ends is seen by the ranks connected to
+// it while none of them is in a sum (on a GPU they would be waiting inside NCCL), once each; a
+// rank's own leaving is no loss to itself.
+TEST(RanksAsProcesses, ALostRankIsSeenOutsideTheSums) {
+    struct Seen {
+        std::mutex m;
+        std::condition_variable cv;
+        std::vector<std::string> why;
+        // The messages seen within `ms` once `n` have come (or the time is up).
+        std::vector<std::string> wait(size_t n, int ms) {
+            std::unique_lock<std::mutex> lock(m);
+            cv.wait_for(lock, std::chrono::milliseconds(ms), [&] { return why.size() >= n; });
+            return why;
+        }
+    };
+    auto groups = connect_all(3);
+    ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
+    std::vector<std::shared_ptr<Seen>> seen;
+    for (int r = 0; r < 3; ++r) {
+        seen.push_back(std::make_shared<Seen>());
+        groups[static_cast<size_t>(r)]->on_lost([s = seen.back()](const std::string& why) {
+            std::lock_guard<std::mutex> lock(s->m);
+            s->why.push_back(why);
+            s->cv.notify_all();
+        });
+    }
+    // Rank 2's process ends: rank 0 (its only connection) sees it; rank 1 does not (rank 0 is
+    // still there).
+    groups[2].reset();
+    EXPECT_EQ(seen[0]->wait(1, 5000),
+              std::vector<std::string>{"rank 0: the connection to rank 2 closed (its process "
+                                       "ended, or its host went away)"});
+    EXPECT_TRUE(seen[1]->wait(1, 300).empty());
+    EXPECT_TRUE(seen[2]->wait(1, 0).empty());  // (destroyed before anything closed)
+    // Rank 1 leaves (its run ended): rank 1 sees nothing of its own leaving, rank 0 (watching
+    // no more: once) nothing new.
+    groups[1]->leave(1);
+    EXPECT_TRUE(seen[1]->wait(1, 300).empty());
+    EXPECT_EQ(seen[0]->wait(2, 300).size(), 1u);
+    // The sums notice by themselves: rank 0's next one fails.
+    float x = 1.0f;
+    groups[0]->impl().collective(0)->all_reduce_sum(&x, 1);
+    EXPECT_FALSE(groups[0]->impl().collective(0)->status().is_ok());
+    EXPECT_EQ(x, 1.0f);
+
+    // Two ranks: rank 0's process ending reaches rank 1.
+    auto two = connect_all(2);
+    ASSERT_TRUE(two[0] && two[1]);
+    auto second = std::make_shared<Seen>();
+    two[1]->on_lost([second](const std::string& why) {
+        std::lock_guard<std::mutex> lock(second->m);
+        second->why.push_back(why);
+        second->cv.notify_all();
+    });
+    two[0].reset();
+    EXPECT_EQ(second->wait(1, 5000),
+              std::vector<std::string>{"rank 1: the connection to rank 0 closed (its process "
+                                       "ended, or its host went away)"});
 }
 
 TEST(RanksAsProcesses, JoiningFailsWithAClearError) {

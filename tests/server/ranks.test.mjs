@@ -2,7 +2,8 @@
 // a time and several batched together, with the routed experts split over two in-process ranks
 // (dsv4 serve --ranks 2) and over two processes (--ranks 2 --rank R --rendezvous: rank 0 serves,
 // rank 1 follows its commands; or --ranks 2 --processes: rank 0 starts rank 1 itself); rank 0's
-// shutdown stops rank 1, and a rank that dies fails the requests instead of hanging them.
+// shutdown stops rank 1, and a rank that dies fails the requests instead of hanging them (or,
+// with --stop-on-lost-rank, ends rank 0 with its error).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -108,4 +109,22 @@ test('ranks as processes: a rank that dies fails the requests, it does not hang 
   await assert.rejects(server.client().completions.create(body('abc', { max_tokens: 4 })));
   await assert.rejects(server.client().completions.create(body('again', { max_tokens: 4 })));
   assert.equal(await server.stop(), 0);
+});
+
+test('ranks as processes, --stop-on-lost-rank: a rank that dies ends rank 0 with its error', async () => {
+  // (on the CPU rank 0 would go on failing its requests, as above; on GPUs, where a sum waits
+  // inside NCCL for the lost rank, this is always on: docs/parallel.md)
+  const rendezvous = `127.0.0.1:${await freePort()}`;
+  const proc = (r) => ['--ranks', '2', '--rank', String(r), '--rendezvous', rendezvous];
+  const follower = startFollower(proc(1));
+  const server = await startServer([...proc(0), '--stop-on-lost-rank']);
+  const ok = await server.client().completions.create(body('abc', { max_tokens: 4 }));
+  assert.ok(ok.usage.completion_tokens > 0);
+  follower.proc.kill('SIGKILL');
+  await follower.exit();
+  const { code } = await server.exited;  // (no request needed)
+  assert.equal(code, 1, server.stderr());
+  assert.match(server.stderr(),
+    /rank 0: the connection to rank 1 closed .*; rank 0 cannot go on without it: stopping/);
+  await server.stop();  // (its folder)
 });
