@@ -388,7 +388,10 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (options.rank_group != nullptr) {
         const Status joined =
             impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
-        if (!joined.is_ok()) return joined.with_context(str_cat("rank ", options.rank));
+        // (the group's own errors name the rank already)
+        const std::string whose = str_cat("rank ", options.rank);
+        if (!joined.is_ok() && joined.message().rfind(whose + ": ", 0) == 0) return joined;
+        if (!joined.is_ok()) return joined.with_context(whose);
     }
     const bool synthetic = !options.synthetic.empty();
     const std::string source =

@@ -1178,6 +1178,12 @@ class CudaBackend final : public Backend {
     Status set_collective(ops::Collective* c) override {
         DSV4_RETURN_IF_ERROR(Backend::set_collective(c));
         if (c == nullptr || c->size() == 1) return Status::ok();
+        // Every rank here before any joins NCCL, whose join waits for every rank forever: a rank
+        // that failed before this point (its device) fails this sum on the others instead (in
+        // process it left the group; as a process its connections closed).
+        float here = 1.0f;
+        c->all_reduce_sum(&here, 1);
+        DSV4_RETURN_IF_ERROR(c->status());
         const std::string id = c->shared_once([] {
             auto made = cuda::nccl_unique_id();
             return made ? *made : std::string();  // (every rank then fails on the empty id)
