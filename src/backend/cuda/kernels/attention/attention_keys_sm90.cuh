@@ -169,5 +169,30 @@ bool launch_attention_split(const ops::AttentionArgs& a, const KeyRows& kr,
 // a.ring_out is not written (the caller writes the ring after it).
 void launch_attention_bf16(const ops::AttentionArgs& a, const KeyRows& kr, cudaStream_t stream);
 
+// The weights of a merge of n partial softmax states (running max m[r], sum l[r]) with the
+// head's sink logit: w[r] = e^(m[r] - M) / L, M = max(sink, m[r]), L = e^(sink - M) +
+// sum l[r] e^(m[r] - M), in r order. An empty state (m = -inf: no key) weighs exactly 0, and its
+// partial (maybe never written) must not be added. m and w may be the same array.
+template <int kMax>
+__device__ __forceinline__ void merge_weights(float sink, const float* m, const float* l, int n,
+                                              float* w) {
+    float m_all = sink;
+#pragma unroll
+    for (int r = 0; r < kMax; ++r)
+        if (r < n) m_all = fmaxf(m_all, m[r]);
+    float l_all = expf(sink - m_all);
+    float e[kMax];
+#pragma unroll
+    for (int r = 0; r < kMax; ++r) {
+        if (r >= n) break;
+        e[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_all);
+        l_all += l[r] * e[r];
+    }
+    const float inv = 1.0f / l_all;
+#pragma unroll
+    for (int r = 0; r < kMax; ++r)
+        if (r < n) w[r] = e[r] * inv;
+}
+
 }  // namespace attn
 }  // namespace dsv4::cuda

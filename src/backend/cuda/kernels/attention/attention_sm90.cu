@@ -362,25 +362,14 @@ __global__ void __launch_bounds__(kThreads, 2)
             lr[r] = ml.y;
             pr[r] = f4(cluster.map_shared_rank(sm.part, rr) + h * hdp + d);
         }
-        float m_all = sink;
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r)
-            if (r < C) m_all = fmaxf(m_all, wr[r]);
-        float l_all = expf(sink - m_all);
-#pragma unroll
-        for (int r = 0; r < kMaxCluster; ++r) {
-            if (r >= C) break;
-            wr[r] = expf(wr[r] - m_all);
-            l_all += lr[r] * wr[r];
-        }
-        const float inv = 1.0f / l_all;
+        attn::merge_weights<kMaxCluster>(sink, wr, lr, C, wr);
         float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int r = 0; r < kMaxCluster; ++r) {
             if (r >= C) break;
             // An empty slice (or one fully outweighed) weighs 0; its partial (never written for
             // an empty slice: garbage, maybe NaN) is not added.
-            if (wr[r] != 0.0f) fma4(out, wr[r] * inv, pr[r]);
+            if (wr[r] != 0.0f) fma4(out, wr[r], pr[r]);
         }
         const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
         out = dev::rope_float4(out, rope, row, d, hd);  // (launch_attention: vec when present)

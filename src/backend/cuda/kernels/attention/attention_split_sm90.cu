@@ -99,20 +99,7 @@ __device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
                 lr[r] = kCluster ? ml[1] : __ldcg(ml + 1);
             }
         }
-        float m_all = sink;
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r)
-            if (r < S) m_all = fmaxf(m_all, mr[r]);
-        float l_all = expf(sink - m_all);
-#pragma unroll
-        for (int r = 0; r < kMaxSplits; ++r) {
-            if (r >= S) break;
-            const float w = mr[r] == -INFINITY ? 0.0f : expf(mr[r] - m_all);
-            l_all += lr[r] * w;
-            wsplit[h][r] = w;
-        }
-        const float inv = 1.0f / l_all;
-        for (int r = 0; r < S; ++r) wsplit[h][r] *= inv;
+        merge_weights<kMaxSplits>(sink, mr, lr, S, wsplit[h]);
     }
     __syncthreads();
     const int n4 = hd / 4;
