@@ -324,17 +324,20 @@ TEST(RanksAsProcesses, ALostRankIsSeenOutsideTheSums) {
             return why;
         }
     };
-    auto groups = connect_all(3);
-    ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
-    std::vector<std::shared_ptr<Seen>> seen;
-    for (int r = 0; r < 3; ++r) {
-        seen.push_back(std::make_shared<Seen>());
-        groups[static_cast<size_t>(r)]->on_lost([s = seen.back()](const std::string& why) {
+    // What `group`'s watch reports, from now on.
+    auto watch = [](RankGroup& group) {
+        auto s = std::make_shared<Seen>();
+        group.on_lost([s](const std::string& why) {
             std::lock_guard<std::mutex> lock(s->m);
             s->why.push_back(why);
             s->cv.notify_all();
         });
-    }
+        return s;
+    };
+    auto groups = connect_all(3);
+    ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
+    std::vector<std::shared_ptr<Seen>> seen;
+    for (int r = 0; r < 3; ++r) seen.push_back(watch(*groups[static_cast<size_t>(r)]));
     // Rank 2's process ends: rank 0 (its only connection) sees it; rank 1 does not (rank 0 is
     // still there).
     groups[2].reset();
@@ -357,12 +360,7 @@ TEST(RanksAsProcesses, ALostRankIsSeenOutsideTheSums) {
     // Two ranks: rank 0's process ending reaches rank 1.
     auto two = connect_all(2);
     ASSERT_TRUE(two[0] && two[1]);
-    auto second = std::make_shared<Seen>();
-    two[1]->on_lost([second](const std::string& why) {
-        std::lock_guard<std::mutex> lock(second->m);
-        second->why.push_back(why);
-        second->cv.notify_all();
-    });
+    auto second = watch(*two[1]);
     two[0].reset();
     EXPECT_EQ(second->wait(1, 5000),
               std::vector<std::string>{"rank 1: the connection to rank 0 closed (its process "
