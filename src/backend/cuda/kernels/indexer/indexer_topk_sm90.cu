@@ -37,11 +37,12 @@
 //
 // The blocks of a token: a cluster of kCluster (16), the scores gathered in block 0's shared
 // memory, or, for decode steps (at most kSplitMaxTokens tokens, with the backend's scratch),
-// S blocks without a cluster (kSplit): a tile of 32 entries or more each, one wave of the GPU
-// (at 8K context and batch 1, 65 blocks of ~32 entries instead of 16 of 128: the FP64 work on 4x
-// the SMs). Each writes its scores into the token's row of the scratch; the last block to finish
-// (dev::last_to_arrive) copies the row into its shared memory and selects. Larger steps keep the
-// cluster (T x 16 blocks fill the GPU already).
+// S blocks without a cluster (kSplit): kSplitMinEntries (16, half a tile) or more each, one wave
+// of the GPU (at 8K context and batch 1, 128 blocks of 16 entries instead of 16 of 128: the FP64
+// work on 8x the SMs; blocks of a whole tile, 64 of them, measured ~1.5% slower a step:
+// docs/perf.md, session 27). Each writes its scores into the token's row of the scratch; the last
+// block to finish (dev::last_to_arrive) copies the row into its shared memory and selects. Larger
+// steps keep the cluster (T x 16 blocks fill the GPU already).
 //
 // Other shapes (test models): indexer_topk_kernel, 512 threads, one dot per lane in double from
 // float shared memory (queries [Hi][hi + 1], key tiles of 32 entries), block 0 pulling the other
@@ -81,6 +82,9 @@ constexpr size_t kMaxSmem = 227 * 1024;  // H100/H200 opt-in per block
 // Steps of at most this many tokens take the split V4 kernel (beyond it T x kCluster blocks
 // fill the GPU already).
 constexpr int64_t kSplitMaxTokens = 8;
+// The split kernel's blocks take at least this many entries (half a tile: two of its four rounds
+// of FMAs), as many blocks as that makes up to one an SM.
+constexpr int kSplitMinEntries = 16;
 constexpr size_t kV4StaticBytes = 64;  // static shared memory of the V4 kernels, at most
 
 // Block 0, after every score of the token is in `score`: the top min(K, valid) indices in
@@ -551,8 +555,9 @@ void launch_indexer_topk(const ops::IndexerTopkArgs& a, const IndexerScratch& ws
         return;
     }
     if (T <= kSplitMaxTokens && ws.scores != nullptr) {
-        // Decode: a tile of entries per block or more, one wave of blocks (one block an SM).
-        const int64_t by_entries = std::max<int64_t>(1, (a.n_entries + kTile - 1) / kTile);
+        // Decode: half a tile of entries a block or more, one wave of blocks (one block an SM).
+        const int64_t by_entries =
+            std::max<int64_t>(1, (a.n_entries + kSplitMinEntries - 1) / kSplitMinEntries);
         const int64_t by_grid = std::max<int64_t>(1, ws.sm_count / T);
         const int S = static_cast<int>(std::min(by_entries, by_grid));
         launch_pdl(typed ? indexer_topk_v4_kernel<true, true> : indexer_topk_v4_kernel<true, false>,
