@@ -17,6 +17,18 @@ namespace dsv4 {
 // CUDA backend or without a usable driver. Ranks on GPUs take one each (rank r: GPU r mod this).
 int visible_gpus();
 
+// What RankGroup::on_lost watches besides a connection closing.
+struct RankGroupWatch {
+    // The connections to the other ranks: one closing is a loss (false: a process that watches
+    // its ranks' processes itself).
+    bool hangups = true;
+    // A step of this process's engine (the engine marks each) that has not ended this many
+    // seconds after it began is a loss too (0: no limit): a rank hung alive keeps its
+    // connections open, so only the time shows it. The group then shuts its connections down:
+    // this rank's sum waiting over TCP fails with that reason, and the other ranks see a loss.
+    double step_timeout_s = 0.0;
+};
+
 class RankGroup {
   public:
     // `ranks` engines in this process, each made with EngineOptions::rank_group = this group
@@ -48,9 +60,10 @@ class RankGroup {
     // (that rank's process ended or its host went away; rank 0's own loss reaches every rank,
     // another rank's reaches rank 0 alone), with why. The group's sums over TCP notice a loss
     // by themselves; a sum waiting inside NCCL on a GPU does not, which is what this is for (the
-    // CLI ends such a rank's process: docs/parallel.md). Nothing for an in-process group (its
-    // ranks fail each other's sums when they leave). Call it once, before the steps.
-    void on_lost(std::function<void(const std::string& why)> lost);
+    // CLI ends such a rank's process: docs/parallel.md). With `what`, also a step that outlives
+    // its timeout (RankGroupWatch). Nothing for an in-process group (its ranks fail each other's
+    // sums when they leave). Call it once, before the steps.
+    void on_lost(std::function<void(const std::string& why)> lost, RankGroupWatch what = {});
 
     struct Impl;
     Impl& impl() { return *impl_; }

@@ -41,9 +41,16 @@ void add_rank_options(CLI::App* cmd, RankArgs& r) {
                   "ends first (always on CUDA, where a sum would wait inside NCCL for the lost "
                   "rank forever; on the CPU the sums fail by themselves, and a server goes on, "
                   "failing its requests)");
+    cmd->add_option("--step-timeout", r.step_timeout,
+                    "Ranks as processes: end this rank's process when a step has not ended "
+                    "SECONDS after it began, as when another rank hangs (default 300 on CUDA, "
+                    "none on the CPU; 0: none)")
+        ->check(finite_number(0, 86400, false));
 }
 
 namespace {
+
+constexpr double kCudaStepTimeout = 300;  // seconds (--step-timeout's default on CUDA)
 
 // The combinations that make no sense, however they were reached.
 Status usage_error(const RankArgs& r) {
@@ -114,7 +121,14 @@ Status check_rank_args(RankArgs& r, EngineOptions& e) {
         return error(
             "--stop-on-lost-rank is for ranks as processes (--rendezvous, --processes, "
             "--gpus)");
+    if (r.step_timeout >= 0 && !r.processes && r.rendezvous.empty())
+        return error(
+            "--step-timeout is for ranks as processes (--rendezvous, --processes, --gpus)");
     if (e.device == "cuda") r.stop_on_lost = true;
+    // (A CUDA step takes milliseconds to seconds; one waiting inside NCCL for a hung rank would
+    // wait forever. A CPU step of a large model may take minutes: no limit unless asked.)
+    if (r.step_timeout < 0 && (r.processes || !r.rendezvous.empty()))
+        r.step_timeout = e.device == "cuda" ? kCudaStepTimeout : 0;
     // Started by a parallel launcher (mpirun, srun: one process a rank, on one host or
     // several) with --rendezvous and no --rank: the rank and the size it set.
     if (!r.rendezvous.empty() && r.rank < 0) {
@@ -161,7 +175,8 @@ Status run_starting_others(const EngineOptions& base, const RankArgs& r,
     RankWatch watch(std::move(pids), std::move(names));
     RankArgs mine = r;
     mine.start_others = false;
-    mine.stop_on_lost = false;  // (the watch here sees every other rank end: its children)
+    // (The watch here sees every other rank end: its children; a hung one, the step timeout.)
+    mine.stop_on_lost = false;
     const Status s = run_on_ranks(base, mine, body);
     // (rank 0 failing ends the others: they would wait for it, in a rendezvous or a sum)
     const Status others = watch.finish(/*terminate=*/!s.is_ok());
@@ -181,7 +196,8 @@ Status run_on_ranks(const EngineOptions& base, const RankArgs& r,
         o.rank_group = group;
         o.rank = r.rank;
         std::optional<PeerWatch> watch;
-        if (r.stop_on_lost) watch.emplace(*group, r.rank);
+        if (r.stop_on_lost || r.step_timeout > 0)
+            watch.emplace(*group, r.rank, RankGroupWatch{r.stop_on_lost, r.step_timeout});
         Status s = body(o, r.rank);
         if (watch) {
             const Status lost = watch->finish();  // (the cause, where the body ended for it)

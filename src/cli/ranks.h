@@ -23,10 +23,13 @@ struct RankArgs {
     // --stop-on-lost-rank (always on CUDA): ranks as processes end this one (PeerWatch) when
     // another's process ends before this rank's run.
     bool stop_on_lost = false;
+    // --step-timeout: ranks as processes end this one when a step of its engine outlives it
+    // (RankGroupWatch); < 0: not given (check_rank_args: 300 s on CUDA, else none), 0: none.
+    double step_timeout = -1;
 };
 
 // --ranks, --rank, --rendezvous, --rendezvous-timeout, --processes, --gpus,
-// --stop-on-lost-rank.
+// --stop-on-lost-rank, --step-timeout.
 void add_rank_options(CLI::App* cmd, RankArgs& r);
 
 // A usage error in the combination (--rank without --rendezvous, --gpus beside another device,

@@ -125,22 +125,48 @@ void block_signals() {
 }  // namespace
 
 struct RankWatch::State {
+    using Clock = std::chrono::steady_clock;
     std::vector<int> pids;
     std::vector<std::string> names;
     std::mutex m;
-    bool finishing = false;       // rank 0 ended (under m)
-    Status first = Status::ok();  // the first started rank's failure (under m)
+    bool finishing = false;                    // rank 0 ended (under m)
+    std::optional<Clock::time_point> term_at;  // when the ranks left get SIGTERM (under m)
+    bool rank0_failed = false;                 // (under m)
+    Status first = Status::ok();               // the first started rank's failure (under m)
     std::thread thread;
 
-    // Reaps the children as they end; escalates while rank 0 outlives a lost rank.
+    // Once rank 0 has ended: SIGTERM at term_at, SIGKILL 10 s later, to the ranks not reaped
+    // (`sent`: 0 nothing yet, 1 SIGTERM, 2 SIGKILL), each named in `first` if nothing was and
+    // rank 0 ended well (else they were only told to follow it).
+    void end_the_rest(const std::vector<bool>& done, int& sent) {
+        std::lock_guard<std::mutex> lock(m);
+        if (!term_at || sent == 2) return;
+        const Clock::time_point now = Clock::now();
+        const int due = now >= *term_at + std::chrono::seconds(10) ? 2 : now >= *term_at ? 1 : 0;
+        if (due <= sent) return;
+        for (size_t i = 0; i < pids.size(); ++i) {
+            if (done[i]) continue;
+            kill(pids[i], due == 2 ? SIGKILL : SIGTERM);
+            if (rank0_failed) continue;
+            if (first.is_ok() && due == 2)
+                first = error(names[i], " had not ended 10 s after its SIGTERM: killed");
+            else if (first.is_ok())
+                first = error(names[i], " had not ended 10 s after rank 0: stopped (SIGTERM)");
+        }
+        sent = due;
+    }
+
+    // Reaps the children as they end; escalates while rank 0 outlives a lost rank, and against
+    // the ranks that outlive rank 0.
     void watch() {
-        using Clock = std::chrono::steady_clock;
         std::vector<bool> done(pids.size(), false);
         size_t left = pids.size();
         std::optional<Clock::time_point> lost;
         StopAfterLoss stop("rank 0");
+        int sent = 0;
         // Until every started rank is reaped, and while rank 0 outlives a lost one.
         for (bool escalating = false; left > 0 || escalating;) {
+            end_the_rest(done, sent);
             for (size_t i = 0; i < pids.size(); ++i) {
                 if (done[i]) continue;
                 int st = 0;
@@ -186,9 +212,9 @@ Status RankWatch::finish(bool terminate) {
     {
         std::lock_guard<std::mutex> lock(s_->m);
         s_->finishing = true;
+        s_->rank0_failed = terminate;
+        s_->term_at = State::Clock::now() + std::chrono::seconds(terminate ? 0 : 10);
     }
-    if (terminate)
-        for (int pid : s_->pids) kill(pid, SIGTERM);  // (one already reaped: ESRCH or a zombie)
     if (s_->thread.joinable()) s_->thread.join();
     std::lock_guard<std::mutex> lock(s_->m);
     return s_->first;
@@ -203,13 +229,16 @@ struct PeerWatch::State {
     bool stopping = false;                                      // SIGTERM sent for it (under m)
 };
 
-PeerWatch::PeerWatch(RankGroup& group, int rank) : s_(std::make_shared<State>()) {
-    group.on_lost([s = s_](const std::string& why) {
-        std::lock_guard<std::mutex> lock(s->m);
-        s->lost = std::chrono::steady_clock::now();
-        s->why = Status::error(why);
-        s->cv.notify_all();
-    });
+PeerWatch::PeerWatch(RankGroup& group, int rank, RankGroupWatch what)
+    : s_(std::make_shared<State>()) {
+    group.on_lost(
+        [s = s_](const std::string& why) {
+            std::lock_guard<std::mutex> lock(s->m);
+            s->lost = std::chrono::steady_clock::now();
+            s->why = Status::error(why);
+            s->cv.notify_all();
+        },
+        what);
     thread_ = std::thread([s = s_, rank] {
         block_signals();
         StopAfterLoss stop("rank " + std::to_string(rank));

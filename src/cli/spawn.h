@@ -57,8 +57,9 @@ class RankWatch {
     RankWatch& operator=(const RankWatch&) = delete;
 
     // Rank 0 ended: `terminate` (it failed) sends the others SIGTERM (they would wait for it);
-    // then waits for every one. Ok when every one exited 0, else an error naming the first that
-    // did not.
+    // then waits for every one: one still running 10 s after rank 0 ended gets SIGTERM (a rank
+    // hung alive), and SIGKILL 10 s after its SIGTERM. Ok when every one exited 0 by itself,
+    // else an error naming the first that did not.
     Status finish(bool terminate);
 
   private:
@@ -67,11 +68,12 @@ class RankWatch {
 };
 
 // Watches the other ranks of a group of processes while this one runs its rank (ranks started
-// by hand or by a launcher, --rank R --rendezvous): when a connection to another rank closes
-// (RankGroup::on_lost), StopAfterLoss unless this rank's run ends first.
+// by hand or by a launcher, --rank R --rendezvous; rank 0 of --processes for the step timeout
+// only): when a connection to another rank closes or a step outlives its timeout
+// (RankGroup::on_lost, `what`), StopAfterLoss unless this rank's run ends first.
 class PeerWatch {
   public:
-    PeerWatch(RankGroup& group, int rank);
+    PeerWatch(RankGroup& group, int rank, RankGroupWatch what);
     ~PeerWatch();
     PeerWatch(const PeerWatch&) = delete;
     PeerWatch& operator=(const PeerWatch&) = delete;

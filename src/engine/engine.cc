@@ -107,6 +107,26 @@ struct Session::Impl {
     bool busy = false;  // a request is running on it
 };
 
+namespace {
+
+// A step of an engine in a rank group, from its start to its end (RankGroup::Impl::step_begin).
+class StepMark {
+  public:
+    explicit StepMark(RankGroup* group) : group_(group) {
+        if (group_ != nullptr) group_->impl().step_begin();
+    }
+    ~StepMark() {
+        if (group_ != nullptr) group_->impl().step_end();
+    }
+    StepMark(const StepMark&) = delete;
+    StepMark& operator=(const StepMark&) = delete;
+
+  private:
+    RankGroup* group_;
+};
+
+}  // namespace
+
 struct Engine::Impl {
     // One session's part of a feed.
     struct FeedRow {
@@ -126,6 +146,16 @@ struct Engine::Impl {
     std::deque<Running> waiting;
     std::map<RequestId, Running> running;  // admission order = id order
     RequestId next_id = 1;
+
+    // The model's steps, marked for the rank group's watch (RankGroupWatch::step_timeout_s).
+    Status run_step(std::span<const StepRow> rows, const LayerTap& tap = nullptr) {
+        StepMark mark(options.rank_group.get());
+        return model->run_step(*pool, rows, tap);
+    }
+    Status run_mtp(std::span<const Model::MtpRow> rows, bool chained = false) {
+        StepMark mark(options.rank_group.get());
+        return model->run_mtp(*pool, rows, chained);
+    }
 
     void seed(int slot, uint64_t seed) {
         uint64_t s[4];
@@ -169,7 +199,7 @@ struct Engine::Impl {
                     r.mtp_next = f.mtp_next->data() + done;
                     r.mtp_logits_out = &mtp_piece;
                 }
-                DSV4_RETURN_IF_ERROR(model->run_step(*pool, {&r, 1}, tap));
+                DSV4_RETURN_IF_ERROR(run_step({&r, 1}, tap));
                 f.s->pos += c;
                 if (f.all) all.insert(all.end(), piece.begin(), piece.end());
                 if (f.mtp_next) mtp_all.insert(mtp_all.end(), mtp_piece.begin(), mtp_piece.end());
@@ -187,7 +217,7 @@ struct Engine::Impl {
                 f.logits ? (f.all ? LogitsWanted::kAll : LogitsWanted::kLast) : LogitsWanted::kNone;
             r.logits_out = f.logits;
         }
-        DSV4_RETURN_IF_ERROR(model->run_step(*pool, step));
+        DSV4_RETURN_IF_ERROR(run_step(step));
         for (const FeedRow& f : rows) f.s->pos += static_cast<int64_t>(f.ids->size());
         (void)V;
         return Status::ok();
@@ -706,7 +736,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         at += c;
         budget -= c;
     }
-    Status st = model->run_step(*pool, rows);
+    Status st = run_step(rows);
     if (!st.is_ok()) {
         // Rows were checked at submit; a failure here ends the step's requests, not the engine.
         for (Running* q : owners) {
@@ -832,7 +862,7 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
     std::vector<int32_t> out(rows.size(), -1);
     for (size_t k = 0; k < rows.size(); ++k)
         if (owner[k]->pending >= 0) rows[k].draft_out = &out[k];
-    DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, rows));
+    DSV4_RETURN_IF_ERROR(run_mtp(rows));
     // Each row's last token in the call just run: where a chained row takes its h from.
     std::vector<int32_t> last(rows.size());
     for (size_t k = 0, at = 0; k < rows.size(); ++k) {
@@ -864,7 +894,7 @@ Status Engine::Impl::run_mtp_drafts(std::vector<Model::MtpRow>& rows,
             next_rows[k].next = &next_tok[k];
             next_rows[k].draft_out = &out[k];
         }
-        DSV4_RETURN_IF_ERROR(model->run_mtp(*pool, next_rows, /*chained=*/true));
+        DSV4_RETURN_IF_ERROR(run_mtp(next_rows, /*chained=*/true));
         who = std::move(next_who);
         last.resize(who.size());
         std::iota(last.begin(), last.end(), 0);  // (chained rows are one token each)

@@ -126,8 +126,8 @@ Expected<std::string> RankGroup::broadcast(int rank, const std::string& value) {
     return v;
 }
 
-void RankGroup::on_lost(std::function<void(const std::string& why)> lost) {
-    impl_->on_lost(std::move(lost));
+void RankGroup::on_lost(std::function<void(const std::string& why)> lost, RankGroupWatch what) {
+    impl_->on_lost(std::move(lost), what);
 }
 
 void RankGroup::leave(int rank) {

@@ -25,7 +25,12 @@ struct RankGroup::Impl {
     virtual int size() const = 0;
     virtual void leave(int rank) = 0;  // RankGroup::leave
     // RankGroup::on_lost (nothing in process).
-    virtual void on_lost(std::function<void(const std::string& why)> /*lost*/) {}
+    virtual void on_lost(std::function<void(const std::string& why)> /*lost*/,
+                         RankGroupWatch /*what*/) {}
+    // A step of this process's engine begins / ends (the watch's step timeout; nothing in
+    // process).
+    virtual void step_begin() {}
+    virtual void step_end() {}
     // Whether every rank runs in this process (threads), none in another.
     bool all_here() {
         for (int r = 0; r < size(); ++r)

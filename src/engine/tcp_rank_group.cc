@@ -14,8 +14,12 @@
 //
 // The watch (RankGroup::on_lost): a thread that polls the connections for a hangup only (it reads
 // nothing), so it sees a rank's process end while this one is not in a TCP receive at all (a
-// step waiting inside NCCL on a GPU). The connections' descriptors stay open until the group is
-// destroyed, after the watch has stopped: failures shut them down, they do not close them.
+// step waiting inside NCCL on a GPU). With a step timeout it also wakes every few tens of
+// milliseconds to look at the engine's running step (step_begin / step_end): one older than the
+// timeout (a rank hung alive, its connections open) makes it shut the connections down, so this
+// rank's sum waiting in a receive fails with that reason and the other ranks see the loss. The
+// connections' descriptors stay open until the group is destroyed, after the watch has stopped:
+// failures shut them down, they do not close them.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,6 +34,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -214,8 +219,9 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
     TcpRankGroup(const TcpRankGroup&) = delete;
     TcpRankGroup& operator=(const TcpRankGroup&) = delete;
 
-    void on_lost(std::function<void(const std::string& why)> lost) override {
+    void on_lost(std::function<void(const std::string& why)> lost, RankGroupWatch what) override {
         DSV4_ASSERT(!watch_.joinable(), "RankGroup::on_lost called twice");
+        what_ = what;
         int p[2];
         DSV4_ASSERT(::pipe(p) == 0, "a pipe for the rank group's watch: ", std::strerror(errno));
         wake_[0] = Fd(p[0]);
@@ -228,6 +234,14 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
             if (const std::string why = watch(); !why.empty()) lost(why);
         });
     }
+
+    void step_begin() override {
+        const int64_t now =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+                .count();
+        step_since_.store(std::max<int64_t>(now, 1));  // (0: no step)
+    }
+    void step_end() override { step_since_.store(0); }
 
     ops::Collective* collective(int rank) override { return rank == rank_ ? this : nullptr; }
     int rank() const override { return rank_; }
@@ -306,22 +320,28 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
   private:
     void fail(std::string why) {
         ended_ = true;  // (first: the watch must not take our own shutdown for a lost rank)
-        failed_ = std::move(why);
+        // (A receive failing because the watch shut the connections down: the watch's reason.)
+        failed_ = stalled_.load(std::memory_order_acquire) ? stall_why_ : std::move(why);
         for (Fd& p : peers_) p.shutdown();  // the others' next receive fails instead of waiting
     }
 
-    // Waits until a connection hangs up or the group ends; why, or "" if this rank ended first.
+    // Waits until a connection hangs up (what_.hangups), a step outlives what_.step_timeout_s or
+    // the group ends; why, or "" if this rank ended first.
     std::string watch() {
         std::vector<pollfd> fds;
         std::vector<int> whose;  // [i] the rank at the other end of fds[i]
-        for (size_t r = 0; r < peers_.size(); ++r)
+        for (size_t r = 0; r < peers_.size() && what_.hangups; ++r)
             if (peers_[r].get() >= 0) {
                 fds.push_back({peers_[r].get(), POLLRDHUP, 0});
                 whose.push_back(static_cast<int>(r));
             }
         fds.push_back({wake_[0].get(), POLLIN, 0});
+        const double limit = what_.step_timeout_s;
+        // (A quarter of the timeout between looks, within [10, 200] ms: late by at most that.)
+        const int every_ms =
+            limit > 0 ? static_cast<int>(std::clamp(limit * 250.0, 10.0, 200.0)) : -1;
         for (;;) {
-            const int n = ::poll(fds.data(), fds.size(), -1);
+            const int n = ::poll(fds.data(), fds.size(), every_ms);
             if (ended_) return "";
             if (n < 0 && errno == EINTR) continue;
             if (n < 0)
@@ -331,6 +351,25 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
                 if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0)
                     return str_cat("rank ", rank_, ": the connection to rank ", whose[i],
                                    " closed (its process ended, or its host went away)");
+            const int64_t since = step_since_.load();
+            if (limit > 0 && since != 0) {
+                const double s =
+                    1e-9 * static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   Clock::now().time_since_epoch())
+                                                   .count() -
+                                               since);
+                if (s > limit) {
+                    char secs[32];
+                    std::snprintf(secs, sizeof secs, "%g", limit);
+                    stall_why_ = str_cat("rank ", rank_,
+                                         ": a step has not ended within the step "
+                                         "timeout (",
+                                         secs, " s): another rank may be hung");
+                    stalled_.store(true, std::memory_order_release);
+                    for (Fd& p : peers_) p.shutdown();  // (see the file comment)
+                    return stall_why_;
+                }
+            }
         }
     }
 
@@ -340,6 +379,12 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
     std::string failed_;
     std::atomic<bool> ended_{false};  // this rank left or failed: a hangup is not news
     Fd wake_[2];                      // a pipe: the destructor wakes the watch
+    RankGroupWatch what_;             // (set before the watch starts)
+    // The running step's start (steady clock, ns; 0: none), and the watch's verdict on it:
+    // stall_why_ is written before stalled_ is set and read only after it was seen set.
+    std::atomic<int64_t> step_since_{0};
+    std::atomic<bool> stalled_{false};
+    std::string stall_why_;
     std::thread watch_;
 };
 

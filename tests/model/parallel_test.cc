@@ -309,31 +309,36 @@ TEST(RanksAsProcesses, SumsSharedValuesAndALostRank) {
     expect_refused(o, "rank 1 runs in another process");
 }
 
+// What a group's watch (RankGroup::on_lost) reported.
+struct Seen {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<std::string> why;
+    // The messages seen within `ms` once `n` have come (or the time is up).
+    std::vector<std::string> wait(size_t n, int ms) {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait_for(lock, std::chrono::milliseconds(ms), [&] { return why.size() >= n; });
+        return why;
+    }
+};
+
+// What `group`'s watch reports, from now on.
+std::shared_ptr<Seen> watch(RankGroup& group, RankGroupWatch what = {}) {
+    auto s = std::make_shared<Seen>();
+    group.on_lost(
+        [s](const std::string& why) {
+            std::lock_guard<std::mutex> lock(s->m);
+            s->why.push_back(why);
+            s->cv.notify_all();
+        },
+        what);
+    return s;
+}
+
 // The watch (RankGroup::on_lost): a rank's process that ends is seen by the ranks connected to
 // it while none of them is in a sum (on a GPU they would be waiting inside NCCL), once each; a
 // rank's own leaving is no loss to itself.
 TEST(RanksAsProcesses, ALostRankIsSeenOutsideTheSums) {
-    struct Seen {
-        std::mutex m;
-        std::condition_variable cv;
-        std::vector<std::string> why;
-        // The messages seen within `ms` once `n` have come (or the time is up).
-        std::vector<std::string> wait(size_t n, int ms) {
-            std::unique_lock<std::mutex> lock(m);
-            cv.wait_for(lock, std::chrono::milliseconds(ms), [&] { return why.size() >= n; });
-            return why;
-        }
-    };
-    // What `group`'s watch reports, from now on.
-    auto watch = [](RankGroup& group) {
-        auto s = std::make_shared<Seen>();
-        group.on_lost([s](const std::string& why) {
-            std::lock_guard<std::mutex> lock(s->m);
-            s->why.push_back(why);
-            s->cv.notify_all();
-        });
-        return s;
-    };
     auto groups = connect_all(3);
     ASSERT_TRUE(groups[0] && groups[1] && groups[2]);
     std::vector<std::shared_ptr<Seen>> seen;
@@ -365,6 +370,35 @@ TEST(RanksAsProcesses, ALostRankIsSeenOutsideTheSums) {
     EXPECT_EQ(second->wait(1, 5000),
               std::vector<std::string>{"rank 1: the connection to rank 0 closed (its process "
                                        "ended, or its host went away)"});
+}
+
+// The watch's step timeout (RankGroupWatch::step_timeout_s): a step that ends in time is no
+// loss; one that outlives it (here a sum that rank 1, hung alive, never joins) is, once: the
+// group shuts its connections down, so the waiting sum fails with that reason and rank 1 sees
+// rank 0 go.
+TEST(RanksAsProcesses, AStepOutlivingItsTimeoutIsALoss) {
+    auto groups = connect_all(2);
+    ASSERT_TRUE(groups[0] && groups[1]);
+    auto seen0 = watch(*groups[0], {/*hangups=*/false, /*step_timeout_s=*/0.3});
+    auto seen1 = watch(*groups[1]);
+    RankGroup::Impl& g0 = groups[0]->impl();
+    g0.step_begin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    g0.step_end();
+    EXPECT_TRUE(seen0->wait(1, 600).empty());
+    const std::string why =
+        "rank 0: a step has not ended within the step timeout (0.3 s): another rank may be hung";
+    g0.step_begin();
+    float x = 1.0f;
+    g0.collective(0)->all_reduce_sum(&x, 1);  // (returns once the watch shuts the connections)
+    g0.step_end();
+    EXPECT_EQ(g0.collective(0)->status().message(), why);
+    EXPECT_EQ(x, 1.0f);
+    EXPECT_EQ(seen0->wait(1, 1000), std::vector<std::string>{why});
+    EXPECT_EQ(seen1->wait(1, 5000),
+              std::vector<std::string>{"rank 1: the connection to rank 0 closed (its process "
+                                       "ended, or its host went away)"});
+    EXPECT_EQ(seen0->wait(2, 300).size(), 1u);
 }
 
 TEST(RanksAsProcesses, JoiningFailsWithAClearError) {

@@ -97,6 +97,24 @@ test('one command line (--processes): a started rank that dies ends rank 0 with 
   await server.stop();  // (its folder)
 });
 
+test('one command line (--processes), --step-timeout: a started rank hung alive ends rank 0 with the reason', async () => {
+  const server = await startServer(['--ranks', '2', '--processes', '--step-timeout', '1']);
+  const ok = await server.client().completions.create(body('abc', { max_tokens: 4 }));
+  assert.ok(ok.usage.completion_tokens > 0);
+  const kids = children(server.proc.pid);
+  assert.equal(kids.length, 1);
+  process.kill(kids[0], 'SIGSTOP');  // (alive, its connections open: only the time shows it)
+  // The step's sum waits for rank 1 until the timeout, then fails the request; 3 s later rank 0
+  // stops itself, and its rank 1 (stopped: SIGTERM waits) gets SIGKILL 10 s after SIGTERM.
+  await assert.rejects(server.client().completions.create(body('abc', { max_tokens: 4 })));
+  const { code } = await server.exited;
+  assert.equal(code, 1, server.stderr());
+  assert.match(server.stderr(),
+    /rank 0: a step has not ended within the step timeout \(1 s\): another rank may be hung/);
+  assert.throws(() => readFileSync(`/proc/${kids[0]}/stat`));
+  await server.stop();  // (its folder)
+});
+
 test('ranks as processes: a rank that dies fails the requests, it does not hang them', async () => {
   const rendezvous = `127.0.0.1:${await freePort()}`;
   const proc = (r) => ['--ranks', '2', '--rank', String(r), '--rendezvous', rendezvous];
