@@ -151,7 +151,7 @@ struct RankWatch::State {
             if (first.is_ok() && due == 2)
                 first = error(names[i], " had not ended 10 s after its SIGTERM: killed");
             else if (first.is_ok())
-                first = error(names[i], " had not ended 10 s after rank 0: stopped (SIGTERM)");
+                first = error(names[i], " had not ended 30 s after rank 0: stopped (SIGTERM)");
         }
         sent = due;
     }
@@ -213,7 +213,8 @@ Status RankWatch::finish(bool terminate) {
         std::lock_guard<std::mutex> lock(s_->m);
         s_->finishing = true;
         s_->rank0_failed = terminate;
-        s_->term_at = State::Clock::now() + std::chrono::seconds(terminate ? 0 : 10);
+        // (30 s: a rank that follows rank 0 out may free a large model's memory first)
+        s_->term_at = State::Clock::now() + std::chrono::seconds(terminate ? 0 : 30);
     }
     if (s_->thread.joinable()) s_->thread.join();
     std::lock_guard<std::mutex> lock(s_->m);

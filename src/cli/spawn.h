@@ -57,9 +57,9 @@ class RankWatch {
     RankWatch& operator=(const RankWatch&) = delete;
 
     // Rank 0 ended: `terminate` (it failed) sends the others SIGTERM (they would wait for it);
-    // then waits for every one: one still running 10 s after rank 0 ended gets SIGTERM (a rank
-    // hung alive), and SIGKILL 10 s after its SIGTERM. Ok when every one exited 0 by itself,
-    // else an error naming the first that did not.
+    // then waits for every one: one still running 30 s after rank 0 ended well gets SIGTERM (a
+    // rank hung alive), and SIGKILL 10 s after its SIGTERM. Ok when every one exited 0 by
+    // itself, else an error naming the first that did not.
     Status finish(bool terminate);
 
   private:
