@@ -22,10 +22,11 @@ struct RankGroupWatch {
     // The connections to the other ranks: one closing is a loss (false: a process that watches
     // its ranks' processes itself).
     bool hangups = true;
-    // A step of this process's engine (the engine marks each) that has not ended this many
-    // seconds after it began is a loss too (0: no limit): a rank hung alive keeps its
-    // connections open, so only the time shows it. The group then shuts its connections down:
-    // this rank's sum waiting over TCP fails with that reason, and the other ranks see a loss.
+    // A step of this process's engine (the engine marks each, and its join to the group's
+    // collective at load) that has not ended this many seconds after it began is a loss too (0:
+    // no limit): a rank hung alive keeps its connections open, so only the time shows it. The
+    // group then shuts its connections down: this rank's sum waiting over TCP fails with that
+    // reason, and the other ranks see a loss.
     double step_timeout_s = 0.0;
 };
 

@@ -416,8 +416,12 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     }
     DSV4_ASSIGN_OR_RETURN(impl->backend, make_backend(options));
     if (options.rank_group != nullptr) {
-        const Status joined =
-            impl->backend->set_collective(options.rank_group->impl().collective(options.rank));
+        // (A step for the watch too: on CUDA, NCCL's join waits for every rank forever.)
+        const Status joined = [&] {
+            StepMark mark(options.rank_group.get());
+            return impl->backend->set_collective(
+                options.rank_group->impl().collective(options.rank));
+        }();
         // (the group's own errors name the rank already)
         const std::string whose = str_cat("rank ", options.rank);
         if (!joined.is_ok() && joined.message().rfind(whose + ": ", 0) == 0) return joined;
