@@ -50,6 +50,12 @@ constexpr uint32_t kMagic = 0x34767364;  // "dsv4"
 constexpr uint64_t kMaxShared = uint64_t{64} << 20;
 using Clock = std::chrono::steady_clock;
 
+// The steady clock in nanoseconds (the step marks' time base: an atomic integer).
+int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+        .count();
+}
+
 struct Address {
     std::string host, port;
 };
@@ -235,12 +241,7 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
         });
     }
 
-    void step_begin() override {
-        const int64_t now =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-                .count();
-        step_since_.store(std::max<int64_t>(now, 1));  // (0: no step)
-    }
+    void step_begin() override { step_since_.store(std::max<int64_t>(steady_ns(), 1)); }
     void step_end() override { step_since_.store(0); }
 
     ops::Collective* collective(int rank) override { return rank == rank_ ? this : nullptr; }
@@ -352,23 +353,15 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
                     return str_cat("rank ", rank_, ": the connection to rank ", whose[i],
                                    " closed (its process ended, or its host went away)");
             const int64_t since = step_since_.load();
-            if (limit > 0 && since != 0) {
-                const double s =
-                    1e-9 * static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                   Clock::now().time_since_epoch())
-                                                   .count() -
-                                               since);
-                if (s > limit) {
-                    char secs[32];
-                    std::snprintf(secs, sizeof secs, "%g", limit);
-                    stall_why_ = str_cat("rank ", rank_,
-                                         ": a step has not ended within the step "
-                                         "timeout (",
-                                         secs, " s): another rank may be hung");
-                    stalled_.store(true, std::memory_order_release);
-                    for (Fd& p : peers_) p.shutdown();  // (see the file comment)
-                    return stall_why_;
-                }
+            if (limit > 0 && since != 0 &&
+                1e-9 * static_cast<double>(steady_ns() - since) > limit) {
+                char secs[32];
+                std::snprintf(secs, sizeof secs, "%g", limit);
+                const char* what = ": a step has not ended within the step timeout (";
+                stall_why_ = str_cat("rank ", rank_, what, secs, " s): another rank may be hung");
+                stalled_.store(true, std::memory_order_release);
+                for (Fd& p : peers_) p.shutdown();  // (see the file comment)
+                return stall_why_;
             }
         }
     }
@@ -382,7 +375,7 @@ class TcpRankGroup final : public RankGroup::Impl, public ops::Collective {
     RankGroupWatch what_;             // (set before the watch starts)
     // The running step's start (steady clock, ns; 0: none), and the watch's verdict on it:
     // stall_why_ is written before stalled_ is set and read only after it was seen set.
-    std::atomic<int64_t> step_since_{0};
+    std::atomic<int64_t> step_since_{0};  // (steady_ns)
     std::atomic<bool> stalled_{false};
     std::string stall_why_;
     std::thread watch_;
