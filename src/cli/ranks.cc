@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -117,17 +118,16 @@ Status check_rank_args(RankArgs& r, EngineOptions& e) {
     // started by hand: a lost rank then ends the command (RankWatch) instead of leaving the
     // others inside a sum on their GPUs.
     if (e.device == "cuda" && r.ranks > 1 && r.rendezvous.empty()) r.processes = true;
-    if (r.stop_on_lost && !r.processes && r.rendezvous.empty())
-        return error(
-            "--stop-on-lost-rank is for ranks as processes (--rendezvous, --processes, "
-            "--gpus)");
-    if (r.step_timeout >= 0 && !r.processes && r.rendezvous.empty())
-        return error(
-            "--step-timeout is for ranks as processes (--rendezvous, --processes, --gpus)");
+    // The watches' flags, for ranks as processes only.
+    const bool as_processes = r.processes || !r.rendezvous.empty();
+    for (const auto& [given, flag] : {std::pair{r.stop_on_lost, "--stop-on-lost-rank"},
+                                      std::pair{r.step_timeout >= 0, "--step-timeout"}})
+        if (given && !as_processes)
+            return error(flag, " is for ranks as processes (--rendezvous, --processes, --gpus)");
     if (e.device == "cuda") r.stop_on_lost = true;
     // (A CUDA step takes milliseconds to seconds; one waiting inside NCCL for a hung rank would
     // wait forever. A CPU step of a large model may take minutes: no limit unless asked.)
-    if (r.step_timeout < 0 && (r.processes || !r.rendezvous.empty()))
+    if (r.step_timeout < 0 && as_processes)
         r.step_timeout = e.device == "cuda" ? kCudaStepTimeout : 0;
     // Started by a parallel launcher (mpirun, srun: one process a rank, on one host or
     // several) with --rendezvous and no --rank: the rank and the size it set.

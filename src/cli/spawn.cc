@@ -126,6 +126,9 @@ void block_signals() {
 
 struct RankWatch::State {
     using Clock = std::chrono::steady_clock;
+    // How long the ranks left get after rank 0 ended well before SIGTERM (a rank that follows
+    // rank 0 out may free a large model's memory first), and after SIGTERM before SIGKILL.
+    static constexpr int kGraceS = 30, kKillS = 10;
     std::vector<int> pids;
     std::vector<std::string> names;
     std::mutex m;
@@ -135,23 +138,26 @@ struct RankWatch::State {
     Status first = Status::ok();               // the first started rank's failure (under m)
     std::thread thread;
 
-    // Once rank 0 has ended: SIGTERM at term_at, SIGKILL 10 s later, to the ranks not reaped
+    // Once rank 0 has ended: SIGTERM at term_at, SIGKILL kKillS later, to the ranks not reaped
     // (`sent`: 0 nothing yet, 1 SIGTERM, 2 SIGKILL), each named in `first` if nothing was and
     // rank 0 ended well (else they were only told to follow it).
     void end_the_rest(const std::vector<bool>& done, int& sent) {
         std::lock_guard<std::mutex> lock(m);
         if (!term_at || sent == 2) return;
         const Clock::time_point now = Clock::now();
-        const int due = now >= *term_at + std::chrono::seconds(10) ? 2 : now >= *term_at ? 1 : 0;
+        const int due = now >= *term_at + std::chrono::seconds(kKillS) ? 2
+                        : now >= *term_at                              ? 1
+                                                                       : 0;
         if (due <= sent) return;
         for (size_t i = 0; i < pids.size(); ++i) {
             if (done[i]) continue;
             kill(pids[i], due == 2 ? SIGKILL : SIGTERM);
             if (rank0_failed) continue;
             if (first.is_ok() && due == 2)
-                first = error(names[i], " had not ended 10 s after its SIGTERM: killed");
+                first = error(names[i], " had not ended ", kKillS, " s after its SIGTERM: killed");
             else if (first.is_ok())
-                first = error(names[i], " had not ended 30 s after rank 0: stopped (SIGTERM)");
+                first = error(names[i], " had not ended ", kGraceS,
+                              " s after rank 0: stopped (SIGTERM)");
         }
         sent = due;
     }
@@ -213,8 +219,7 @@ Status RankWatch::finish(bool terminate) {
         std::lock_guard<std::mutex> lock(s_->m);
         s_->finishing = true;
         s_->rank0_failed = terminate;
-        // (30 s: a rank that follows rank 0 out may free a large model's memory first)
-        s_->term_at = State::Clock::now() + std::chrono::seconds(terminate ? 0 : 30);
+        s_->term_at = State::Clock::now() + std::chrono::seconds(terminate ? 0 : State::kGraceS);
     }
     if (s_->thread.joinable()) s_->thread.join();
     std::lock_guard<std::mutex> lock(s_->m);
