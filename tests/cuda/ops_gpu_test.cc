@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/moe/moe.h"
+#include "backend/cuda/kernels/moe/route.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 #include "ops_gpu_util.h"
@@ -1251,6 +1252,56 @@ TEST(CudaOpsGpu, RouterDecodeSteps) {
         router_case(132, GateType::kBf16, T);
     }
     router_case(4096, GateType::kF32, 1);
+}
+
+// The routing kernel's selection alone (logits given), against cpu_ref::route: logits and bias
+// drawn from a few values, so that many biased scores tie exactly (the lower expert first) and
+// the k-th often sits inside a tie; 1..32 experts chosen out of 1..1500 (several experts a
+// thread, warps without k candidates), 1 and 5 tokens. Equal biased scores on the CPU come only
+// from equal (logit, bias) pairs (checked), which the GPU maps to equal scores too, so the
+// selections must match exactly; the weights carry expf / log1pf's few ulps (relative 1e-6).
+TEST(CudaOpsGpu, RouteSelectsTiesAndManyExperts) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    cuda::CudaStream s = cuda::CudaStream::create();
+    std::mt19937 rng(29);
+    const float levels[] = {-1.5f, -0.25f, 0.0f, 0.5f, 1.0f, 2.25f};
+    const float biases[] = {0.0f, 0.0f, 0.125f, -0.375f};
+    for (const auto& [E, k] : std::vector<std::pair<int, int>>{
+             {1, 1}, {8, 8}, {67, 6}, {256, 6}, {256, 32}, {300, 7}, {1500, 16}, {40, 32}}) {
+        for (const int64_t T : {1, 5}) {
+            SCOPED_TRACE(std::to_string(E) + " experts, k " + std::to_string(k) + ", " +
+                         std::to_string(T) + " tokens");
+            std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E));
+            for (auto& v : logits) v = levels[rng() % 6];
+            for (auto& v : bias) v = biases[rng() % 4];
+            // Equal biased scores only from equal (logit, bias) pairs: 24 pairs, checked once.
+            for (const float la : levels)
+                for (const float ba : biases)
+                    for (const float lb : levels)
+                        for (const float bb : biases) {
+                            const auto sp = [](float l) {
+                                return std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
+                            };
+                            if (sp(la) + ba == sp(lb) + bb) {
+                                ASSERT_TRUE(la == lb && ba == bb);
+                            }
+                        }
+            Dev<float> d_log(*be, logits), d_bias(*be, bias), d_w(*be, T * k);
+            Dev<int32_t> d_sel(*be, T * k);
+            be->synchronize();
+            ops::RouteArgs a{d_log.p, d_bias.p, nullptr, nullptr, d_sel.p, d_w.p, T, E, k, 1.5f};
+            cuda::launch_route(a, s.get());
+            s.synchronize();
+            ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+            std::vector<int32_t> want_sel(static_cast<size_t>(T * k));
+            std::vector<float> want_w(static_cast<size_t>(T * k));
+            cpu_ref::route({logits.data(), bias.data(), nullptr, nullptr, want_sel.data(),
+                            want_w.data(), T, E, k, 1.5f});
+            EXPECT_EQ(d_sel.get(), want_sel);
+            expect_close("route weights", d_w.get(), want_w, 1e-6, 1e-7);
+        }
+    }
 }
 
 // Every checkpoint format through the weight GEMV: whole weights and row ranges on 64-row

@@ -118,10 +118,14 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // 2^31), by a radix select over 8-bit digits from the top: four passes, each a 256-bin histogram
 // of the keys whose higher digits equal those chosen so far (shared-memory atomics, one per
 // distinct bin per warp), scanned from the top bin by one warp for the largest digit that still
-// leaves at least k keys at or above it. Keys come from key(i), i < n, read once per pass. On
-// return every thread holds v and the number of keys strictly above it; the caller takes all
-// keys > v and the (k - above) lowest-index keys == v: exactly the top k with ties to the lower
-// index. `hist` is 256 unsigned and `red` 32 ints of shared memory; the call begins with a
+// leaves at least k keys at or above it. Keys come from key(i), i < n, read once per pass. The
+// search stops early at a digit whose keys complete the top k exactly (with the keys above it:
+// usually by the third pass of four), returning that digit's prefix with zeros below as v. On
+// return every thread holds v and `above` such that the caller, taking all keys > v and the
+// (k - above) lowest-index keys == v (all of them when fewer), takes exactly the top k with ties
+// to the lower index: above counts the keys > v, or, after an early stop, the keys above the
+// digit's range (the keys >= v then number exactly k, so every key == v is taken).
+// `hist` is 256 unsigned and `red` 32 ints of shared memory; the call begins with a
 // barrier (the caller's last use of them may come just before), and the caller passes one before
 // writing them again (block_topk_collect's scan does).
 template <typename KeyFn>
@@ -173,13 +177,16 @@ __device__ uint32_t block_topk_threshold(KeyFn key, int64_t n, int64_t k, unsign
             }
             int64_t cum = gt + (incl - mine);  // keys above my first bin
             int found = -1;
+            unsigned in_bin = 0;  // c[found] (a register: c is indexed by constants only)
 #pragma unroll
             for (int m = 0; m < 8; ++m) {
                 if (found >= 0) continue;
-                if (cum + c[m] >= k)
+                if (cum + c[m] >= k) {
                     found = m;
-                else
+                    in_bin = c[m];
+                } else {
                     cum += c[m];
+                }
             }
             // The first lane with a hit holds the digit (one exists: the keys matching the
             // prefix, with the gt above them, are at least k).
@@ -187,11 +194,13 @@ __device__ uint32_t block_topk_threshold(KeyFn key, int64_t n, int64_t k, unsign
             if (lane == __ffs(hits) - 1) {
                 red[0] = 255 - 8 * lane - found;
                 red[1] = static_cast<int>(cum - gt);  // keys of this pass above the digit
+                red[2] = cum + in_bin == k;           // the digit's keys complete the top k
             }
         }
         __syncthreads();
         prefix |= static_cast<uint32_t>(red[0]) << shift;
         gt += red[1];
+        if (red[2] != 0) break;  // (block-uniform; the caller's barrier comes before red's reuse)
     }
     *above = gt;
     return prefix;

@@ -1,7 +1,12 @@
 // Router scoring (route.h), one block per token, in the reference's steps
-// (backend/cpu/ref/moe.cc route()): s = sqrt(softplus(l)) in float, selection over s + bias by
-// k rounds of a block arg-max (larger first, ties to the lower index: the reference's
-// partial_sort order), then weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double.
+// (backend/cpu/ref/moe.cc route()): s = sqrt(softplus(l)) in float, selection of the k largest
+// s + bias (larger first, ties to the lower index: the reference's partial_sort order), then
+// weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double. The selection: every warp
+// takes the k largest of its experts by k rounds of a warp arg-max (shuffles only), then warp 0
+// the k largest of those candidates the same way: two barriers (k rounds of a block arg-max took
+// three barriers and an atomicMax from every thread onto one shared address each; the change
+// measured -1.0% a V4-Flash decode step together with the radix select's early stop,
+// docs/perf.md, session 28).
 // softplus uses CUDA's expf/log1pf (within 2 ulp of glibc's): a selection can differ from the
 // CPU only where two biased scores are within a few float ulps; docs/numerics-cuda.md.
 #include <algorithm>
@@ -23,6 +28,52 @@ __device__ __forceinline__ float softplus_ref(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
+constexpr int kWarps = kThreads / 32;
+
+// An expert's selection key: its biased score's order key, then the complement of its index, so
+// that a larger key is a larger score or, at equal scores, a lower index. Never 0 (e < 2^32 - 1):
+// 0 stands for "no candidate".
+__device__ __forceinline__ unsigned long long select_key(float biased, int e) {
+    return (static_cast<unsigned long long>(dev::order_key(biased)) << 32) |
+           (0xffffffffu - static_cast<uint32_t>(e));
+}
+
+__device__ __forceinline__ int key_expert(unsigned long long key) {
+    return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
+}
+
+// The warp's k largest of the distinct keys key(i), i = first + lane, first + lane + stride, ...
+// < n (0: not a candidate), largest first: out(j, key) for j < k, key 0 once they run out. Each
+// lane keeps its largest key below the last one taken from it; a round is a warp arg-max.
+template <typename KeyFn, typename OutFn>
+__device__ __forceinline__ void warp_top_keys(int first, int stride, int n, int k, KeyFn key,
+                                              OutFn out) {
+    const int lane = threadIdx.x & 31;
+    unsigned long long bound = ~0ull;
+    auto best_below = [&] {
+        unsigned long long b = 0;
+        for (int i = first + lane; i < n; i += stride) {
+            const unsigned long long c = key(i);
+            if (c < bound && c > b) b = c;
+        }
+        return b;
+    };
+    unsigned long long mine = best_below();
+    for (int j = 0; j < k; ++j) {
+        unsigned long long w = mine;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const unsigned long long u = __shfl_xor_sync(0xffffffffu, w, o);
+            w = u > w ? u : w;
+        }
+        out(j, w);
+        if (w != 0 && mine == w) {  // (keys are distinct: one lane)
+            bound = w;
+            mine = best_below();
+        }
+    }
+}
+
 // Blocks past the T routing blocks zero prep's h and out (a grid-stride loop over those blocks).
 __device__ void clear_prep(const MoePrep& p, int64_t T) {
     const int64_t n = p.n_h + p.n_out;
@@ -40,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
-    __shared__ unsigned long long best;
+    __shared__ unsigned long long cand[kWarps * kRouteMaxK];  // each warp's k best keys
     __shared__ int32_t sel_s[kRouteMaxK];
     const int64_t t = blockIdx.x;
     const float* l = a.logits + t * a.E;
@@ -72,25 +123,22 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = threadIdx.x; j < a.k; j += blockDim.x)
             sel_s[j] = a.tid2eid[static_cast<int64_t>(a.ids[t]) * a.k + j];
     } else {
-        for (int j = 0; j < a.k; ++j) {
-            if (threadIdx.x == 0) best = 0;
-            __syncthreads();
-            unsigned long long mine = 0;
-            for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
-                bool taken = false;
-                for (int q = 0; q < j; ++q) taken |= sel_s[q] == e;
-                if (taken) continue;
-                const unsigned long long c =
-                    (static_cast<unsigned long long>(dev::order_key(biased[e])) << 32) |
-                    (0xffffffffu - static_cast<uint32_t>(e));
-                mine = c > mine ? c : mine;
-            }
-            atomicMax(&best, mine);
-            __syncthreads();
-            if (threadIdx.x == 0)
-                sel_s[j] = static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
-            __syncthreads();
-        }
+        // Warp w's experts are w * 32 + lane + m * kThreads; its k best into cand[w], then warp 0
+        // takes the k best of the kWarps * k candidates (every expert of the top k is among its
+        // warp's k best). k <= E: the k keys taken are real ones.
+        const int warp = threadIdx.x >> 5;
+        warp_top_keys(
+            warp * 32, kThreads, a.E, a.k, [&](int e) { return select_key(biased[e], e); },
+            [&](int j, unsigned long long key) {
+                if ((threadIdx.x & 31) == 0) cand[warp * a.k + j] = key;
+            });
+        __syncthreads();
+        if (warp == 0)
+            warp_top_keys(
+                0, 32, kWarps * a.k, a.k, [&](int i) { return cand[i]; },
+                [&](int j, unsigned long long key) {
+                    if (threadIdx.x == 0) sel_s[j] = key_expert(key);
+                });
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
