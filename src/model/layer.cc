@@ -63,6 +63,22 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const ops::RoundTrip hadamard_fp4 =
         bf16 ? ops::RoundTrip::kHadamardBf16Fp4 : ops::RoundTrip::kHadamardFp4;
 
+    // The compressors and CSA's lightning indexer need nothing of the query and K=V chain below
+    // until attention: a branch that may run beside it (Backend::branch_begin). On CSA layers
+    // the branch is the indexer, from here: its compressor needs only x's projections (beside
+    // the q-lora norm: the branch pauses), its queries the normed q latent (the branch resumes
+    // after the norm); then top-k, the longer side, so the main compressor stays beside the
+    // query chain. On HCA layers the branch is the main compressor, after the norm.
+    const bool csa = spec.kind == LayerKind::kCsa, hca = spec.kind == LayerKind::kHca;
+    if (csa) {
+        // fp4 keys are the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
+        const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
+        b.branch_begin();
+        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
+                 fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
+        b.branch_pause();
+    }
+
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims. The
     // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear), and
     // the one shared K=V head's norm (and rope) rides along (independent rows: one launch on
@@ -75,7 +91,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     q_lora_norm.clear[0] = {ws.q, T * H * hd};
     q_lora_norm.clear[1] = {ws.u, T * g * Ro};
     q_lora_norm.clear[2] = {out, T * c.hidden_size};
-    if (spec.kind == LayerKind::kCsa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
+    if (csa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
     q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
     // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
@@ -85,24 +101,18 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const bool fp8_kv = lc.kv_format.type == CacheType::kFp8;
     if (reference() && !fp8_kv) b.round_trip({ws.kv, T, hd, hd - rd, 64, ops::RoundTrip::kFp8});
 
-    // The compressors and CSA's lightning indexer need nothing of the query and K=V chain below
-    // until attention: a branch that may run beside it (Backend::branch_begin). On CSA layers
-    // the branch is the indexer (its own compressed keys, queries from the q latent, top-k:
-    // the longer side, so the main compressor stays beside the query chain), on HCA layers the
-    // main compressor.
     auto compress_main = [&] {
         compress(w.compressor, lc.main, ws.ckv, ws.cgate, hd, spec.coff(),
                  fp8_kv ? ops::RoundTrip::kNone : ops::RoundTrip::kFp8, lc.kv_format);
     };
-    const bool branch = spec.kind != LayerKind::kSliding;
-    if (branch) b.branch_begin();
-    if (spec.kind == LayerKind::kHca) compress_main();
+    const bool branch = csa || hca;
+    if (csa) b.branch_resume();
+    if (hca) {
+        b.branch_begin();
+        compress_main();
+    }
     const int32_t* topk = nullptr;
-    if (spec.kind == LayerKind::kCsa) {
-        // fp4 keys are the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
-        const bool fp4_keys = lc.key_format.type == CacheType::kFp4;
-        compress(w.indexer_compressor, lc.indexer, ws.ikv, ws.igate, hi, 2,
-                 fp4_keys ? ops::RoundTrip::kNone : hadamard_fp4, lc.key_format);
+    if (csa) {
         b.linear(cleared({ws.qa, &w.indexer_wq_b, ws.qi, T, int64_t{Hi} * hi, 0, 0, 0, f32, f32,
                           fp8_act(w.indexer_wq_b), bf16}));
         const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hi) * Hi));
@@ -128,7 +138,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     b.linear(cleared(
         {ws.qa, &w.wq_b, ws.q, T, int64_t{H} * hd, 0, 0, 0, f32, f32, fp8_act(w.wq_b), bf16}));
 
-    if (spec.kind == LayerKind::kCsa) compress_main();
+    if (csa) compress_main();
     if (branch) b.branch_join();
     const float* entries = spec.kind != LayerKind::kSliding ? lc.main.entries : nullptr;
 

@@ -121,6 +121,13 @@ class Backend {
     virtual void branch_begin() {}
     virtual void branch_end() {}
     virtual void branch_join() {}
+    // Inside a branch, branch_pause() issues the next ops on the main line, before the branch's
+    // end: they depend only on ops issued before branch_begin() and neither read what the
+    // branch's ops so far write nor write what they read (they may run beside them).
+    // branch_resume() goes back to the branch, whose later ops may also depend on them (CUDA:
+    // the second stream waits for the main one there).
+    virtual void branch_pause() {}
+    virtual void branch_resume() {}
 
     // Bytes/s of a pure streaming read of a buffer far larger than the caches, measured now
     // (benchmarks' roofline); an error where the backend does not measure it.

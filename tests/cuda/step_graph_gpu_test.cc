@@ -4,6 +4,7 @@
 // backend's transfer counters. The replayed steps give the tokens of steps enqueued op by op.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -123,6 +124,35 @@ TEST(CudaStepGraph, RecordingFailsWhenTheStepWaits) {
     (*be)->free(x);
 }
 
+// A step's ops on n-float buffers (body) run op by op, then recorded as a graph and replayed:
+// after each, buffer k holds want[k] everywhere; the buffers in `reset` are zeroed before the
+// recording and before the replay (so the replay has to write them again).
+void check_op_by_op_and_replayed(Backend& b, int64_t n, const std::function<void()>& body,
+                                 const std::vector<float*>& bufs, const std::vector<float>& want,
+                                 const std::vector<float*>& reset) {
+    auto check = [&](const char* what) {
+        for (size_t k = 0; k < bufs.size(); ++k) {
+            std::vector<float> h(n);
+            b.download(h.data(), bufs[k], n * sizeof(float));
+            b.synchronize();
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_EQ(h[i], want[k]) << what << ", buffer " << k << ", " << i;
+        }
+    };
+    auto zero = [&] {
+        for (float* p : reset) b.fill(p, 0.0f, n);
+    };
+    body();
+    check("op by op");
+    zero();
+    auto rec = b.record(body);
+    ASSERT_TRUE(rec.has_value()) << rec.status().message();
+    ASSERT_NE(rec->get(), nullptr);
+    zero();
+    b.replay(**rec);
+    check("replayed");
+}
+
 // Backend branches (branch_begin / end / join): the branch's ops see what came before the
 // fork, the ops after the join see the branch's writes, run op by op and recorded as a graph
 // (a fork and a join in it) and replayed.
@@ -145,30 +175,43 @@ TEST(CudaStepGraph, BranchForksAndJoins) {
         b.branch_join();
         b.copy(z, x, n * sizeof(float));  // after it
     };
-    auto check = [&](const char* what) {
-        std::vector<float> hx(n), hy(n), hz(n);
-        b.download(hx.data(), x, n * sizeof(float));
-        b.download(hy.data(), y, n * sizeof(float));
-        b.download(hz.data(), z, n * sizeof(float));
-        b.synchronize();
-        for (int64_t i = 0; i < n; ++i) {
-            ASSERT_EQ(hx[i], 8.0f) << what << " " << i;
-            ASSERT_EQ(hy[i], 3.0f) << what << " " << i;
-            ASSERT_EQ(hz[i], 8.0f) << what << " " << i;
-        }
+    check_op_by_op_and_replayed(b, n, body, {x, y, z}, {8.0f, 3.0f, 8.0f}, {z});
+    for (float* p : {x, y, z}) b.free(p);
+}
+
+// A paused branch (branch_pause / resume): the main line's ops between them run beside the
+// branch's first ops, and the branch's later ops see their writes (twenty dependent launches on
+// the main line, so a resume that did not wait would read y early); op by op, then recorded and
+// replayed.
+TEST(CudaStepGraph, BranchPausesAndResumes) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_cuda_backend();
+    ASSERT_TRUE(be.has_value()) << be.status().message();
+    Backend& b = **be;
+    const int64_t n = 100003;
+    float* x = b.alloc_array<float>(n);
+    float* y = b.alloc_array<float>(n);
+    float* w = b.alloc_array<float>(n);
+    float* v = b.alloc_array<float>(n);
+    float* z = b.alloc_array<float>(n);
+    auto body = [&] {
+        b.fill(x, 1.0f, n);
+        b.fill(y, 1.0f, n);
+        b.branch_begin();
+        b.scale(x, 2.0f, n);  // 2, in the branch
+        b.branch_pause();
+        for (int i = 0; i < 20; ++i) b.scale(y, 2.0f, n);  // 2^20, on the main line
+        b.branch_resume();
+        b.copy(w, y, n * sizeof(float));  // 2^20: after the main line's scales
+        b.scale(x, 2.0f, n);              // 4
+        b.branch_end();
+        b.fill(v, 5.0f, n);  // beside the branch
+        b.branch_join();
+        b.copy(z, x, n * sizeof(float));  // 4: after it
     };
-    body();
-    check("op by op");
-    b.fill(z, 0.0f, n);
-    auto rec = b.record(body);
-    ASSERT_TRUE(rec.has_value()) << rec.status().message();
-    ASSERT_NE(rec->get(), nullptr);
-    b.fill(z, 0.0f, n);
-    b.replay(**rec);
-    check("replayed");
-    b.free(x);
-    b.free(y);
-    b.free(z);
+    check_op_by_op_and_replayed(b, n, body, {x, y, w, v, z},
+                                {4.0f, 1048576.0f, 1048576.0f, 5.0f, 4.0f}, {w, z});
+    for (float* p : {x, y, w, v, z}) b.free(p);
 }
 
 }  // namespace

@@ -162,6 +162,14 @@ class RecordingBackend final : public Backend {
         rec("branch_join");
         inner_->branch_join();
     }
+    void branch_pause() override {
+        rec("branch_pause");
+        inner_->branch_pause();
+    }
+    void branch_resume() override {
+        rec("branch_resume");
+        inner_->branch_resume();
+    }
 
 #define DSV4_REC_OP(op, Args)              \
     void op(const ops::Args& a) override { \

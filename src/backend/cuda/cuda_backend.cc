@@ -263,6 +263,7 @@ class CudaBackend final : public Backend {
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+        DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&resume_, cudaEventDisableTiming));
         profile_.stream = stream_.get();
     }
 
@@ -272,6 +273,7 @@ class CudaBackend final : public Backend {
         for (auto& [p, bytes] : blocks_) cudaFree(p);  // teardown: errors have nowhere to go
         cudaEventDestroy(fork_);
         cudaEventDestroy(join_);
+        cudaEventDestroy(resume_);
     }
 
     const char* name() const override { return "cuda"; }
@@ -294,6 +296,8 @@ class CudaBackend final : public Backend {
             branch_uses_ |= scratch;
         else if (branch_pending_ && (scratch & branch_uses_) != 0)
             branch_join();
+        DSV4_ASSERT(!paused_ || (scratch & branch_uses_) == 0,
+                    "an op of a paused branch's main line uses the branch's scratch");
     }
     // The rest of an open branch runs in order on the main stream (for an op bound to it).
     void leave_branch() {
@@ -370,7 +374,8 @@ class CudaBackend final : public Backend {
         cuda::launch_fill(dst, value, n, cur());
     }
     void synchronize() override {
-        DSV4_ASSERT(!in_branch_ && !branch_pending_, "synchronize with a branch not joined");
+        DSV4_ASSERT(!in_branch_ && !branch_pending_ && !paused_,
+                    "synchronize with a branch not joined");
         if (broke_recording("synchronize")) return;
         ++counts_.synchronizes;
         stream_.synchronize();
@@ -389,7 +394,8 @@ class CudaBackend final : public Backend {
         recording_ = true;
         breaker_ = nullptr;
         body();
-        DSV4_ASSERT(!in_branch_ && !branch_pending_, "a recorded step left a branch not joined");
+        DSV4_ASSERT(!in_branch_ && !branch_pending_ && !paused_,
+                    "a recorded step left a branch not joined");
         recording_ = false;
         const cudaError_t err = cuda::CudaGraph::end_capture(stream_.get(), &step->graph);
         if (breaker_ != nullptr)
@@ -413,7 +419,7 @@ class CudaBackend final : public Backend {
     // graph). Not while profiling (the op times are the main stream's events) or under
     // DSV4_CUDA_BRANCHES=0.
     void branch_begin() override {
-        DSV4_ASSERT(!in_branch_ && !branch_pending_, "branch_begin: a branch is open");
+        DSV4_ASSERT(!in_branch_ && !branch_pending_ && !paused_, "branch_begin: a branch is open");
         if (!branches_ || profile_.on) return;
         DSV4_CHECK_CUDA(cudaEventRecord(fork_, stream_.get()));
         DSV4_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), fork_, 0));
@@ -421,16 +427,30 @@ class CudaBackend final : public Backend {
         branch_uses_ = 0;
     }
     void branch_end() override {
+        DSV4_ASSERT(!paused_, "branch_end of a paused branch");
         if (!in_branch_) return;
         DSV4_CHECK_CUDA(cudaEventRecord(join_, side_.get()));
         in_branch_ = false;
         branch_pending_ = true;
     }
     void branch_join() override {
-        DSV4_ASSERT(!in_branch_, "branch_join inside the branch");
+        DSV4_ASSERT(!in_branch_ && !paused_, "branch_join inside the branch");
         if (!branch_pending_) return;
         DSV4_CHECK_CUDA(cudaStreamWaitEvent(stream_.get(), join_, 0));
         branch_pending_ = false;
+    }
+    // A pause: the ops go to the main stream; the resume has the side stream wait for them.
+    void branch_pause() override {
+        if (!in_branch_) return;  // (branches off: everything in order)
+        in_branch_ = false;
+        paused_ = true;
+    }
+    void branch_resume() override {
+        if (!paused_) return;
+        DSV4_CHECK_CUDA(cudaEventRecord(resume_, stream_.get()));
+        DSV4_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), resume_, 0));
+        paused_ = false;
+        in_branch_ = true;
     }
     ShapeLimits shape_limits() const override {
         return {cuda::kAttnMaxHeadDim, cuda::kCompressMaxTypedWidth, cuda::kHcMaxStreams,
@@ -1489,8 +1509,9 @@ class CudaBackend final : public Backend {
     float* local_weight_ = nullptr;    // [local_slots_] (in the same allocation)
     int64_t local_slots_ = 0;
     cuda::CudaStream side_;  // the branches' stream
-    cudaEvent_t fork_ = nullptr, join_ = nullptr;
+    cudaEvent_t fork_ = nullptr, join_ = nullptr, resume_ = nullptr;
     bool in_branch_ = false, branch_pending_ = false;
+    bool paused_ = false;       // a branch paused (branch_pause): its ops so far on side_
     unsigned branch_uses_ = 0;  // Scratch bits the open or pending branch used
     TransferCounts counts_;
     OpProfile profile_;
