@@ -115,12 +115,13 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 }
 
 // Block-wide: the largest key `v` such that at least k of the n keys are >= v (0 < k <= n; n <
-// 2^31), by a radix select over 8-bit digits from the top: four passes, each a 256-bin histogram
-// of the keys whose higher digits equal those chosen so far (shared-memory atomics, one per
-// distinct bin per warp), scanned from the top bin by one warp for the largest digit that still
+// 2^31), by a radix select over 8-bit digits from the top: up to four passes, each a 256-bin
+// histogram of the keys whose higher digits equal those chosen so far (shared-memory atomics, one
+// per distinct bin per warp), scanned from the top bin by one warp for the largest digit that still
 // leaves at least k keys at or above it. Keys come from key(i), i < n, read once per pass. The
-// search stops early at a digit whose keys complete the top k exactly (with the keys above it:
-// usually by the third pass of four), returning that digit's prefix with zeros below as v. On
+// search stops early at a digit whose keys complete the top k exactly (with the keys above it;
+// a 24-bit prefix of a few thousand float scores rarely holds two, so the fourth pass is mostly
+// skipped), returning that digit's prefix with zeros below as v. On
 // return every thread holds v and `above` such that the caller, taking all keys > v and the
 // (k - above) lowest-index keys == v (all of them when fewer), takes exactly the top k with ties
 // to the lower index: above counts the keys > v, or, after an early stop, the keys above the
