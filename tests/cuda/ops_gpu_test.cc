@@ -1164,6 +1164,11 @@ TEST(CudaOpsGpu, DenseLinear) {
 // gate the two-kernel path (the GEMV, then the routing kernel).
 enum class GateType { kF32, kBf16, kNvfp4 };
 
+// The router's score of a gate output, as cpu_ref::route computes it: sqrt(softplus(l)).
+float sqrt_softplus(float l) {
+    return std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
+}
+
 void router_case(int D, GateType type, int64_t T) {
     auto be = make_gpu();
     std::mt19937 rng(13 + T);
@@ -1196,8 +1201,7 @@ void router_case(int D, GateType type, int64_t T) {
             const auto row = randn(D, rng);
             std::vector<float> l(E), s(E);
             cpu_ref::linear({row.data(), &rw, l.data(), 1, E});
-            for (int e = 0; e < E; ++e)
-                s[e] = std::sqrt(l[e] > 20 ? l[e] : std::log1p(std::exp(l[e]))) + bias[e];
+            for (int e = 0; e < E; ++e) s[e] = sqrt_softplus(l[e]) + bias[e];
             std::sort(s.begin(), s.end(), std::greater<float>());
             if (s[k - 1] - s[k] >= 1e-3f) {
                 std::copy(row.begin(), row.end(), x.begin() + t * D);
@@ -1267,6 +1271,14 @@ TEST(CudaOpsGpu, RouteSelectsTiesAndManyExperts) {
     std::mt19937 rng(29);
     const float levels[] = {-1.5f, -0.25f, 0.0f, 0.5f, 1.0f, 2.25f};
     const float biases[] = {0.0f, 0.0f, 0.125f, -0.375f};
+    // Equal biased scores only from equal (logit, bias) pairs.
+    for (const float la : levels)
+        for (const float ba : biases)
+            for (const float lb : levels)
+                for (const float bb : biases)
+                    if (sqrt_softplus(la) + ba == sqrt_softplus(lb) + bb) {
+                        ASSERT_TRUE(la == lb && ba == bb);
+                    }
     for (const auto& [E, k] : std::vector<std::pair<int, int>>{
              {1, 1}, {8, 8}, {67, 6}, {256, 6}, {256, 32}, {300, 7}, {1500, 16}, {40, 32}}) {
         for (const int64_t T : {1, 5}) {
@@ -1275,18 +1287,6 @@ TEST(CudaOpsGpu, RouteSelectsTiesAndManyExperts) {
             std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E));
             for (auto& v : logits) v = levels[rng() % 6];
             for (auto& v : bias) v = biases[rng() % 4];
-            // Equal biased scores only from equal (logit, bias) pairs: 24 pairs, checked once.
-            for (const float la : levels)
-                for (const float ba : biases)
-                    for (const float lb : levels)
-                        for (const float bb : biases) {
-                            const auto sp = [](float l) {
-                                return std::sqrt(l > 20 ? l : std::log1p(std::exp(l)));
-                            };
-                            if (sp(la) + ba == sp(lb) + bb) {
-                                ASSERT_TRUE(la == lb && ba == bb);
-                            }
-                        }
             Dev<float> d_log(*be, logits), d_bias(*be, bias), d_w(*be, T * k);
             Dev<int32_t> d_sel(*be, T * k);
             be->synchronize();

@@ -124,33 +124,43 @@ TEST(CudaStepGraph, RecordingFailsWhenTheStepWaits) {
     (*be)->free(x);
 }
 
-// A step's ops on n-float buffers (body) run op by op, then recorded as a graph and replayed:
-// after each, buffer k holds want[k] everywhere; the buffers in `reset` are zeroed before the
-// recording and before the replay (so the replay has to write them again).
-void check_op_by_op_and_replayed(Backend& b, int64_t n, const std::function<void()>& body,
-                                 const std::vector<float*>& bufs, const std::vector<float>& want,
-                                 const std::vector<float*>& reset) {
+// Buffers of n floats, one per want[k], on a fresh CUDA backend; body(b, buf) issues a step's ops
+// on them, run op by op, then recorded as a graph and replayed: after each, buffer k holds
+// want[k] everywhere. The buffers listed in `reset` are zeroed before the recording and before
+// the replay (so the replay has to write them again).
+constexpr int64_t kBranchFloats = 100003;
+void check_op_by_op_and_replayed(
+    const std::function<void(Backend&, const std::vector<float*>&)>& body,
+    const std::vector<float>& want, const std::vector<int>& reset) {
+    auto be = make_cuda_backend();
+    ASSERT_TRUE(be.has_value()) << be.status().message();
+    Backend& b = **be;
+    const int64_t n = kBranchFloats;
+    std::vector<float*> buf;
+    for (size_t k = 0; k < want.size(); ++k) buf.push_back(b.alloc_array<float>(n));
     auto check = [&](const char* what) {
-        for (size_t k = 0; k < bufs.size(); ++k) {
+        for (size_t k = 0; k < buf.size(); ++k) {
             std::vector<float> h(n);
-            b.download(h.data(), bufs[k], n * sizeof(float));
+            b.download(h.data(), buf[k], n * sizeof(float));
             b.synchronize();
             for (int64_t i = 0; i < n; ++i)
                 ASSERT_EQ(h[i], want[k]) << what << ", buffer " << k << ", " << i;
         }
     };
     auto zero = [&] {
-        for (float* p : reset) b.fill(p, 0.0f, n);
+        for (int k : reset) b.fill(buf[static_cast<size_t>(k)], 0.0f, n);
     };
-    body();
+    auto step = [&] { body(b, buf); };
+    step();
     check("op by op");
     zero();
-    auto rec = b.record(body);
+    auto rec = b.record(step);
     ASSERT_TRUE(rec.has_value()) << rec.status().message();
     ASSERT_NE(rec->get(), nullptr);
     zero();
     b.replay(**rec);
     check("replayed");
+    for (float* p : buf) b.free(p);
 }
 
 // Backend branches (branch_begin / end / join): the branch's ops see what came before the
@@ -158,14 +168,9 @@ void check_op_by_op_and_replayed(Backend& b, int64_t n, const std::function<void
 // (a fork and a join in it) and replayed.
 TEST(CudaStepGraph, BranchForksAndJoins) {
     DSV4_REQUIRE_GPU();
-    auto be = make_cuda_backend();
-    ASSERT_TRUE(be.has_value()) << be.status().message();
-    Backend& b = **be;
-    const int64_t n = 100003;
-    float* x = b.alloc_array<float>(n);
-    float* y = b.alloc_array<float>(n);
-    float* z = b.alloc_array<float>(n);
-    auto body = [&] {
+    const int64_t n = kBranchFloats;
+    auto body = [&](Backend& b, const std::vector<float*>& buf) {
+        float *x = buf[0], *y = buf[1], *z = buf[2];
         b.fill(x, 1.0f, n);
         b.fill(y, 1.0f, n);
         b.branch_begin();
@@ -175,8 +180,7 @@ TEST(CudaStepGraph, BranchForksAndJoins) {
         b.branch_join();
         b.copy(z, x, n * sizeof(float));  // after it
     };
-    check_op_by_op_and_replayed(b, n, body, {x, y, z}, {8.0f, 3.0f, 8.0f}, {z});
-    for (float* p : {x, y, z}) b.free(p);
+    check_op_by_op_and_replayed(body, {8.0f, 3.0f, 8.0f}, {2});
 }
 
 // A paused branch (branch_pause / resume): the main line's ops between them run beside the
@@ -185,16 +189,9 @@ TEST(CudaStepGraph, BranchForksAndJoins) {
 // replayed.
 TEST(CudaStepGraph, BranchPausesAndResumes) {
     DSV4_REQUIRE_GPU();
-    auto be = make_cuda_backend();
-    ASSERT_TRUE(be.has_value()) << be.status().message();
-    Backend& b = **be;
-    const int64_t n = 100003;
-    float* x = b.alloc_array<float>(n);
-    float* y = b.alloc_array<float>(n);
-    float* w = b.alloc_array<float>(n);
-    float* v = b.alloc_array<float>(n);
-    float* z = b.alloc_array<float>(n);
-    auto body = [&] {
+    const int64_t n = kBranchFloats;
+    auto body = [&](Backend& b, const std::vector<float*>& buf) {
+        float *x = buf[0], *y = buf[1], *w = buf[2], *v = buf[3], *z = buf[4];
         b.fill(x, 1.0f, n);
         b.fill(y, 1.0f, n);
         b.branch_begin();
@@ -209,9 +206,7 @@ TEST(CudaStepGraph, BranchPausesAndResumes) {
         b.branch_join();
         b.copy(z, x, n * sizeof(float));  // 4: after it
     };
-    check_op_by_op_and_replayed(b, n, body, {x, y, w, v, z},
-                                {4.0f, 1048576.0f, 1048576.0f, 5.0f, 4.0f}, {w, z});
-    for (float* p : {x, y, w, v, z}) b.free(p);
+    check_op_by_op_and_replayed(body, {4.0f, 1048576.0f, 1048576.0f, 5.0f, 4.0f}, {2, 4});
 }
 
 }  // namespace

@@ -114,6 +114,16 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// A candidate's 64-bit selection key: its order key, then the complement of its index, so that
+// a larger key is a larger value or, at equal values, a lower index (the sampler's and the
+// router's ties to the lower id). Never 0 for an index below 2^32 - 1.
+__device__ __forceinline__ uint64_t cand_key(uint32_t k, int64_t id) {
+    return (static_cast<uint64_t>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
+}
+__device__ __forceinline__ int32_t key_id(uint64_t c) {
+    return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(c));
+}
+
 // Block-wide: the largest key `v` such that at least k of the n keys are >= v (0 < k <= n; n <
 // 2^31), by a radix select over 8-bit digits from the top: up to four passes, each a 256-bin
 // histogram of the keys whose higher digits equal those chosen so far (shared-memory atomics, one

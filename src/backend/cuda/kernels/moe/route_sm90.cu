@@ -30,40 +30,29 @@ __device__ __forceinline__ float softplus_ref(float x) {
 
 constexpr int kWarps = kThreads / 32;
 
-// An expert's selection key: its biased score's order key, then the complement of its index, so
-// that a larger key is a larger score or, at equal scores, a lower index. Never 0 (e < 2^32 - 1):
-// 0 stands for "no candidate".
-__device__ __forceinline__ unsigned long long select_key(float biased, int e) {
-    return (static_cast<unsigned long long>(dev::order_key(biased)) << 32) |
-           (0xffffffffu - static_cast<uint32_t>(e));
-}
-
-__device__ __forceinline__ int key_expert(unsigned long long key) {
-    return static_cast<int>(0xffffffffu - static_cast<uint32_t>(key));
-}
-
-// The warp's k largest of the distinct keys key(i), i = first + lane, first + lane + stride, ...
-// < n (0: not a candidate), largest first: out(j, key) for j < k, key 0 once they run out. Each
-// lane keeps its largest key below the last one taken from it; a round is a warp arg-max.
+// The warp's k largest of the distinct keys key(i) (dev::cand_key: never 0), i = first + lane,
+// first + lane + stride, ... < n (0: not a candidate), largest first: out(j, key) for j < k, key 0
+// once they run out. Each lane keeps its largest key below the last one taken from it; a round is a
+// warp arg-max.
 template <typename KeyFn, typename OutFn>
 __device__ __forceinline__ void warp_top_keys(int first, int stride, int n, int k, KeyFn key,
                                               OutFn out) {
     const int lane = threadIdx.x & 31;
-    unsigned long long bound = ~0ull;
+    uint64_t bound = ~0ull;
     auto best_below = [&] {
-        unsigned long long b = 0;
+        uint64_t b = 0;
         for (int i = first + lane; i < n; i += stride) {
-            const unsigned long long c = key(i);
+            const uint64_t c = key(i);
             if (c < bound && c > b) b = c;
         }
         return b;
     };
-    unsigned long long mine = best_below();
+    uint64_t mine = best_below();
     for (int j = 0; j < k; ++j) {
-        unsigned long long w = mine;
+        uint64_t w = mine;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            const unsigned long long u = __shfl_xor_sync(0xffffffffu, w, o);
+            const uint64_t u = __shfl_xor_sync(0xffffffffu, w, o);
             w = u > w ? u : w;
         }
         out(j, w);
@@ -91,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
-    __shared__ unsigned long long cand[kWarps * kRouteMaxK];  // each warp's k best keys
+    __shared__ uint64_t cand[kWarps * kRouteMaxK];  // each warp's k best keys
     __shared__ int32_t sel_s[kRouteMaxK];
     const int64_t t = blockIdx.x;
     const float* l = a.logits + t * a.E;
@@ -128,16 +117,17 @@ __global__ void __launch_bounds__(kThreads)
         // warp's k best). k <= E: the k keys taken are real ones.
         const int warp = threadIdx.x >> 5;
         warp_top_keys(
-            warp * 32, kThreads, a.E, a.k, [&](int e) { return select_key(biased[e], e); },
-            [&](int j, unsigned long long key) {
+            warp * 32, kThreads, a.E, a.k,
+            [&](int e) { return dev::cand_key(dev::order_key(biased[e]), e); },
+            [&](int j, uint64_t key) {
                 if ((threadIdx.x & 31) == 0) cand[warp * a.k + j] = key;
             });
         __syncthreads();
         if (warp == 0)
             warp_top_keys(
                 0, 32, kWarps * a.k, a.k, [&](int i) { return cand[i]; },
-                [&](int j, unsigned long long key) {
-                    if (threadIdx.x == 0) sel_s[j] = key_expert(key);
+                [&](int j, uint64_t key) {
+                    if (threadIdx.x == 0) sel_s[j] = dev::key_id(key);
                 });
     }
     __syncthreads();

@@ -33,12 +33,8 @@ constexpr int kThreads = 1024;
 constexpr unsigned kFull = 0xffffffffu;
 
 // Descending by logit, ties to the lower id: (order key << 32) | ~id, larger first.
-__device__ __forceinline__ uint64_t cand_key(uint32_t k, int64_t id) {
-    return (static_cast<uint64_t>(k) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
-}
-__device__ __forceinline__ int32_t key_id(uint64_t c) {
-    return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(c));
-}
+using dev::cand_key;
+using dev::key_id;
 
 // Unsigned 128-bit fixed point in units of 2^-96: holds sums of up to 2^32 probabilities <= 1.
 struct Fx {
