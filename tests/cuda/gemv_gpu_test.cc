@@ -1,11 +1,12 @@
 // GPU tests of the weight GEMV against the dequant_row CPU reference on fresh random data:
 // every format, bf16 and f32 activations, f32 and bf16 outputs, M = 1..16, odd shapes
 // (N = 17, K = 48), the V4-Flash shapes, grouped launches with device expert ids, row-block
-// quads split between warps, repeatability, capture into a CUDA graph, and the MoE step's
-// chain (w1|w3, then w2 with the combine) under PDL. Tolerances:
-// docs/numerics-cuda.md.
+// quads split between warps, repeatability, capture into a CUDA graph, the MoE step's chain
+// (w1|w3, then w2 with the combine) under PDL, and the same as one launch (the SwiGLU chain).
+// Tolerances: docs/numerics-cuda.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -17,6 +18,7 @@
 #include "backend/cuda/common/device_arena.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/gemv_op.h"
+#include "backend/cuda/kernels/gemv/gemv_swiglu_chain.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 
@@ -82,6 +84,14 @@ double tolerance(const Case& c, double abs_sum, double ref) {
     // running sum bounded by |y_init| + sum |w x| <= |ref| + 2 sum |w x|.
     if (c.accumulate) t += std::ldexp(1.0, -17) * (std::fabs(ref) + 2.0 * abs_sum);
     return t;
+}
+
+// n router weights (the MoE combine's group scales), uniform in [0.05, 1).
+std::vector<float> router_weights(int64_t n, std::mt19937& rng) {
+    std::vector<float> w(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> u(0.05f, 1.0f);
+    for (float& v : w) v = u(rng);
+    return w;
 }
 
 // `count` random checkpoint tensors of rows x cols.
@@ -663,9 +673,7 @@ TEST(GemvGpu, MoeStepChainWithPdl) {
 
     std::vector<float> x = test::from_bf16(test::to_bf16(test::random_activations(kHidden, rng)));
     const std::vector<uint16_t> x_bf = test::to_bf16(x);
-    std::vector<float> scales(kTokens * kGroups);
-    std::uniform_real_distribution<float> u(0.05f, 1.0f);
-    for (float& v : scales) v = u(rng);
+    const std::vector<float> scales = router_weights(kTokens * kGroups, rng);
 
     const auto dev = query_device(0);
     ArenaPlan plan;
@@ -764,6 +772,188 @@ TEST(GemvGpu, MoeStepChainWithPdl) {
             ASSERT_NEAR(y[static_cast<size_t>(t * kHidden + r)], ref[static_cast<size_t>(r)],
                         tolerance(c2, abs_sum[static_cast<size_t>(r)], ref[static_cast<size_t>(r)]))
                 << "output " << r;
+        }
+    }
+}
+
+// The SwiGLU chain (gemv_swiglu_chain.h): w1|w3, the clipped SwiGLU and w2 in one launch, for
+// several tokens in one captured graph under PDL, each token with its own expert ids (copied
+// into one shared ids buffer) and router weights, so the per-group counts must return to zero
+// after every launch. w1|w3's output h is checked against the reference, and the output against
+// w2 of the SwiGLU of the GPU's own h (the bound does not compound). Shapes: 2I a multiple of
+// 64; I = 80 (k-tiles past I zero-padded, h rows not on 64-row quads); and a grid of one SM and
+// one CTA (4 warps), so a warp's w2 segment spans more k-tiles than its SwiGLU buffer holds.
+TEST(GemvGpu, SwigluChainMatchesTheReference) {
+    DSV4_REQUIRE_GPU();
+    struct ChainCase {
+        TestFormat format;
+        int64_t hidden, inter;
+        int experts, groups;
+        float limit;
+        int depth;
+        bool one_cta;
+    };
+    const ChainCase cases[] = {
+        {TestFormat::kNvfp4, 256, 64, 6, 3, 0.0f, 2, false},
+        {TestFormat::kMxfp4, 256, 64, 6, 3, 0.0f, 2, false},
+        {TestFormat::kNvfp4, 192, 80, 9, 7, 0.25f, 2, false},
+        {TestFormat::kMxfp4, 192, 80, 9, 7, 0.25f, 4, false},
+        {TestFormat::kNvfp4, 128, 640, 3, 2, 0.5f, 2, true},
+        {TestFormat::kNvfp4, 128, 640, 3, 2, 0.5f, 4, true},
+    };
+    constexpr int kTokens = 3;
+    uint32_t seed = 9100;
+    for (const ChainCase& cc : cases) {
+        SCOPED_TRACE(testing::Message()
+                     << test::test_format_name(cc.format) << " D=" << cc.hidden << " I=" << cc.inter
+                     << " groups=" << cc.groups << " L=" << cc.limit << " depth=" << cc.depth
+                     << (cc.one_cta ? " one CTA" : ""));
+        std::mt19937 rng(seed++);
+        const int64_t D = cc.hidden, I = cc.inter, G = cc.groups;
+        const std::vector<OwnedWeight> o13 = random_weights(cc.format, cc.experts * 2, I, D, rng);
+        const std::vector<OwnedWeight> o2 = random_weights(cc.format, cc.experts, D, I, rng);
+        auto packed13 = repack(o13, cc.experts, 2);
+        auto packed2 = repack(o2, cc.experts, 1);
+        ASSERT_TRUE(packed13 && packed2);
+        std::vector<int32_t> ids(kTokens * G);
+        for (int t = 0; t < kTokens; ++t) {
+            std::vector<int32_t> order(static_cast<size_t>(cc.experts));
+            for (int e = 0; e < cc.experts; ++e) order[static_cast<size_t>(e)] = e;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (int g = 0; g < G; ++g) ids[static_cast<size_t>(t * G + g)] = order[g];
+        }
+        const std::vector<float> x = test::random_activations(kTokens * D, rng);
+        const std::vector<float> scales = router_weights(kTokens * G, rng);
+
+        const auto dev = query_device(0);
+        ArenaPlan plan;
+        plan.add(static_cast<size_t>(packed13->shape.device_bytes()));
+        plan.add(static_cast<size_t>(packed2->shape.device_bytes()));
+        plan.add(static_cast<size_t>(kTokens * D) * 4);
+        plan.add(static_cast<size_t>(kTokens * G) * 4);  // every token's ids
+        plan.add(static_cast<size_t>(G) * 4);            // the shared ids buffer
+        plan.add(static_cast<size_t>(kTokens * G) * 4);  // router weights
+        plan.add(static_cast<size_t>(kTokens * G * 2 * I) * 4);
+        plan.add(static_cast<size_t>(kTokens * D) * 4);
+        plan.add(GemvWorkspace::bytes(G * packed13->shape.row_blocks()));
+        plan.add(gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)));
+        auto arena = DeviceArena::create(plan.total());
+        ASSERT_TRUE(arena);
+        CudaStream stream = CudaStream::create();
+        const GemvWeight w13 = upload_gemv_weight(*packed13, *arena);
+        const GemvWeight w2 = upload_gemv_weight(*packed2, *arena);
+        auto* d_x = arena->alloc_array<float>(static_cast<size_t>(kTokens * D));
+        auto* d_ids_all = arena->alloc_array<int32_t>(ids.size());
+        auto* d_ids = arena->alloc_array<int32_t>(static_cast<size_t>(G));
+        auto* d_scales = arena->alloc_array<float>(scales.size());
+        auto* d_h = arena->alloc_array<float>(static_cast<size_t>(kTokens * G * 2 * I));
+        auto* d_y = arena->alloc_array<float>(static_cast<size_t>(kTokens * D));
+        const GemvWorkspace ws = GemvWorkspace::create(*arena, G * packed13->shape.row_blocks(),
+                                                       dev->sm_count, stream.get());
+        auto* d_ready = arena->alloc_array<uint32_t>(
+            gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)) / 4);
+        arena->freeze();
+        DSV4_CHECK_CUDA(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        DSV4_CHECK_CUDA(cudaMemcpy(d_ids_all, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        DSV4_CHECK_CUDA(
+            cudaMemcpy(d_scales, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+        DSV4_CHECK_CUDA(cudaMemset(d_h, 0, static_cast<size_t>(kTokens * G * 2 * I) * 4));
+        DSV4_CHECK_CUDA(cudaMemset(d_y, 0, static_cast<size_t>(kTokens * D) * 4));
+        DSV4_CHECK_CUDA(
+            cudaMemset(d_ready, 0, gemv_swiglu_chain_workspace_bytes(static_cast<int>(G))));
+
+        GemvOptions opt;
+        opt.expert_ids = d_ids;
+        opt.pdl = true;
+        opt.accumulate = true;
+        GemvLaunchConfig cfg{dev->sm_count, 0, 0, cc.depth};
+        if (cc.one_cta) cfg = {1, 1, 0, cc.depth};
+        CudaGraph::begin_capture(stream.get());
+        for (int t = 0; t < kTokens; ++t) {
+            DSV4_CHECK_CUDA(cudaMemcpyAsync(d_ids, d_ids_all + t * G, G * 4,
+                                            cudaMemcpyDeviceToDevice, stream.get()));
+            float* h = d_h + t * G * 2 * I;
+            GemvSwigluChainArgs c;
+            c.w13 =
+                gemv_args(w13, TensorView(d_x + t * D, DType::kF32, {1, D}),
+                          TensorView(h, DType::kF32, {G, 1, 2 * I}), static_cast<int>(G), ws, opt);
+            GemvOptions opt2 = opt;
+            opt2.sum_groups = true;
+            opt2.group_scale = d_scales + t * G;
+            // (x's view only sizes the arguments: the chain reads h's [gate | up] rows.)
+            c.w2 = gemv_args(w2, TensorView(h, DType::kF32, {G, 1, I}),
+                             TensorView(d_y + t * D, DType::kF32, {1, D}), static_cast<int>(G), ws,
+                             opt2);
+            c.w2.ldx = 2 * I;
+            c.w2.x_group_stride = 2 * I;
+            c.limit = cc.limit;
+            c.ready = d_ready;
+            ASSERT_TRUE(gemv_swiglu_chain_supports(c.w13, c.w2));
+            launch_gemv_swiglu_chain(c, cfg, stream.get());
+        }
+        CudaGraph graph;
+        ASSERT_EQ(CudaGraph::end_capture(stream.get(), &graph), cudaSuccess);
+        graph.launch(stream.get());
+        stream.synchronize();
+
+        std::vector<float> h(static_cast<size_t>(kTokens * G * 2 * I));
+        std::vector<float> y(static_cast<size_t>(kTokens * D));
+        std::vector<uint32_t> ready(gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)) / 4);
+        DSV4_CHECK_CUDA(cudaMemcpy(h.data(), d_h, h.size() * 4, cudaMemcpyDeviceToHost));
+        DSV4_CHECK_CUDA(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost));
+        DSV4_CHECK_CUDA(
+            cudaMemcpy(ready.data(), d_ready, ready.size() * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ready.size(); ++i) EXPECT_EQ(ready[i], 0u) << "count " << i;
+        Case c13;  // tolerances: f32 input, accumulated into zeros
+        c13.x_f32 = true;
+        c13.accumulate = true;
+        for (int t = 0; t < kTokens; ++t) {
+            SCOPED_TRACE(testing::Message() << "token " << t);
+            for (int g = 0; g < G; ++g) {
+                const int e = ids[static_cast<size_t>(t * G + g)];
+                for (int part = 0; part < 2; ++part) {
+                    std::vector<double> ref(static_cast<size_t>(I)),
+                        abs_sum(static_cast<size_t>(I));
+                    test::reference_gemv(o13[static_cast<size_t>(e * 2 + part)].w, x.data() + t * D,
+                                         1, ref.data(), abs_sum.data());
+                    for (int64_t r = 0; r < I; ++r) {
+                        const float v = h[static_cast<size_t>((t * G + g) * 2 * I + part * I + r)];
+                        ASSERT_NEAR(v, ref[static_cast<size_t>(r)],
+                                    tolerance(c13, abs_sum[static_cast<size_t>(r)],
+                                              ref[static_cast<size_t>(r)]))
+                            << "group " << g << " part " << part << " row " << r;
+                    }
+                }
+            }
+            std::vector<double> ref(static_cast<size_t>(D), 0.0),
+                abs_sum(static_cast<size_t>(D), 0.0);
+            for (int g = 0; g < G; ++g) {
+                // The SwiGLU as cpu_ref::swiglu computes it, on the GPU's h.
+                const float* hg = h.data() + (t * G + g) * 2 * I;
+                std::vector<float> act(static_cast<size_t>(I));
+                for (int64_t i = 0; i < I; ++i) {
+                    float gt = hg[i], up = hg[I + i];
+                    if (cc.limit > 0) {
+                        gt = std::min(gt, cc.limit);
+                        up = std::min(std::max(up, -cc.limit), cc.limit);
+                    }
+                    act[static_cast<size_t>(i)] = gt * (1.0f / (1.0f + std::exp(-gt))) * up;
+                }
+                std::vector<double> yg(static_cast<size_t>(D)), ag(static_cast<size_t>(D));
+                test::reference_gemv(o2[static_cast<size_t>(ids[static_cast<size_t>(t * G + g)])].w,
+                                     act.data(), 1, yg.data(), ag.data());
+                const double sc = scales[static_cast<size_t>(t * G + g)];
+                for (int64_t r = 0; r < D; ++r) {
+                    ref[static_cast<size_t>(r)] += sc * yg[static_cast<size_t>(r)];
+                    abs_sum[static_cast<size_t>(r)] += sc * ag[static_cast<size_t>(r)];
+                }
+            }
+            for (int64_t r = 0; r < D; ++r) {
+                ASSERT_NEAR(
+                    y[static_cast<size_t>(t * D + r)], ref[static_cast<size_t>(r)],
+                    tolerance(c13, abs_sum[static_cast<size_t>(r)], ref[static_cast<size_t>(r)]))
+                    << "output " << r;
+            }
         }
     }
 }

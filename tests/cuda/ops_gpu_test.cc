@@ -1649,12 +1649,17 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
             // expert's pairs in groups of up to 4 (decode batches of at least E / 3 pairs; the
             // busiest expert's 11 pairs in three), and again one row a pair
             // (cuda_set_moe_compact off: the smaller batches' path); 1 token: the groups read x
-            // itself and w2 adds into the output (no combine).
+            // itself and w2 adds into the output (no combine), and again as the SwiGLU chain
+            // (cuda_set_moe_chain: w1|w3, the SwiGLU and w2 in one launch; FP4 experts).
             for (int64_t Tc : {T, int64_t{11}, int64_t{5}, int64_t{2}, int64_t{1}})
-                for (int variant = 0; variant < 4; ++variant) {
-                    const bool with_shared = (variant & 1) != 0, compact = variant < 2;
+                for (int variant = 0; variant < 6; ++variant) {
+                    const bool with_shared = (variant & 1) != 0, chain = variant >= 4;
+                    const bool compact = variant < 2 || chain;
                     if (!compact && (Tc == T || Tc == 1)) continue;  // (no choice there)
+                    if (chain && Tc != 1) continue;
                     cuda_set_moe_compact(*be, compact);
+                    cuda_set_moe_chain(*be, chain);
+                    const int64_t chain_runs = cuda_moe_chain_runs(*be);
                     ASSERT_EQ(ops::moe_grouped_by_expert(Tc, k, E), Tc == T);
                     be->moe({dx.p, dsel.p, dwt.p, &*ex, with_shared ? g1 : nullptr,
                              with_shared ? g3 : nullptr, with_shared ? g2 : nullptr, shared.p,
@@ -1666,7 +1671,12 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                     const std::string what =
                         std::string("moe ") + name + " T=" + std::to_string(Tc) +
                         (with_shared ? (same_format ? " + stacked shared" : " + shared") : "") +
-                        (compact ? "" : " (a row a pair)");
+                        (compact ? "" : " (a row a pair)") + (chain ? " (SwiGLU chain)" : "");
+                    if (chain) {
+                        const bool fp4 = fi == static_cast<int>(TestFormat::kNvfp4) ||
+                                         fi == static_cast<int>(TestFormat::kMxfp4);
+                        EXPECT_EQ(cuda_moe_chain_runs(*be) - chain_runs, fp4 ? 1 : 0) << what;
+                    }
                     auto got = out.get();
                     got.resize(Tc * D);
                     const QuantWeight* sq[3] = {nullptr, nullptr, nullptr};
@@ -1678,6 +1688,7 @@ TEST(CudaOpsGpu, MoeEveryFormat) {
                     for (auto& v : tol) v *= 2e-4;
                     expect_within(what.c_str(), got, ref, tol);
                 }
+            cuda_set_moe_chain(*be, false);
         }
     }
 }

@@ -21,6 +21,7 @@
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/compressor/compress.h"
+#include "backend/cuda/kernels/gemv/gemv_swiglu_chain.h"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "backend/cuda/kernels/moe/moe.h"
@@ -208,6 +209,8 @@ const char* linear_label(ops::WeightRole r) {
 constexpr int64_t kDefaultStepRows = 256;
 // Expert pairs a row of a rank's step may hold (its top-k), for the local-id scratch.
 constexpr int64_t kMaxLocalSlots = 16;
+// Groups the SwiGLU chain's workspace serves: a one-token MoE's k experts and the shared one.
+constexpr int kMaxChainGroups = 64;
 
 // An on/off switch from the environment: unset or empty gives dflt, "0" off, anything else on.
 bool env_flag(const char* name, bool dflt) {
@@ -260,6 +263,12 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 25): =0 runs the queries' per-head norm
         // (AttentionArgs::q_norm) as a launch of its own before the split attention kernel.
         attn_norm_in_kernel_ = env_flag("DSV4_CUDA_ATTN_QNORM", true);
+        // A one-token MoE's w1|w3, SwiGLU and w2 as one launch (gemv_swiglu_chain.h). Off by
+        // default until measured on a GPU (docs/perf.md); =1 turns it on, and
+        // DSV4_CUDA_MOE_CHAIN_DEPTH=4 gives it four copy stages a warp instead of two.
+        moe_chain_ = env_flag("DSV4_CUDA_MOE_CHAIN", false);
+        if (const char* d = std::getenv("DSV4_CUDA_MOE_CHAIN_DEPTH"); d != nullptr)
+            moe_chain_depth_ = std::atoi(d) == 4 ? 4 : 2;
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -311,6 +320,8 @@ class CudaBackend final : public Backend {
     int64_t attention_split_runs() const { return attn_split_runs_; }
     void set_attention_split(bool on) { attn_split_ = on; }
     void set_moe_compact(bool on) { moe_compact_ = on; }
+    void set_moe_chain(bool on) { moe_chain_ = on; }
+    int64_t moe_chain_runs() const { return moe_chain_runs_; }
     void set_hc_cluster(bool on) { hc_cluster_ = on; }
     void set_attention_merge_cluster(bool on) { attn_merge_cluster_ = on; }
 
@@ -661,6 +672,7 @@ class CudaBackend final : public Backend {
             DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1, stack ? 1 : 0));
             ce.has_gemv = true;
             if (stack) stack_shared(ce, E, shared);
+            DSV4_RETURN_IF_ERROR(reserve_chain_workspace());
         }
         return keep_experts(ce, E, I, D);
     }
@@ -688,6 +700,7 @@ class CudaBackend final : public Backend {
         DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(ce.g13.shape.row_blocks()));
         ce.has_gemv = true;
         if (stack) stack_shared(ce, E, shared);
+        DSV4_RETURN_IF_ERROR(reserve_chain_workspace());
         max_cols_ = std::max({max_cols_, I, D});
         return keep_experts(ce, E, I, D);
     }
@@ -1101,9 +1114,13 @@ class CudaBackend final : public Backend {
                 cuda::launch_moe_ids_with_shared(a.sel, a.weight, a.k, a.E, gid, scale, h,
                                                  G * 2 * I, a.out, D, s);
             }
-            expert_gemv(ex.g13, a.x, D, 1, h, 2 * I, G, gid, /*x_stride=*/0);
+            const cuda::GemvArgs g13 = expert_gemv_args(ex.g13, a.x, D, 1, h, 2 * I, G, gid, 0);
+            const cuda::GemvArgs g2 =
+                expert_gemv_args(ex.g2, act1, I, 1, a.out, D, G, gid, -1, 0, scale);
+            if (chain_takes(ex, G) && swiglu_chain(g13, g2, a.swiglu_limit)) return;
+            cuda::launch_gemv(g13, {info_.sm_count}, s);
             cuda::launch_moe_swiglu({h, nullptr, act1, G, a.I, a.swiglu_limit}, s);
-            expert_gemv(ex.g2, act1, I, 1, a.out, D, G, gid, -1, /*y_stride=*/0, scale);
+            cuda::launch_gemv(g2, {info_.sm_count}, s);
             return;
         }
         // Reference numerics: every expert reads x rounded to FP8 per 128 (in the FP8 copy
@@ -1124,6 +1141,21 @@ class CudaBackend final : public Backend {
             if (compact)
                 cuda::launch_moe_compact_groups({a.sel, group_expert, pair_row, live, P, a.E, m},
                                                 s);
+            if (direct && chain_takes(ex, n_groups)) {
+                // The chain: h cleared here, the shared expert (or zeros) into the output first.
+                DSV4_CHECK_CUDA(cudaMemsetAsync(h13, 0, n_groups * 2 * I * sizeof(float), s));
+                if (a.shared_w1 != nullptr)
+                    shared_expert_into(a, x, a.out);
+                else
+                    DSV4_CHECK_CUDA(cudaMemsetAsync(a.out, 0, D * sizeof(float), s));
+                const cuda::GemvArgs g13 =
+                    expert_gemv_args(ex.g13, x, D, 1, h13, 2 * I, n_groups, ids, 0);
+                const cuda::GemvArgs g2 =
+                    expert_gemv_args(ex.g2, act, I, 1, a.out, D, n_groups, ids, -1, 0, a.weight);
+                const bool ran = swiglu_chain(g13, g2, a.swiglu_limit);
+                DSV4_ASSERT(ran, "moe: the SwiGLU chain did not take the experts chain_takes took");
+                return;
+            }
             if (direct) {
                 expert_gemv(ex.g13, x, D, m, h13, 2 * I, n_groups, ids, /*x_stride=*/0, -1, nullptr,
                             /*zero=*/true);
@@ -1154,18 +1186,7 @@ class CudaBackend final : public Backend {
         if (a.round_bf16) round_bf16_rows(act, R, I);
         if (a.act_fp8) cuda::launch_act_fp8_copy(act, I, act, R, I, s);
         const float* shared = nullptr;
-        auto shared_expert = [&](float* y) {
-            float* g = a.shared_scratch;
-            float* u = g + a.T * I;
-            const ops::ActType f32 = ops::ActType::kF32;
-            const bool r = a.round_bf16;
-            // (x is already rounded under act_fp8.)
-            linear({x, a.shared_w1, g, a.T, I, 0, 0, 0, f32, f32, false, r});
-            linear({x, a.shared_w3, u, a.T, I, 0, 0, 0, f32, f32, false, r});
-            swiglu({g, u, g, a.T * I, a.swiglu_limit});
-            if (r) round_bf16_rows(g, a.T, I);
-            linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8, r});
-        };
+        auto shared_expert = [&](float* y) { shared_expert_into(a, x, y); };
         if (direct) {
             if (a.shared_w1 != nullptr)
                 shared_expert(a.out);
@@ -1307,6 +1328,26 @@ class CudaBackend final : public Backend {
                      int64_t ldy, int64_t G, const int32_t* ids, int64_t x_stride = -1,
                      int64_t y_stride = -1, const float* group_scale = nullptr, bool zero = false,
                      const int32_t* n_live = nullptr) {
+        cuda::GemvArgs g =
+            expert_gemv_args(w, x, ldx, m, y, ldy, G, ids, x_stride, y_stride, group_scale);
+        // With groups counted on the device (n_live) the launch clears only those groups' y
+        // itself (a memset would clear every possible group's).
+        g.n_groups_dev = n_live;
+        if (zero && gemv_memset_ && n_live == nullptr) {
+            const int64_t sets = y_stride == 0 ? 1 : G;
+            DSV4_CHECK_CUDA(cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, cur()));
+        } else if (zero) {
+            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
+            g.y_zero = true;
+            uses(kGemvWorkspace);
+        }
+        cuda::launch_gemv(g, {info_.sm_count}, cur());
+    }
+    // expert_gemv's arguments, accumulating into y as it is (no clearing).
+    cuda::GemvArgs expert_gemv_args(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m,
+                                    float* y, int64_t ldy, int64_t G, const int32_t* ids,
+                                    int64_t x_stride = -1, int64_t y_stride = -1,
+                                    const float* group_scale = nullptr) {
         cuda::GemvArgs g = gemv_rows(w, 0, w.shape.n);
         g.n_groups = static_cast<int32_t>(G);
         g.expert_ids = ids;
@@ -1321,22 +1362,44 @@ class CudaBackend final : public Backend {
         g.y_group_stride = y_stride >= 0 ? y_stride : ldy * m;
         g.y_accumulate = true;
         g.group_scale = group_scale;
-        // With groups counted on the device (n_live) the launch clears only those groups' y
-        // itself (a memset would clear every possible group's).
-        g.n_groups_dev = n_live;
-        if (zero && gemv_memset_ && n_live == nullptr) {
-            const int64_t sets = y_stride == 0 ? 1 : G;
-            DSV4_CHECK_CUDA(cudaMemsetAsync(y, 0, static_cast<size_t>(sets * m * ldy) * 4, cur()));
-        } else if (zero) {
-            cuda::gemv_workspace_bind(gemv_ws_, gemv_ws_row_blocks_, &g);
-            g.y_zero = true;
-            uses(kGemvWorkspace);
-        }
         // PDL for one row per group (decode; ids are read after the GEMV's wait). Not for the
         // prefill's groups of 16 rows: the grouped MoE test failed for FP8 (E8M0) experts in the
         // one run with it, on other random weights too (docs/perf.md; cause not established).
         g.pdl = m == 1;
-        cuda::launch_gemv(g, {info_.sm_count}, cur());
+        return g;
+    }
+    // Whether a one-token MoE over these experts (G groups) may run as the SwiGLU chain.
+    bool chain_takes(const CudaExperts& ex, int64_t G) const {
+        const cuda::GemvFormat f = ex.g13.shape.format;
+        return moe_chain_ && chain_ws_ != nullptr && ex.has_gemv && G <= kMaxChainGroups &&
+               gemv_split_x_ && (f == cuda::GemvFormat::kNvfp4 || f == cuda::GemvFormat::kMxfp4);
+    }
+    // w1|w3 (into a cleared h), the clipped SwiGLU and w2 (into its output, cleared or holding
+    // the shared expert's) as one launch; false: the chain does not take them, nothing run.
+    // w2's activations are computed from h itself (its [gate | up] rows).
+    bool swiglu_chain(const cuda::GemvArgs& g13, cuda::GemvArgs g2, float limit) {
+        g2.x = g13.y;
+        g2.ldx = g13.n;
+        g2.x_group_stride = g13.y_group_stride;
+        if (!cuda::gemv_swiglu_chain_supports(g13, g2)) return false;
+        cuda::launch_gemv_swiglu_chain({g13, g2, limit, chain_ws_},
+                                       {info_.sm_count, 0, 0, moe_chain_depth_}, cur());
+        ++moe_chain_runs_;
+        return true;
+    }
+    // The shared expert's three linears and SwiGLU on T rows of x, into y (written, not added).
+    void shared_expert_into(const ops::MoeArgs& a, const float* x, float* y) {
+        const int64_t I = a.I, D = a.D;
+        float* g = a.shared_scratch;
+        float* u = g + a.T * I;
+        const ops::ActType f32 = ops::ActType::kF32;
+        const bool r = a.round_bf16;
+        // (x is already rounded under act_fp8.)
+        linear({x, a.shared_w1, g, a.T, I, 0, 0, 0, f32, f32, false, r});
+        linear({x, a.shared_w3, u, a.T, I, 0, 0, 0, f32, f32, false, r});
+        swiglu({g, u, g, a.T * I, a.swiglu_limit});
+        if (r) round_bf16_rows(g, a.T, I);
+        linear({g, a.shared_w2, y, a.T, D, 0, 0, 0, f32, f32, a.act_fp8, r});
     }
 
     // y[p] = x[p / x_div] . W[sel[p]]^T for P rows, W a dense f32 stack [E][N][K].
@@ -1399,6 +1462,15 @@ class CudaBackend final : public Backend {
         g.out_scale = static_cast<const float*>(os);
         DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(p.shape.row_blocks()));
         return g;
+    }
+    // The SwiGLU chain's per-group counts, with the first GEMV experts (fixed size; one chain
+    // runs at a time, on the main line).
+    Status reserve_chain_workspace() {
+        if (chain_ws_ != nullptr) return Status::ok();
+        DSV4_ASSIGN_OR_RETURN(void* p,
+                              try_alloc(cuda::gemv_swiglu_chain_workspace_bytes(kMaxChainGroups)));
+        chain_ws_ = static_cast<uint32_t*>(p);
+        return Status::ok();
     }
     // The split-K workspace of plain-mode launches, for weights of up to `rb` row blocks.
     Status reserve_gemv_workspace(int64_t rb) {
@@ -1502,6 +1574,10 @@ class CudaBackend final : public Backend {
     bool branches_ = true;             // false: DSV4_CUDA_BRANCHES=0
     bool gemv_split_x_ = true;         // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;          // false: DSV4_CUDA_MOE_COMPACT=0
+    bool moe_chain_ = false;           // true: DSV4_CUDA_MOE_CHAIN=1
+    int moe_chain_depth_ = 2;          // DSV4_CUDA_MOE_CHAIN_DEPTH
+    int64_t moe_chain_runs_ = 0;       // cuda_moe_chain_runs
+    uint32_t* chain_ws_ = nullptr;     // the chain's per-group counts (zeroed; left zero)
     bool hc_cluster_ = true;           // false: DSV4_CUDA_HC_CLUSTER=0
     bool attn_merge_cluster_ = true;   // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
     bool attn_norm_in_kernel_ = true;  // false: DSV4_CUDA_ATTN_QNORM=0
@@ -1562,6 +1638,18 @@ void cuda_set_moe_compact(Backend& b, bool on) {
     auto* cb = dynamic_cast<CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     cb->set_moe_compact(on);
+}
+
+void cuda_set_moe_chain(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_moe_chain(on);
+}
+
+int64_t cuda_moe_chain_runs(const Backend& b) {
+    const auto* cb = dynamic_cast<const CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    return cb->moe_chain_runs();
 }
 
 void cuda_set_attention_merge_cluster(Backend& b, bool on) {

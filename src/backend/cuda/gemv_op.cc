@@ -42,8 +42,8 @@ GemvWorkspace GemvWorkspace::create(DeviceArena& arena, int64_t max_row_blocks_t
     return ws;
 }
 
-void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
-          const GemvWorkspace& ws, const GemvOptions& options, cudaStream_t stream) {
+GemvArgs gemv_args(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
+                   const GemvWorkspace& ws, const GemvOptions& options) {
     const GemvShape& s = w.shape;
     DSV4_ASSERT(x.dtype == DType::kBF16 || x.dtype == DType::kF32, "gemv: x dtype ",
                 dtype_name(x.dtype));
@@ -94,6 +94,12 @@ void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_g
     a.pdl = options.pdl;
     a.ids_ready = options.ids_ready;
     gemv_workspace_bind(ws.base, ws.max_row_blocks_total, &a);
+    return a;
+}
+
+void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
+          const GemvWorkspace& ws, const GemvOptions& options, cudaStream_t stream) {
+    const GemvArgs a = gemv_args(w, x, y, n_groups, ws, options);
     GemvLaunchConfig cfg = options.launch;
     if (cfg.sm_count == 0) cfg.sm_count = ws.sm_count;
     DSV4_ASSERT(cfg.sm_count == ws.sm_count, "gemv: workspace sized for ", ws.sm_count, " SMs");

@@ -65,4 +65,8 @@ struct GemvOptions {
 void gemv(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
           const GemvWorkspace& ws, const GemvOptions& options, cudaStream_t stream);
 
+// gemv's checked launch arguments, not launched (options.launch is not part of them).
+GemvArgs gemv_args(const GemvWeight& w, const TensorView& x, const TensorView& y, int n_groups,
+                   const GemvWorkspace& ws, const GemvOptions& options);
+
 }  // namespace dsv4::cuda

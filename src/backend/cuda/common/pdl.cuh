@@ -30,31 +30,43 @@ __device__ __forceinline__ void pdl_enter() {
 
 }  // namespace dev
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialisation attribute
-// (and a cluster shape when cluster_x > 1). Safe inside a stream capture (it becomes a
-// programmatic edge of the graph).
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute
+// when `pdl` (and a cluster shape when cluster_x > 1). Safe inside a stream capture (the
+// attribute becomes a programmatic edge of the graph).
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                unsigned cluster_x, Args&&... args) {
+void launch_kernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, unsigned cluster_x, Args&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attrs[2];
-    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.numAttrs = 1;
+    unsigned n = 0;
+    if (pdl) {
+        attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attrs[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
     if (cluster_x > 1) {
-        attrs[1].id = cudaLaunchAttributeClusterDimension;
-        attrs[1].val.clusterDim.x = cluster_x;
-        attrs[1].val.clusterDim.y = 1;
-        attrs[1].val.clusterDim.z = 1;
-        cfg.numAttrs = 2;
+        attrs[n].id = cudaLaunchAttributeClusterDimension;
+        attrs[n].val.clusterDim.x = cluster_x;
+        attrs[n].val.clusterDim.y = 1;
+        attrs[n].val.clusterDim.z = 1;
+        ++n;
     }
     cfg.attrs = attrs;
+    cfg.numAttrs = n;
     DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
     DSV4_CHECK_LAUNCH(stream);
+}
+
+// launch_kernel with the programmatic-serialisation attribute: for the kernels that start with
+// dev::pdl_enter().
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                unsigned cluster_x, Args&&... args) {
+    launch_kernel(true, kernel, grid, block, smem, stream, cluster_x, std::forward<Args>(args)...);
 }
 
 }  // namespace dsv4::cuda

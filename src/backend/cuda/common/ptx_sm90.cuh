@@ -88,6 +88,15 @@ __device__ __forceinline__ uint32_t ld_cg_u32(const void* p) {
     return v;
 }
 
+// Two floats through L2 (bypassing L1), kept after every earlier asm volatile: values other
+// warps of the same launch added with red_add_f32 (L1 would not see them), read after the
+// acquire that orders them.
+__device__ __forceinline__ float2 ld_cg_v2_f32(const float* p) {
+    float2 v;
+    asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
+    return v;
+}
+
 // A load with acquire semantics at GPU scope: what the releasing writer wrote before its
 // release (a fence and the atomic this load observes) is visible after it.
 __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* p) {

@@ -12,6 +12,7 @@
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/common/block_sm90.cuh"
 #include "backend/cuda/kernels/common/rope_sm90.cuh"
+#include "backend/cuda/kernels/common/swiglu_sm90.cuh"
 #include "base/check.h"
 #include "base/fp_codes.h"
 #include "formats/synth_weight.h"
@@ -178,13 +179,7 @@ __global__ void swiglu_kernel(ops::SwigluArgs a) {
     const float L = a.limit;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        float g = a.gate[i], u = a.up[i];
-        if (L > 0) {
-            g = fminf(g, L);
-            u = fminf(fmaxf(u, -L), L);
-        }
-        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-        a.out[i] = __fmul_rn(__fmul_rn(g, sig), u);
+        a.out[i] = dev::clipped_swiglu(a.gate[i], a.up[i], L);
     }
 }
 

@@ -123,6 +123,9 @@ size_t gemv_workspace_bytes(int64_t max_row_blocks_total);
 // Carves the workspace pointers out of `base` (gemv_workspace_bytes long, 256-byte aligned).
 void gemv_workspace_bind(void* base, int64_t max_row_blocks_total, GemvArgs* args);
 
+// Aborts (file:line) on arguments no launch can take: a programmer error.
+void gemv_check_args(const GemvArgs& args, const GemvLaunchConfig& config);
+
 // Checks the arguments (abort on programmer error) and launches. No allocation, no host sync:
 // safe inside a stream capture.
 void launch_gemv(const GemvArgs& args, const GemvLaunchConfig& config, cudaStream_t stream);

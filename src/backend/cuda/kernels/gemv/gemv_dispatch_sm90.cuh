@@ -8,6 +8,7 @@
 #include <atomic>
 
 #include "backend/cuda/common/check.cuh"
+#include "backend/cuda/common/pdl.cuh"
 #include "backend/cuda/kernels/gemv/gemv.h"
 #include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
 #include "base/check.h"
@@ -83,18 +84,8 @@ int format_ctas_per_sm(const GemvArgs& a, int depth) {
 template <GemvFormat F>
 void format_launch(const GemvArgs& a, int depth, int ctas, cudaStream_t stream) {
     const Variant v = select_variant<F>(a, depth);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = a.pdl ? 1 : 0;
-    DSV4_CHECK_CUDA(cudaLaunchKernelEx(&cfg, v.kernel, a));
-    DSV4_CHECK_LAUNCH(stream);
+    launch_kernel(a.pdl, v.kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), 0, stream, 1,
+                  a);
 }
 
 }  // namespace dsv4::cuda::gemv_sm90

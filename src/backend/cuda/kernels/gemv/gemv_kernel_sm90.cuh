@@ -90,110 +90,130 @@ __device__ __forceinline__ void join_split_columns(float (&acc)[kGemvQuad][kNT][
     }
 }
 
-template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages, bool kSplit = false>
-__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT>))
-    gemv_kernel(const __grid_constant__ GemvArgs a) {
-    static_assert(!kSplit || kXF32, "split columns are an f32-activation mode");
-    constexpr int kSteps = gemv_ksteps(F);
-    constexpr int kTileScale = gemv_tile_scale_bytes(F);
-    constexpr int kUnitScale = kGemvQuad * kTileScale;  // 256 / 128 / 16 / 0 bytes
-    constexpr bool kPostScale = F == GemvFormat::kFp8;
-    constexpr int kXTileBytes = gemv_tile_k(F) * (kXF32 ? 4 : 2);
-    using X = XChunk<F, kXF32>;
-    static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "power-of-two stage ring");
-    static_assert(kWarpsPerCta * kStages * kStageBytes <= 48 * 1024, "static shared memory");
-    __shared__ __align__(128) uint8_t stages[kWarpsPerCta][kStages][kStageBytes];
+// The expert of `group` (identity without ids). The ids are written by the router, a kernel
+// before this one: read after the launch's wait, never by __ldg.
+__device__ __forceinline__ int expert_of(const GemvArgs& a, int group) {
+    return a.expert_ids != nullptr ? static_cast<int>(ptx::ld_cg_u32(a.expert_ids + group)) : group;
+}
 
-    const int lane = static_cast<int>(threadIdx.x) & 31;
-    const int warp_in_cta = static_cast<int>(threadIdx.x) >> 5;
-    const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta;
-    const int T = a.k_tiles;
-    const int Q = a.row_blocks / kGemvQuad;
-    const int per_group = Q * T;  // units (quad x k-tile) per group
-    // A group count from the device (the previous kernel's): waited for before the split.
-    int n_groups = a.n_groups;
-    if (a.n_groups_dev != nullptr) {
-        ptx::griddep_wait();
-        n_groups = static_cast<int>(ptx::ld_cg_u32(a.n_groups_dev));
+// The issue side of a warp: copies the warp's units, in order, into its ring of kStages
+// shared-memory stages, kStages - 1 ahead of the math. Within a group the units (tiles and scale
+// chunks) are contiguous: pointers jump only at a group boundary. kTwoRanges: after the first
+// launch's range, the warp's range of a second one (the chain of gemv_swiglu_chain_sm90.cuh),
+// so the second's weights stream in while the first's last units are multiplied.
+template <GemvFormat F, int kStages, bool kTwoRanges = false>
+struct UnitStream {
+    static constexpr int kUnitScale = kGemvQuad * gemv_tile_scale_bytes(F);
+
+    const GemvArgs* a;
+    uint32_t ring;  // shared address of the warp's stage 0
+    int lane;
+    int per_group;  // units a group
+    int group;      // of the next unit
+    int unit;       // inside its group
+    int issued = 0;
+    int end;  // units of the ranges started so far
+    const uint8_t* tiles = nullptr;
+    const uint8_t* scales = nullptr;
+    const GemvArgs* second = nullptr;  // kTwoRanges: not started yet
+    int second_u0 = 0;
+    int second_n = 0;
+
+    __device__ __forceinline__ UnitStream(const GemvArgs& first, uint32_t ring_, int lane_, int u0,
+                                          int u1)
+        : a(&first), ring(ring_), lane(lane_), end(u1 - u0) {
+        start(u0);
     }
-    // At most one warp per unit, so every warp of the split has work and the warps sharing a
-    // quad are consecutive (the partial-sum count below relies on it).
-    const int64_t total = static_cast<int64_t>(per_group) * n_groups;
-    const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
-    const Split split{grid_warps < total ? grid_warps : total, total};
-
-    if (warp >= split.warps) return;
-    const int u0 = split.first(warp);
-    const int u1 = split.first(warp + 1);
-
-    auto expert_of = [&](int group) -> int {
-        // (Written by the router, the previous kernel: read after the wait, never by __ldg.)
-        return a.expert_ids != nullptr ? static_cast<int>(ptx::ld_cg_u32(a.expert_ids + group))
-                                       : group;
-    };
-    // Stage of the warp's i-th unit (i counted from u0).
-    const uint32_t ring = ptx::smem_addr(&stages[warp_in_cta][0][0]);
-    auto stage = [&](int i) {
+    __device__ __forceinline__ void start(int u0) {
+        per_group = (a->row_blocks / kGemvQuad) * a->k_tiles;
+        group = u0 / per_group;
+        unit = u0 - group * per_group;
+    }
+    // Stage of the warp's i-th unit (counted over both ranges).
+    __device__ __forceinline__ uint32_t stage(int i) const {
         return ring + static_cast<uint32_t>(i & (kStages - 1)) * kStageBytes;
-    };
-
-    // ---- Issue side: copies the warp's units, in order, kStages - 1 ahead of the math. Within
-    // a group the units (tiles and scale chunks) are contiguous: pointers jump only at a group
-    // boundary.
-    int l_group = u0 / per_group;
-    int l_unit = u0 - l_group * per_group;  // unit index inside the group
-    int l_i = 0;                            // units issued
-    const uint8_t* l_tiles = nullptr;
-    const uint8_t* l_scales = nullptr;
-    auto l_set = [&]() {
-        const int64_t e = expert_of(l_group);
-        l_tiles = static_cast<const uint8_t*>(a.w_tiles) + e * a.w_tiles_expert_stride +
-                  lane * kGemvLaneBytes;
-        l_scales =
-            static_cast<const uint8_t*>(a.w_scales) + e * a.w_scales_expert_stride + lane * 16;
-    };
-    // Lanes that copy the unit's scale chunk, 16 bytes each.
-    [[maybe_unused]] const bool scale_lane = lane < kUnitScale / 16;
-    const int n_units = u1 - u0;
-    auto issue = [&]() {
-        if (l_i < n_units) {
-            const uint32_t dst = stage(l_i) + lane * kGemvLaneBytes;
-            const uint8_t* src = l_tiles + static_cast<int64_t>(l_unit) * kUnitBytes;
+    }
+    // The current group's weights (its expert's ids read here).
+    __device__ __forceinline__ void set() {
+        const int64_t e = expert_of(*a, group);
+        tiles = static_cast<const uint8_t*>(a->w_tiles) + e * a->w_tiles_expert_stride +
+                lane * kGemvLaneBytes;
+        scales =
+            static_cast<const uint8_t*>(a->w_scales) + e * a->w_scales_expert_stride + lane * 16;
+    }
+    __device__ __forceinline__ void issue() {
+        if (issued < end) {
+            const uint32_t dst = stage(issued) + lane * kGemvLaneBytes;
+            const uint8_t* src = tiles + static_cast<int64_t>(unit) * kUnitBytes;
 #pragma unroll
             for (int r = 0; r < kGemvQuad; ++r)
                 ptx::cp_async_16(dst + r * kGemvTileBytes, src + r * kGemvTileBytes);
             if constexpr (kUnitScale > 0) {
-                ptx::cp_async_16_if(scale_lane, stage(l_i) + kUnitBytes + lane * 16,
-                                    l_scales + static_cast<int64_t>(l_unit) * kUnitScale);
+                // Lanes that copy the unit's scale chunk, 16 bytes each.
+                ptx::cp_async_16_if(lane < kUnitScale / 16, stage(issued) + kUnitBytes + lane * 16,
+                                    scales + static_cast<int64_t>(unit) * kUnitScale);
             }
-            ++l_i;
-            if (++l_unit == per_group && l_i < n_units) {
-                ++l_group;
-                l_unit = 0;
-                l_set();
+            ++issued;
+            if (++unit == per_group && issued < end) {
+                ++group;
+                unit = 0;
+                set();
+            }
+            if constexpr (kTwoRanges) {
+                if (issued == end && second != nullptr) switch_range();
             }
         }
         // Always commit (an empty group past the end) so the group count stays uniform.
         ptx::cp_async_commit();
-    };
+    }
+    // kTwoRanges: the second range, units [u0, u0 + n) of `next`, issued after the first's.
+    __device__ __forceinline__ void then(const GemvArgs& next, int u0, int n) {
+        static_assert(kTwoRanges, "a stream of one range");
+        second = &next;
+        second_u0 = u0;
+        second_n = n;
+        if (issued == end) switch_range();
+    }
+    __device__ __forceinline__ void switch_range() {
+        a = second;
+        second = nullptr;
+        end += second_n;
+        start(second_u0);
+        if (second_n > 0) set();
+    }
+};
 
-    // Expert ids from the previous kernel (the router): wait for it before the first address.
-    // Fixed weights and ids written earlier (ids_ready) are prefetched before the wait.
-    const bool ids_from_device = a.expert_ids != nullptr && !a.ids_ready;
-    if (ids_from_device) ptx::griddep_wait();
-    l_set();
-#pragma unroll 1
-    for (int i = 0; i < kStages - 1; ++i) issue();
-    if (!ids_from_device) ptx::griddep_wait();
-    // Dependents may start their weight prefetch as soon as SMs free up. Not before the wait:
-    // a dependent with ids_ready relies on this grid's predecessor being complete.
-    ptx::griddep_launch_dependents();
-    // y_zero: clear this warp's share of y now (after the wait: y may be the previous kernels'
-    // scratch); the warp checks that all shares are cleared before its first add.
-    bool y_cleared = !a.y_zero;
-    if (a.y_zero) zero_y_share(a, n_groups, warp, split.warps, lane);
+// Where the compute side's activation chunks come from: straight from x in global memory (an
+// earlier kernel's output). The chain's second GEMV has its own source (gemv_swiglu_chain).
+struct XFromGlobal {
+    // Before a warp's segment (a run of k-tiles [t0, t_end) of one quad of `group`).
+    __device__ __forceinline__ void segment(int /*group*/, int /*t0*/, int /*t_end*/) {}
+    // Before the chunk of tile t is loaded (every lane, uniformly).
+    __device__ __forceinline__ void before(int /*t*/) {}
+    template <GemvFormat F, bool kXF32>
+    __device__ __forceinline__ void load(bool pred, const char* p, int /*t*/,
+                                         uint32_t (&raw)[XChunk<F, kXF32>::kRawWords]) {
+        load_x<F, kXF32>(pred, p, raw);
+    }
+};
 
-    // ---- Compute side: one segment per row-block quad touched by this warp's range.
+// The compute side of a warp's range of units [u0, u1) of `a`: one segment per row-block quad
+// touched, each unit's stage consumed in order (`c_i`, counted over the stream's ranges) while
+// `s` issues the units kStages - 1 ahead, and each quad's sums written, added or finished.
+// u0 < u1.
+template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages, bool kSplit, class Stream,
+          class XSource>
+__device__ __forceinline__ void compute_units(const GemvArgs& a, XSource& xs, Stream& s, int u0,
+                                              int u1, int n_groups, const Split& split, int lane,
+                                              bool& y_cleared, int& c_i) {
+    constexpr int kSteps = gemv_ksteps(F);
+    constexpr int kTileScale = gemv_tile_scale_bytes(F);
+    constexpr bool kPostScale = F == GemvFormat::kFp8;
+    constexpr int kXTileBytes = gemv_tile_k(F) * (kXF32 ? 4 : 2);
+    using X = XChunk<F, kXF32>;
+    const int T = a.k_tiles;
+    const int Q = a.row_blocks / kGemvQuad;
+    const int per_group = Q * T;
     const int g = lane >> 2;
     const int c = lane & 3;
     // Tiles whose activation chunk for this lane lies inside k.
@@ -201,8 +221,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
     int c_group = u0 / per_group;
     int c_quad = (u0 - c_group * per_group) / T;
     int c_t = u0 - c_group * per_group - c_quad * T;
-    int c_expert = expert_of(c_group);
-    int c_i = 0;  // units consumed
+    int c_expert = expert_of(a, c_group);
     uint32_t x_cur[kNT][X::kRawWords] = {};
     for (int u = u0; u < u1;) {
         const int seg = min(T - c_t, u1 - u);
@@ -235,10 +254,12 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
                 for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.0f;
             }
         }
+        xs.segment(c_group, c_t, t_end);
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-            load_x<F, kXF32>(c_t < x_lim[nt], x_row[nt] + static_cast<int64_t>(c_t) * kXTileBytes,
-                             x_cur[nt]);
+            xs.template load<F, kXF32>(c_t < x_lim[nt],
+                                       x_row[nt] + static_cast<int64_t>(c_t) * kXTileBytes, c_t,
+                                       x_cur[nt]);
         }
 
         for (int t = c_t; t < t_end; ++t) {
@@ -246,14 +267,16 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
             // lanes' too), and every lane is done with the stage the next issue overwrites.
             ptx::cp_async_wait<kStages - 2>();
             __syncwarp();
-            issue();
+            s.issue();
+            xs.before(t + 1);
             uint32_t x_next[kNT][X::kRawWords];
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
                 for (int v = 0; v < X::kRawWords; ++v) x_next[nt][v] = x_cur[nt][v];
-                load_x<F, kXF32>(t + 1 < x_lim[nt],
-                                 x_row[nt] + static_cast<int64_t>(t + 1) * kXTileBytes, x_next[nt]);
+                xs.template load<F, kXF32>(t + 1 < x_lim[nt],
+                                           x_row[nt] + static_cast<int64_t>(t + 1) * kXTileBytes,
+                                           t + 1, x_next[nt]);
             }
             // B fragments once per unit, shared by the four tiles.
             uint32_t xh[kNT][X::kFragWords];
@@ -266,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
                     x_fragments<F, kXF32>(x_cur[nt], xh[nt], xl[nt]);
             }
 
-            const uint32_t src = stage(c_i++);
+            const uint32_t src = s.stage(c_i++);
 #pragma unroll
             for (int r = 0; r < kGemvQuad; ++r) {
                 Slot cur;
@@ -349,10 +372,64 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
             c_t = 0;
             if (++c_quad == Q) {
                 c_quad = 0;
-                if (++c_group < n_groups) c_expert = expert_of(c_group);
+                if (++c_group < n_groups) c_expert = expert_of(a, c_group);
             }
         }
     }
+}
+
+// The warp's share of the work: units [first(w), first(w + 1)) of the (group, quad, k-tile)
+// space. At most one warp per unit, so every warp of the split has work and the warps sharing a
+// quad are consecutive (the split-K count of compute_units relies on it).
+__device__ __forceinline__ Split split_units(const GemvArgs& a, int n_groups) {
+    const int64_t total = static_cast<int64_t>((a.row_blocks / kGemvQuad) * a.k_tiles) * n_groups;
+    const int64_t grid_warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
+    return Split{grid_warps < total ? grid_warps : total, total};
+}
+
+template <GemvFormat F, bool kXF32, int kNT, bool kYBf16, int kStages, bool kSplit = false>
+__global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT>))
+    gemv_kernel(const __grid_constant__ GemvArgs a) {
+    static_assert(!kSplit || kXF32, "split columns are an f32-activation mode");
+    static_assert((kStages & (kStages - 1)) == 0 && kStages >= 2, "power-of-two stage ring");
+    static_assert(kWarpsPerCta * kStages * kStageBytes <= 48 * 1024, "static shared memory");
+    __shared__ __align__(128) uint8_t stages[kWarpsPerCta][kStages][kStageBytes];
+
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    const int warp_in_cta = static_cast<int>(threadIdx.x) >> 5;
+    const int warp = static_cast<int>(blockIdx.x) * kWarpsPerCta + warp_in_cta;
+    // A group count from the device (the previous kernel's): waited for before the split.
+    int n_groups = a.n_groups;
+    if (a.n_groups_dev != nullptr) {
+        ptx::griddep_wait();
+        n_groups = static_cast<int>(ptx::ld_cg_u32(a.n_groups_dev));
+    }
+    const Split split = split_units(a, n_groups);
+    if (warp >= split.warps) return;
+    const int u0 = split.first(warp);
+    const int u1 = split.first(warp + 1);
+    UnitStream<F, kStages> s(a, ptx::smem_addr(&stages[warp_in_cta][0][0]), lane, u0, u1);
+
+    // Expert ids from the previous kernel (the router): wait for it before the first address.
+    // Fixed weights and ids written earlier (ids_ready) are prefetched before the wait.
+    const bool ids_from_device = a.expert_ids != nullptr && !a.ids_ready;
+    if (ids_from_device) ptx::griddep_wait();
+    s.set();
+#pragma unroll 1
+    for (int i = 0; i < kStages - 1; ++i) s.issue();
+    if (!ids_from_device) ptx::griddep_wait();
+    // Dependents may start their weight prefetch as soon as SMs free up. Not before the wait:
+    // a dependent with ids_ready relies on this grid's predecessor being complete.
+    ptx::griddep_launch_dependents();
+    // y_zero: clear this warp's share of y now (after the wait: y may be the previous kernels'
+    // scratch); the warp checks that all shares are cleared before its first add.
+    bool y_cleared = !a.y_zero;
+    if (a.y_zero) zero_y_share(a, n_groups, warp, split.warps, lane);
+
+    XFromGlobal xs;
+    int c_i = 0;  // units consumed
+    compute_units<F, kXF32, kNT, kYBf16, kStages, kSplit>(a, xs, s, u0, u1, n_groups, split, lane,
+                                                          y_cleared, c_i);
     // Only empty groups can be pending here; drain them before the stages go away.
     ptx::cp_async_wait<0>();
     if (a.y_zero) leave_y_zero(a, split.warps, lane);

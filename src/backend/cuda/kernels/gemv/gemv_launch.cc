@@ -46,7 +46,9 @@ int64_t grid_ctas(const GemvArgs& a, const GemvLaunchConfig& c) {
     return (warps + kWarpsPerCta - 1) / kWarpsPerCta;
 }
 
-void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
+}  // namespace
+
+void gemv_check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
     const int tile_k = gemv_tile_k(a.format);
     const int lane_k = gemv_lane_k(a.format);
     DSV4_ASSERT(c.sm_count > 0, "gemv: GemvLaunchConfig.sm_count is required");
@@ -90,8 +92,6 @@ void check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
     DSV4_ASSERT(a.group_scale == nullptr || a.y_accumulate, "gemv: group_scale needs y_accumulate");
 }
 
-}  // namespace
-
 size_t gemv_workspace_bytes(int64_t max_row_blocks_total) {
     return accum_bytes(max_row_blocks_total) +
            static_cast<size_t>(max_row_blocks_total + 2) * sizeof(uint32_t);
@@ -110,7 +110,7 @@ int64_t gemv_grid_warps(const GemvArgs& args, const GemvLaunchConfig& config) {
 }
 
 void launch_gemv(const GemvArgs& a, const GemvLaunchConfig& c, cudaStream_t stream) {
-    check_args(a, c);
+    gemv_check_args(a, c);
     const int depth = c.depth > 0 ? c.depth : kDefaultDepth;
     const int ctas = static_cast<int>(grid_ctas(a, c));
     switch (a.format) {

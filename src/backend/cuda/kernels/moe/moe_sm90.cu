@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
+#include "backend/cuda/kernels/common/swiglu_sm90.cuh"
 #include "backend/cuda/kernels/moe/moe.h"
 #include "base/check.h"
 
@@ -57,7 +58,7 @@ __global__ void moe_group_kernel(MoeGroupArgs a) {
     }
 }
 
-// The same expression as the swiglu op (basic_sm90.cu) and cpu_ref::swiglu.
+// dev::clipped_swiglu, as the swiglu op (basic_sm90.cu) and cpu_ref::swiglu.
 __global__ void moe_swiglu_kernel(MoeSwigluArgs a) {
     dev::pdl_enter();
     const int64_t n = a.G * a.I;
@@ -65,13 +66,7 @@ __global__ void moe_swiglu_kernel(MoeSwigluArgs a) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t g = i / a.I, c = i % a.I;
-        float gt = a.h[g * 2 * a.I + c], u = a.h[g * 2 * a.I + a.I + c];
-        if (L > 0) {
-            gt = fminf(gt, L);
-            u = fminf(fmaxf(u, -L), L);
-        }
-        const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-gt)));
-        float v = __fmul_rn(__fmul_rn(gt, sig), u);
+        float v = dev::clipped_swiglu(a.h[g * 2 * a.I + c], a.h[g * 2 * a.I + a.I + c], L);
         if (a.weight != nullptr) v = __fmul_rn(v, a.weight[g]);
         a.a[i] = v;
     }
