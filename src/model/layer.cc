@@ -19,6 +19,12 @@ static ops::AttentionArgs writing_ring(ops::AttentionArgs a, float* ring) {
     return a;
 }
 
+// a, then `next` reading a's output (LinearArgs::then).
+static ops::LinearArgs then(ops::LinearArgs a, const ops::LinearArgs* next) {
+    a.then = next;
+    return a;
+}
+
 // a, its queries normed by `norm` first (AttentionArgs::q_norm).
 static ops::AttentionArgs with_q_norm(ops::AttentionArgs a, const ops::RmsNormArgs* norm) {
     a.q_norm = norm;
@@ -157,11 +163,13 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
                                  lc.ring),
                     &q_norm));
 
-    // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a.
-    b.linear(cleared({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32, f32,
-                      fp8_act(w.wo_a), bf16, g}));
-    b.linear(
-        cleared({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b), bf16}));
+    // Grouped low-rank output: group j maps its H/g heads through rows [j*Ro, (j+1)*Ro) of wo_a;
+    // then wo_b (one op: a backend may run the pair as one launch).
+    const ops::LinearArgs wo_b =
+        cleared({ws.u, &w.wo_b, out, T, c.hidden_size, 0, 0, 0, f32, f32, fp8_act(w.wo_b), bf16});
+    b.linear(then(cleared({ws.o, &w.wo_a, ws.u, T, Ro, 0, int64_t{H} * hd, int64_t{g} * Ro, f32,
+                           f32, fp8_act(w.wo_a), bf16, g}),
+                  &wo_b));
 }
 
 void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerWeights& w,

@@ -28,6 +28,9 @@ struct LinearArgs {
     // RmsNormArgs::clear): a backend that adds the products into a cleared y need not clear it.
     // The product is the same either way.
     bool y_cleared = false;
+    // A second linear that reads this one's output (then->x == y), run after it: the plain
+    // sequence of the two (wo_a then wo_b). CUDA may run the pair as one launch (gemv_chain.h).
+    const LinearArgs* then = nullptr;
 };
 
 // Product j of a grouped linear as a plain linear (K = the weight's columns): what `groups`
@@ -36,6 +39,7 @@ inline LinearArgs linear_group_part(const LinearArgs& a, int64_t K, int j) {
     const int64_t xe = a.x_type == ActType::kBF16 ? 2 : 4, ye = a.y_type == ActType::kBF16 ? 2 : 4;
     LinearArgs g = a;
     g.groups = 1;
+    g.then = nullptr;
     g.x = static_cast<const uint8_t*>(a.x) + j * K * xe;
     g.ldx = a.ldx ? a.ldx : K * a.groups;
     g.y = static_cast<uint8_t*>(a.y) + j * a.N * ye;

@@ -18,7 +18,7 @@
 #include "backend/cuda/common/device_arena.h"
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/gemv_op.h"
-#include "backend/cuda/kernels/gemv/gemv_swiglu_chain.h"
+#include "backend/cuda/kernels/gemv/gemv_chain.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 
@@ -776,7 +776,7 @@ TEST(GemvGpu, MoeStepChainWithPdl) {
     }
 }
 
-// The SwiGLU chain (gemv_swiglu_chain.h): w1|w3, the clipped SwiGLU and w2 in one launch, for
+// The SwiGLU chain (gemv_chain.h, kSwiglu): w1|w3, the clipped SwiGLU and w2 in one launch, for
 // several tokens in one captured graph under PDL, each token with its own expert ids (copied
 // into one shared ids buffer) and router weights, so the per-group counts must return to zero
 // after every launch. w1|w3's output h is checked against the reference, and the output against
@@ -836,7 +836,7 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
         plan.add(static_cast<size_t>(kTokens * G * 2 * I) * 4);
         plan.add(static_cast<size_t>(kTokens * D) * 4);
         plan.add(GemvWorkspace::bytes(G * packed13->shape.row_blocks()));
-        plan.add(gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)));
+        plan.add(gemv_chain_workspace_bytes(G));
         auto arena = DeviceArena::create(plan.total());
         ASSERT_TRUE(arena);
         CudaStream stream = CudaStream::create();
@@ -850,8 +850,7 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
         auto* d_y = arena->alloc_array<float>(static_cast<size_t>(kTokens * D));
         const GemvWorkspace ws = GemvWorkspace::create(*arena, G * packed13->shape.row_blocks(),
                                                        dev->sm_count, stream.get());
-        auto* d_ready = arena->alloc_array<uint32_t>(
-            gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)) / 4);
+        auto* d_ready = arena->alloc_array<uint32_t>(gemv_chain_workspace_bytes(G) / 4);
         arena->freeze();
         DSV4_CHECK_CUDA(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         DSV4_CHECK_CUDA(cudaMemcpy(d_ids_all, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
@@ -859,8 +858,7 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
             cudaMemcpy(d_scales, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
         DSV4_CHECK_CUDA(cudaMemset(d_h, 0, static_cast<size_t>(kTokens * G * 2 * I) * 4));
         DSV4_CHECK_CUDA(cudaMemset(d_y, 0, static_cast<size_t>(kTokens * D) * 4));
-        DSV4_CHECK_CUDA(
-            cudaMemset(d_ready, 0, gemv_swiglu_chain_workspace_bytes(static_cast<int>(G))));
+        DSV4_CHECK_CUDA(cudaMemset(d_ready, 0, gemv_chain_workspace_bytes(G)));
 
         GemvOptions opt;
         opt.expert_ids = d_ids;
@@ -873,23 +871,25 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
             DSV4_CHECK_CUDA(cudaMemcpyAsync(d_ids, d_ids_all + t * G, G * 4,
                                             cudaMemcpyDeviceToDevice, stream.get()));
             float* h = d_h + t * G * 2 * I;
-            GemvSwigluChainArgs c;
-            c.w13 =
+            GemvChainArgs c;
+            c.link = GemvChainLink::kSwiglu;
+            c.first =
                 gemv_args(w13, TensorView(d_x + t * D, DType::kF32, {1, D}),
                           TensorView(h, DType::kF32, {G, 1, 2 * I}), static_cast<int>(G), ws, opt);
             GemvOptions opt2 = opt;
             opt2.sum_groups = true;
             opt2.group_scale = d_scales + t * G;
             // (x's view only sizes the arguments: the chain reads h's [gate | up] rows.)
-            c.w2 = gemv_args(w2, TensorView(h, DType::kF32, {G, 1, I}),
-                             TensorView(d_y + t * D, DType::kF32, {1, D}), static_cast<int>(G), ws,
-                             opt2);
-            c.w2.ldx = 2 * I;
-            c.w2.x_group_stride = 2 * I;
+            c.second = gemv_args(w2, TensorView(h, DType::kF32, {G, 1, I}),
+                                 TensorView(d_y + t * D, DType::kF32, {1, D}), static_cast<int>(G),
+                                 ws, opt2);
+            c.second.ldx = 2 * I;
+            c.second.x_group_stride = 2 * I;
             c.limit = cc.limit;
             c.ready = d_ready;
-            ASSERT_TRUE(gemv_swiglu_chain_supports(c.w13, c.w2));
-            launch_gemv_swiglu_chain(c, cfg, stream.get());
+            ASSERT_TRUE(gemv_chain_supports(c));
+            ASSERT_EQ(gemv_chain_counts(c), G);
+            launch_gemv_chain(c, cfg, stream.get());
         }
         CudaGraph graph;
         ASSERT_EQ(CudaGraph::end_capture(stream.get(), &graph), cudaSuccess);
@@ -898,7 +898,7 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
 
         std::vector<float> h(static_cast<size_t>(kTokens * G * 2 * I));
         std::vector<float> y(static_cast<size_t>(kTokens * D));
-        std::vector<uint32_t> ready(gemv_swiglu_chain_workspace_bytes(static_cast<int>(G)) / 4);
+        std::vector<uint32_t> ready(gemv_chain_workspace_bytes(G) / 4);
         DSV4_CHECK_CUDA(cudaMemcpy(h.data(), d_h, h.size() * 4, cudaMemcpyDeviceToHost));
         DSV4_CHECK_CUDA(cudaMemcpy(y.data(), d_y, y.size() * 4, cudaMemcpyDeviceToHost));
         DSV4_CHECK_CUDA(

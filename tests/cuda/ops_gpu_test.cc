@@ -1409,6 +1409,79 @@ TEST(CudaOpsGpu, GroupedLinear) {
     }
 }
 
+// A linear pair (LinearArgs::then: wo_a's groups, then wo_b reading their output) in every
+// GEMV format, with the GEMV chain off (two launches) and on (one launch, gemv_chain.h: up to 4
+// tokens), against cpu_ref::linear of the pair; outputs cleared earlier (y_cleared), as the
+// step's q-lora norm clears them; one pair with wo_a's output rows padded. 5 tokens run as two
+// launches even with the chain on.
+TEST(CudaOpsGpu, LinearPairAsOneLaunch) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(23);
+    using cuda::test::TestFormat;
+    const int64_t K = 352, D = 200;
+    const ops::ActType f32 = ops::ActType::kF32;
+    for (TestFormat f : {TestFormat::kNvfp4, TestFormat::kMxfp4, TestFormat::kFp8E8m0,
+                         TestFormat::kFp8F32, TestFormat::kBf16}) {
+        struct Case {
+            int64_t g, N, M;
+            bool strided;  // wo_a's output rows padded
+        };
+        for (const Case& c : {Case{4, 128, 1, false}, Case{8, 64, 3, false}, Case{1, 256, 4, false},
+                              Case{3, 192, 5, false}, Case{2, 64, 2, true}}) {
+            const auto oa = cuda::test::random_weight(f, c.g * c.N, K, rng);
+            const auto ob = cuda::test::random_weight(f, D, c.g * c.N, rng);
+            auto wa = be->upload_weight(oa.w, {ops::WeightRole::kAttention, 0});
+            auto wb = be->upload_weight(ob.w, {ops::WeightRole::kAttention, 0});
+            ASSERT_TRUE(wa.has_value() && wb.has_value());
+            const ops::Weight ra = cpu_ref::wrap(oa.w), rb = cpu_ref::wrap(ob.w);
+            const int64_t ldx = c.g * K, ldu = c.g * c.N + (c.strided ? 4 : 0);
+            const auto x = randn(c.M * ldx, rng);
+            std::vector<float> ref_u(c.M * ldu, 0.0f), ref(c.M * D);
+            const ops::LinearArgs rb_args{ref_u.data(), &rb, ref.data(), c.M, D,     0,
+                                          ldu,          0,   f32,        f32, false, false};
+            ops::LinearArgs ra_args{
+                x.data(), &ra,   ref_u.data(),         c.M, c.N, 0, ldx, ldu, f32, f32,
+                false,    false, static_cast<int>(c.g)};
+            ra_args.then = &rb_args;
+            cpu_ref::linear(ra_args);
+            for (bool chain : {false, true}) {
+                cuda_set_linear_chain(*be, chain);
+                Dev<float> dx(*be, x), du(*be, c.M * ldu), dy(*be, c.M * D);  // (zeroed)
+                ops::LinearArgs b_args{du.p, &*wb, dy.p, c.M, D, 0, ldu, 0, f32, f32, false, false};
+                b_args.y_cleared = true;
+                ops::LinearArgs a_args{dx.p,
+                                       &*wa,
+                                       du.p,
+                                       c.M,
+                                       c.N,
+                                       0,
+                                       ldx,
+                                       ldu,
+                                       f32,
+                                       f32,
+                                       false,
+                                       false,
+                                       static_cast<int>(c.g),
+                                       true};
+                a_args.then = &b_args;
+                const int64_t runs = cuda_linear_chain_runs(*be);
+                be->linear(a_args);
+                const bool one_launch = chain && c.M <= 4;
+                const std::string what =
+                    std::string("linear pair ") + cuda::test::test_format_name(f) +
+                    " g=" + std::to_string(c.g) + " M=" + std::to_string(c.M) +
+                    (c.strided ? " strided" : "") + (chain ? " (chain on)" : "");
+                EXPECT_EQ(cuda_linear_chain_runs(*be) - runs, one_launch ? 1 : 0) << what;
+                // The GEMV's f32 products are good to ~2^-16 of sum |w x| (docs/numerics-cuda.md),
+                // twice here (wo_b reads the GPU's wo_a output).
+                expect_close(what.c_str(), dy.get(), ref, 0.0, 2e-4 * max_abs(ref));
+            }
+            cuda_set_linear_chain(*be, false);
+        }
+    }
+}
+
 // Projections of one x packed at load (Backend::pack_rows) and run as one linear group: every
 // output against cpu_ref::linear of its own weight, with 1, 5 and 19 rows (two 16-row launches);
 // the parts still work as weights of their own afterwards; nothing is packed when no two

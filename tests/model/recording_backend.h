@@ -89,6 +89,12 @@ void put(std::ostream& out, const T& v) {
         // Has an array member: spelled out.
         put_all(out, v.x, v.n_out, v.M);
         for (int i = 0; i < v.n_out; ++i) put_all(out, v.out[i].w, v.out[i].y);
+    } else if constexpr (std::is_same_v<T, ops::LinearArgs>) {
+        // The second linear (LinearArgs::then) by value: its address is the caller's stack.
+        static_assert(field_count<ops::LinearArgs>() == 15, "LinearArgs changed: update here");
+        put_all(out, v.x, v.w, v.y, v.M, v.N, v.row0, v.ldx, v.ldy, v.x_type, v.y_type, v.act_fp8,
+                v.round_bf16, v.groups, v.y_cleared);
+        if (v.then != nullptr) put(out, *v.then);
     } else if constexpr (std::is_same_v<T, ops::RmsNormArgs>) {
         put_all(out, v.x, v.weight, v.out, v.rows, v.dim, v.eps, v.round_bf16, v.rope, v.also);
         for (const ops::RmsNormArgs::Clear& c : v.clear) put_all(out, c.p, c.n);

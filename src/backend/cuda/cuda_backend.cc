@@ -21,7 +21,7 @@
 #include "backend/cuda/kernels/attention/attention.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/compressor/compress.h"
-#include "backend/cuda/kernels/gemv/gemv_swiglu_chain.h"
+#include "backend/cuda/kernels/gemv/gemv_chain.h"
 #include "backend/cuda/kernels/hyper_conn/hyper_conn.h"
 #include "backend/cuda/kernels/indexer/indexer_topk.h"
 #include "backend/cuda/kernels/moe/moe.h"
@@ -209,8 +209,9 @@ const char* linear_label(ops::WeightRole r) {
 constexpr int64_t kDefaultStepRows = 256;
 // Expert pairs a row of a rank's step may hold (its top-k), for the local-id scratch.
 constexpr int64_t kMaxLocalSlots = 16;
-// Groups the SwiGLU chain's workspace serves: a one-token MoE's k experts and the shared one.
-constexpr int kMaxChainGroups = 64;
+// Counts the GEMV chains' workspace holds (gemv_chain.h): a one-token MoE's groups, or the 64-row
+// quads of a grouped output projection (V4-Flash's wo_a: 128).
+constexpr int64_t kMaxChainCounts = 4096;
 
 // An on/off switch from the environment: unset or empty gives dflt, "0" off, anything else on.
 bool env_flag(const char* name, bool dflt) {
@@ -263,12 +264,15 @@ class CudaBackend final : public Backend {
         // Measurements (docs/perf.md, session 25): =0 runs the queries' per-head norm
         // (AttentionArgs::q_norm) as a launch of its own before the split attention kernel.
         attn_norm_in_kernel_ = env_flag("DSV4_CUDA_ATTN_QNORM", true);
-        // A one-token MoE's w1|w3, SwiGLU and w2 as one launch (gemv_swiglu_chain.h). Off by
+        // A one-token MoE's w1|w3, SwiGLU and w2 as one launch (gemv_chain.h). Off by
         // default until measured on a GPU (docs/perf.md); =1 turns it on, and
         // DSV4_CUDA_MOE_CHAIN_DEPTH=4 gives it four copy stages a warp instead of two.
         moe_chain_ = env_flag("DSV4_CUDA_MOE_CHAIN", false);
-        if (const char* d = std::getenv("DSV4_CUDA_MOE_CHAIN_DEPTH"); d != nullptr)
-            moe_chain_depth_ = std::atoi(d) == 4 ? 4 : 2;
+        // The same for wo_a then wo_b (LinearArgs::then). Both chains take
+        // DSV4_CUDA_CHAIN_DEPTH=4 for four copy stages a warp instead of two.
+        linear_chain_ = env_flag("DSV4_CUDA_LINEAR_CHAIN", false);
+        if (const char* d = std::getenv("DSV4_CUDA_CHAIN_DEPTH"); d != nullptr)
+            chain_depth_ = std::atoi(d) == 4 ? 4 : 2;
         side_ = cuda::CudaStream::create();
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         DSV4_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -322,6 +326,8 @@ class CudaBackend final : public Backend {
     void set_moe_compact(bool on) { moe_compact_ = on; }
     void set_moe_chain(bool on) { moe_chain_ = on; }
     int64_t moe_chain_runs() const { return moe_chain_runs_; }
+    void set_linear_chain(bool on) { linear_chain_ = on; }
+    int64_t linear_chain_runs() const { return linear_chain_runs_; }
     void set_hc_cluster(bool on) { hc_cluster_ = on; }
     void set_attention_merge_cluster(bool on) { attn_merge_cluster_ = on; }
 
@@ -672,7 +678,6 @@ class CudaBackend final : public Backend {
             DSV4_ASSIGN_OR_RETURN(ce.g2, upload_gemv(p2.data(), E, 1, stack ? 1 : 0));
             ce.has_gemv = true;
             if (stack) stack_shared(ce, E, shared);
-            DSV4_RETURN_IF_ERROR(reserve_chain_workspace());
         }
         return keep_experts(ce, E, I, D);
     }
@@ -700,7 +705,6 @@ class CudaBackend final : public Backend {
         DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(ce.g13.shape.row_blocks()));
         ce.has_gemv = true;
         if (stack) stack_shared(ce, E, shared);
-        DSV4_RETURN_IF_ERROR(reserve_chain_workspace());
         max_cols_ = std::max({max_cols_, I, D});
         return keep_experts(ce, E, I, D);
     }
@@ -763,6 +767,15 @@ class CudaBackend final : public Backend {
                                  cur());
     }
     void linear(const ops::LinearArgs& a) override {
+        if (a.then != nullptr) {
+            // A pair: one launch when the chain takes it, else the plain sequence.
+            if (linear_chain(a, *a.then)) return;
+            ops::LinearArgs first = a;
+            first.then = nullptr;
+            linear(first);
+            linear(*a.then);
+            return;
+        }
         const CudaWeight& w = cuda_weight(a.w);
         if (a.round_bf16) {
             // The bf16 reference mode: the linear, then its output rounded to bf16 in place (the
@@ -813,24 +826,7 @@ class CudaBackend final : public Backend {
         }
         if (w.has_gemv) {
             // The GEMV takes up to 16 tokens a launch: longer steps (prefill) run in slices.
-            // Groups are the GEMV's groups: group j is the weight's next N rows (an "expert" of
-            // N rows), its x and y columns j*K and j*N.
-            cuda::GemvArgs g = gemv_rows(w.gemv, a.row0, a.N);
-            if (a.groups > 1) {
-                const int64_t quads = a.N / kQuadRows;
-                g.n_groups = a.groups;
-                g.w_tiles_expert_stride =
-                    quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad * cuda::kGemvTileBytes;
-                g.w_scales_expert_stride = quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad *
-                                           cuda::gemv_tile_scale_bytes(w.gemv.shape.format);
-                g.x_group_stride = w.cols;
-                g.y_group_stride = a.N;
-            }
-            g.x_f32 = a.x_type == ops::ActType::kF32;
-            g.x_split = gemv_split_x_;
-            g.y_bf16 = a.y_type == ops::ActType::kBF16;
-            g.ldx = ldx;
-            g.ldy = ldy;
+            cuda::GemvArgs g = linear_gemv_args(a, w);
             // An f32 y: accumulate mode into y cleared first (docs/perf.md: accumulating is
             // 1.1-1.5x faster than the plain mode's finish at M <= 16), by a 2-D memset of the
             // written columns (or inside the launch, y_zero, under DSV4_CUDA_GEMV_ZERO), and
@@ -1343,6 +1339,60 @@ class CudaBackend final : public Backend {
         }
         cuda::launch_gemv(g, {info_.sm_count}, cur());
     }
+    // A linear's GEMV arguments, its first 16 tokens (w.has_gemv; a grouped linear's N and row0
+    // on 64-row quads). Groups are the GEMV's groups: group j is the weight's next N rows (an
+    // "expert" of N rows), its x and y columns j*K and j*N. Output not cleared, no PDL.
+    cuda::GemvArgs linear_gemv_args(const ops::LinearArgs& a, const CudaWeight& w) const {
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        cuda::GemvArgs g = gemv_rows(w.gemv, a.row0, a.N);
+        if (a.groups > 1) {
+            const int64_t quads = a.N / kQuadRows;
+            g.n_groups = a.groups;
+            g.w_tiles_expert_stride =
+                quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad * cuda::kGemvTileBytes;
+            g.w_scales_expert_stride = quads * w.gemv.shape.k_tiles() * cuda::kGemvQuad *
+                                       cuda::gemv_tile_scale_bytes(w.gemv.shape.format);
+            g.x_group_stride = w.cols;
+            g.y_group_stride = a.N;
+        }
+        g.x_f32 = a.x_type == ops::ActType::kF32;
+        g.x_split = gemv_split_x_;
+        g.y_bf16 = a.y_type == ops::ActType::kBF16;
+        g.ldx = a.ldx ? a.ldx : w.cols * a.groups;
+        g.ldy = a.ldy ? a.ldy : a.N * a.groups;
+        g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M));
+        g.x = a.x;
+        g.y = a.y;
+        return g;
+    }
+    // A linear and the one that reads its output (LinearArgs::then) as one launch, when the
+    // chain is on and takes them: f32 in and out, up to 4 tokens, outputs cleared earlier in
+    // the step, GEMV weights of one format; false: nothing run.
+    bool linear_chain(const ops::LinearArgs& a, const ops::LinearArgs& b) {
+        if (!linear_chain_ || !trust_y_cleared_) return false;
+        const CudaWeight &wa = cuda_weight(a.w), &wb = cuda_weight(b.w);
+        constexpr int64_t kQuadRows = cuda::kGemvRowBlock * cuda::kGemvQuad;
+        const auto plain = [](const ops::LinearArgs& l) {
+            return l.x_type == ops::ActType::kF32 && l.y_type == ops::ActType::kF32 && !l.act_fp8 &&
+                   !l.round_bf16 && l.y_cleared && l.M >= 1 && l.M <= 4;
+        };
+        if (!plain(a) || !plain(b) || b.then != nullptr || !wa.has_gemv || !wb.has_gemv ||
+            a.M != b.M || b.x != a.y || b.groups != 1 || a.N % kQuadRows != 0 ||
+            a.row0 % kQuadRows != 0 || use_gemm(wa, a.M, a.N, a.groups) ||
+            use_gemm(wb, b.M, b.N, b.groups))
+            return false;
+        cuda::GemvArgs ga = linear_gemv_args(a, wa), gb = linear_gemv_args(b, wb);
+        for (cuda::GemvArgs* g : {&ga, &gb}) {
+            g->y_accumulate = true;
+            g->pdl = true;
+        }
+        const cuda::GemvChainArgs c{ga, gb, cuda::GemvChainLink::kRows, 0.0f, chain_ws_};
+        if (!chain_fits(c)) return false;
+        const auto prof = profile_.scope(linear_label(wa.role), recording_);
+        launch_chain(c);
+        ++linear_chain_runs_;
+        return true;
+    }
     // expert_gemv's arguments, accumulating into y as it is (no clearing).
     cuda::GemvArgs expert_gemv_args(const cuda::GemvWeight& w, const float* x, int64_t ldx, int m,
                                     float* y, int64_t ldy, int64_t G, const int32_t* ids,
@@ -1371,7 +1421,7 @@ class CudaBackend final : public Backend {
     // Whether a one-token MoE over these experts (G groups) may run as the SwiGLU chain.
     bool chain_takes(const CudaExperts& ex, int64_t G) const {
         const cuda::GemvFormat f = ex.g13.shape.format;
-        return moe_chain_ && chain_ws_ != nullptr && ex.has_gemv && G <= kMaxChainGroups &&
+        return moe_chain_ && chain_ws_ != nullptr && ex.has_gemv && G <= kMaxChainCounts &&
                gemv_split_x_ && (f == cuda::GemvFormat::kNvfp4 || f == cuda::GemvFormat::kMxfp4);
     }
     // w1|w3 (into a cleared h), the clipped SwiGLU and w2 (into its output, cleared or holding
@@ -1381,11 +1431,19 @@ class CudaBackend final : public Backend {
         g2.x = g13.y;
         g2.ldx = g13.n;
         g2.x_group_stride = g13.y_group_stride;
-        if (!cuda::gemv_swiglu_chain_supports(g13, g2)) return false;
-        cuda::launch_gemv_swiglu_chain({g13, g2, limit, chain_ws_},
-                                       {info_.sm_count, 0, 0, moe_chain_depth_}, cur());
+        const cuda::GemvChainArgs c{g13, g2, cuda::GemvChainLink::kSwiglu, limit, chain_ws_};
+        if (!chain_fits(c)) return false;
+        launch_chain(c);
         ++moe_chain_runs_;
         return true;
+    }
+    // Whether one launch takes the two GEMVs (gemv_chain.h), with this backend's workspace.
+    bool chain_fits(const cuda::GemvChainArgs& c) const {
+        return chain_ws_ != nullptr && !in_branch_ &&
+               cuda::gemv_chain_counts(c) <= kMaxChainCounts && cuda::gemv_chain_supports(c);
+    }
+    void launch_chain(const cuda::GemvChainArgs& c) {
+        cuda::launch_gemv_chain(c, {info_.sm_count, 0, 0, chain_depth_}, cur());
     }
     // The shared expert's three linears and SwiGLU on T rows of x, into y (written, not added).
     void shared_expert_into(const ops::MoeArgs& a, const float* x, float* y) {
@@ -1463,17 +1521,19 @@ class CudaBackend final : public Backend {
         DSV4_RETURN_IF_ERROR(reserve_gemv_workspace(p.shape.row_blocks()));
         return g;
     }
-    // The SwiGLU chain's per-group counts, with the first GEMV experts (fixed size; one chain
-    // runs at a time, on the main line).
+    // The GEMV chains' counts, with the first GEMV weight (fixed size; one chain runs at a time,
+    // on the main line).
     Status reserve_chain_workspace() {
         if (chain_ws_ != nullptr) return Status::ok();
         DSV4_ASSIGN_OR_RETURN(void* p,
-                              try_alloc(cuda::gemv_swiglu_chain_workspace_bytes(kMaxChainGroups)));
+                              try_alloc(cuda::gemv_chain_workspace_bytes(kMaxChainCounts)));
         chain_ws_ = static_cast<uint32_t*>(p);
         return Status::ok();
     }
-    // The split-K workspace of plain-mode launches, for weights of up to `rb` row blocks.
+    // The split-K workspace of plain-mode launches, for weights of up to `rb` row blocks (and
+    // the chains' counts).
     Status reserve_gemv_workspace(int64_t rb) {
+        DSV4_RETURN_IF_ERROR(reserve_chain_workspace());
         if (rb <= gemv_ws_row_blocks_) return Status::ok();
         DSV4_ASSIGN_OR_RETURN(void* ws, try_alloc(cuda::gemv_workspace_bytes(rb)));
         free(gemv_ws_);
@@ -1575,9 +1635,11 @@ class CudaBackend final : public Backend {
     bool gemv_split_x_ = true;         // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;          // false: DSV4_CUDA_MOE_COMPACT=0
     bool moe_chain_ = false;           // true: DSV4_CUDA_MOE_CHAIN=1
-    int moe_chain_depth_ = 2;          // DSV4_CUDA_MOE_CHAIN_DEPTH
+    bool linear_chain_ = false;        // true: DSV4_CUDA_LINEAR_CHAIN=1
+    int chain_depth_ = 2;              // DSV4_CUDA_CHAIN_DEPTH
     int64_t moe_chain_runs_ = 0;       // cuda_moe_chain_runs
-    uint32_t* chain_ws_ = nullptr;     // the chain's per-group counts (zeroed; left zero)
+    int64_t linear_chain_runs_ = 0;    // cuda_linear_chain_runs
+    uint32_t* chain_ws_ = nullptr;     // the GEMV chains' counts (zeroed; left zero)
     bool hc_cluster_ = true;           // false: DSV4_CUDA_HC_CLUSTER=0
     bool attn_merge_cluster_ = true;   // false: DSV4_CUDA_ATTN_MERGE_CLUSTER=0
     bool attn_norm_in_kernel_ = true;  // false: DSV4_CUDA_ATTN_QNORM=0
@@ -1650,6 +1712,18 @@ int64_t cuda_moe_chain_runs(const Backend& b) {
     const auto* cb = dynamic_cast<const CudaBackend*>(&b);
     DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
     return cb->moe_chain_runs();
+}
+
+void cuda_set_linear_chain(Backend& b, bool on) {
+    auto* cb = dynamic_cast<CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    cb->set_linear_chain(on);
+}
+
+int64_t cuda_linear_chain_runs(const Backend& b) {
+    const auto* cb = dynamic_cast<const CudaBackend*>(&b);
+    DSV4_ASSERT(cb != nullptr, "not a CUDA backend");
+    return cb->linear_chain_runs();
 }
 
 void cuda_set_attention_merge_cluster(Backend& b, bool on) {

@@ -55,11 +55,14 @@ void cuda_set_attention_merge_cluster(Backend& b, bool on);
 // when `b` is another backend.
 void cuda_set_moe_compact(Backend& b, bool on);
 
-// Tests and comparisons: whether a one-token MoE runs w1|w3, the SwiGLU and w2 as one launch
-// (gemv_swiglu_chain.h; off by default, as DSV4_CUDA_MOE_CHAIN=0), and how many MoE ops have
-// run that way so far. Abort when `b` is another backend.
+// Tests and comparisons: whether a one-token MoE runs w1|w3, the SwiGLU and w2 as one launch,
+// and whether a linear pair (LinearArgs::then) runs as one launch (gemv_chain.h; both off by
+// default, as DSV4_CUDA_MOE_CHAIN=0 and DSV4_CUDA_LINEAR_CHAIN=0), and how many MoE ops and
+// pairs have run that way so far. Abort when `b` is another backend.
 void cuda_set_moe_chain(Backend& b, bool on);
 int64_t cuda_moe_chain_runs(const Backend& b);
+void cuda_set_linear_chain(Backend& b, bool on);
+int64_t cuda_linear_chain_runs(const Backend& b);
 
 // Tests and comparisons: whether decode hc_pre launches (up to 32 tokens, 4 streams) take the
 // kernel of one thread-block cluster a token (on by default; off: the split kernel, as

@@ -23,6 +23,13 @@ double dot(const float* a, const float* b, int64_t n) {
 }
 
 void linear(const ops::LinearArgs& a) {
+    if (a.then != nullptr) {  // (the plain sequence)
+        ops::LinearArgs first = a;
+        first.then = nullptr;
+        linear(first);
+        linear(*a.then);
+        return;
+    }
     if (a.groups > 1) {
         for (int j = 0; j < a.groups; ++j) linear(ops::linear_group_part(a, a.w->cols, j));
         return;

@@ -88,13 +88,22 @@ __device__ __forceinline__ uint32_t ld_cg_u32(const void* p) {
     return v;
 }
 
-// Two floats through L2 (bypassing L1), kept after every earlier asm volatile: values other
-// warps of the same launch added with red_add_f32 (L1 would not see them), read after the
-// acquire that orders them.
+// Loads through L2 (bypassing L1), kept after every earlier asm volatile: values other warps
+// of the same launch added with red_add_f32 (L1 would not see them), read after the acquire
+// that orders them.
 __device__ __forceinline__ float2 ld_cg_v2_f32(const float* p) {
     float2 v;
     asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p) : "memory");
     return v;
+}
+// (16 bytes only when `pred` holds; otherwise `v` keeps its value.)
+__device__ __forceinline__ void ldcg_v4_if(bool pred, const void* p, uint4& v) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %5, 0;\n"
+        "  @p ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4]; }"
+        : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+        : "l"(p), "r"(static_cast<uint32_t>(pred))
+        : "memory");
 }
 
 // A load with acquire semantics at GPU scope: what the releasing writer wrote before its

@@ -1,7 +1,7 @@
 // The clipped SwiGLU of one (gate, up) pair as cpu_ref::swiglu computes it, with explicit
 // round-to-nearest intrinsics (no FMA contraction): silu(min(g, L)) * clamp(u, -L, L), no clip
 // when L = 0. One copy for the swiglu op, the MoE's SwiGLU kernel and the GEMV chain that
-// computes it while loading w2's activations (gemv_swiglu_chain_sm90.cu), so all three agree
+// computes it while loading w2's activations (gemv_chain_sm90.cu), so all three agree
 // bit for bit.
 #pragma once
 

@@ -99,7 +99,7 @@ __device__ __forceinline__ int expert_of(const GemvArgs& a, int group) {
 // The issue side of a warp: copies the warp's units, in order, into its ring of kStages
 // shared-memory stages, kStages - 1 ahead of the math. Within a group the units (tiles and scale
 // chunks) are contiguous: pointers jump only at a group boundary. kTwoRanges: after the first
-// launch's range, the warp's range of a second one (the chain of gemv_swiglu_chain_sm90.cuh),
+// launch's range, the warp's range of a second one (the chains of gemv_chain_sm90.cu),
 // so the second's weights stream in while the first's last units are multiplied.
 template <GemvFormat F, int kStages, bool kTwoRanges = false>
 struct UnitStream {
@@ -184,7 +184,7 @@ struct UnitStream {
 };
 
 // Where the compute side's activation chunks come from: straight from x in global memory (an
-// earlier kernel's output). The chain's second GEMV has its own source (gemv_swiglu_chain).
+// earlier kernel's output). A chain's second GEMV has its own (gemv_chain_sm90.cu).
 struct XFromGlobal {
     // Before a warp's segment (a run of k-tiles [t0, t_end) of one quad of `group`).
     __device__ __forceinline__ void segment(int /*group*/, int /*t0*/, int /*t_end*/) {}

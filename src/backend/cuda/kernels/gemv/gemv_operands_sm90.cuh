@@ -101,8 +101,10 @@ struct XChunk {
 
 // Loads one lane's activation chunk (lane_k values) from `p` when `pred` holds; otherwise the
 // registers keep their (finite) values: they then multiply zero-padded weights (k past the end)
-// or feed MMA columns that are never stored (tokens >= m).
-template <GemvFormat F, bool kXF32>
+// or feed MMA columns that are never stored (tokens >= m). kThroughL2: x written by other warps
+// of the same launch (a GEMV chain's second GEMV), loaded through L2 rather than the read-only
+// path.
+template <GemvFormat F, bool kXF32, bool kThroughL2 = false>
 __device__ __forceinline__ void load_x(bool pred, const char* p,
                                        uint32_t (&raw)[XChunk<F, kXF32>::kRawWords]) {
     using X = XChunk<F, kXF32>;
@@ -110,14 +112,18 @@ __device__ __forceinline__ void load_x(bool pred, const char* p,
 #pragma unroll
         for (int v = 0; v < X::kRawWords / 4; ++v) {
             uint4 q = make_uint4(raw[4 * v], raw[4 * v + 1], raw[4 * v + 2], raw[4 * v + 3]);
-            ptx::ldg_v4_if(pred, p + 16 * v, q);
+            if constexpr (kThroughL2)
+                ptx::ldcg_v4_if(pred, p + 16 * v, q);
+            else
+                ptx::ldg_v4_if(pred, p + 16 * v, q);
             raw[4 * v + 0] = q.x;
             raw[4 * v + 1] = q.y;
             raw[4 * v + 2] = q.z;
             raw[4 * v + 3] = q.w;
         }
     } else {
-        static_assert(X::kRawWords == 2, "bf16 weights with bf16 activations: 8 bytes");
+        static_assert(X::kRawWords == 2 && !kThroughL2,
+                      "bf16 weights with bf16 activations: 8 bytes");
         uint2 q = make_uint2(raw[0], raw[1]);
         ptx::ldg_v2_if(pred, p, q);
         raw[0] = q.x;
