@@ -1,19 +1,23 @@
 // Host-only checks of the GEMV weight layout (no GPU needed; runs in CPU CI, which proves the
-// CUDA targets built): the E2M1 bit placement, the repack against dequant_row, and a lane-by-lane
-// model of the kernel's mma.m16n8k16 fragments that must reproduce the CPU reference GEMV.
+// CUDA targets built): the E2M1 bit placement, the repack against dequant_row, a lane-by-lane
+// model of the kernel's mma.m16n8k16 fragments that must reproduce the CPU reference GEMV, and
+// the GEMV chains' bookkeeping (gemv_split.h) over many grid sizes.
 #include "backend/cuda/kernels/gemv/gemv_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "backend/cuda/common/device.h"
 #include "backend/cuda/common/device_arena.h"
 #include "backend/cuda/kernels/gemv/gemv.h"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
+#include "backend/cuda/kernels/gemv/gemv_split.h"
 #include "base/fp_codes.h"
 #include "cuda_test_util.h"
 
@@ -324,6 +328,81 @@ TEST(GemvLayout, NoGpuIsReportedNotFatal) {
         EXPECT_FALSE(info.has_value());
     } else if (info) {
         EXPECT_GT(info->sm_count, 0);
+    }
+}
+
+// The GEMV chains' bookkeeping (gemv_split.h, the functions the chain kernel calls), played out
+// for every warp of grids of 1 to 8448 warps: each count of the first GEMV receives exactly its
+// units from the warps' ranges (what the waits compare against), and every count is waited for
+// by some warp of the second GEMV before it reads what the count covers (so the last warp out may
+// reset them all). Shapes: V4-Flash's wo_a then wo_b in NVFP4, FP8 and BF16 tiles, its one-token
+// MoE (6 experts and the shared one), and odd shapes (padded quads, k past the last tile).
+TEST(GemvChainPlan, EveryCountArrivesAndIsWaitedFor) {
+    struct Gemv {
+        int groups, quads, k_tiles;
+    };
+    struct Shape {
+        const char* name;
+        bool swiglu;
+        Gemv first, second;
+        int tile_k;  // the second's
+        int64_t k;   // the second's reduction length
+    };
+    const Shape shapes[] = {
+        {"wo_a|wo_b nvfp4", false, {8, 16, 64}, {1, 64, 128}, 64, 8192},
+        {"wo_a|wo_b fp8", false, {8, 16, 128}, {1, 64, 256}, 32, 8192},
+        {"wo_a|wo_b bf16", false, {8, 16, 256}, {1, 64, 512}, 16, 8192},
+        {"moe nvfp4", true, {7, 64, 64}, {7, 64, 32}, 64, 2048},
+        {"moe I=80", true, {7, 3, 3}, {7, 3, 2}, 64, 80},
+        {"rows odd", false, {2, 1, 6}, {1, 4, 4}, 32, 128},
+        {"rows one group", false, {1, 4, 2}, {1, 2, 16}, 16, 256},
+    };
+    for (const Shape& sh : shapes) {
+        for (int64_t grid_warps : {1, 3, 4, 7, 64, 528, 2112, 8448}) {
+            SCOPED_TRACE(testing::Message() << sh.name << ", " << grid_warps << " warps");
+            const Gemv &a = sh.first, &b = sh.second;
+            const int counts = sh.swiglu ? a.groups : a.groups * a.quads;
+            const int per = chain_units_per_count(sh.swiglu, a.quads, a.k_tiles);
+            const int64_t total_a = int64_t{a.groups} * a.quads * a.k_tiles;
+            const GemvSplit sa{std::min(grid_warps, total_a), total_a};
+            std::vector<int64_t> arrived(counts, 0);
+            for (int64_t w = 0; w < sa.warps; ++w) {
+                const int u0 = sa.first(w), u1 = sa.first(w + 1);
+                ASSERT_LT(u0, u1) << "warp " << w << " of the first GEMV has no units";
+                for (int u = u0; u < u1;) {  // (the chain kernel's release loop)
+                    const int i = u / per, end = std::min(u1, (i + 1) * per);
+                    ASSERT_LT(i, counts);
+                    arrived[i] += end - u;
+                    u = end;
+                }
+            }
+            for (int i = 0; i < counts; ++i) ASSERT_EQ(arrived[i], per) << "count " << i;
+            const int64_t total_b = int64_t{b.groups} * b.quads * b.k_tiles;
+            const GemvSplit sb{std::min(grid_warps, total_b), total_b};
+            std::vector<bool> waited(counts, false);
+            for (int64_t w = 0; w < sb.warps; ++w) {
+                const int u1 = sb.first(w + 1);
+                for (int u = sb.first(w); u < u1;) {  // (compute_units' segments)
+                    const int group = u / (b.quads * b.k_tiles);
+                    const int t = u % b.k_tiles;
+                    const int t_end = t + std::min(b.k_tiles - t, u1 - u);
+                    if (sh.swiglu) {
+                        ASSERT_LT(group, counts);
+                        waited[group] = true;
+                    } else {
+                        int lo = 0, hi = 0;
+                        chain_rows_counts(t, t_end, sh.tile_k, counts, &lo, &hi);
+                        // The rows these k-tiles read are inside the quads waited for.
+                        const int64_t row_end = std::min<int64_t>(int64_t{t_end} * sh.tile_k, sh.k);
+                        ASSERT_LE(int64_t{lo} * 64, int64_t{t} * sh.tile_k);
+                        ASSERT_GE(int64_t{hi + 1} * 64, row_end);
+                        for (int q = lo; q <= hi; ++q) waited[q] = true;
+                    }
+                    u += t_end - t;
+                }
+            }
+            for (int i = 0; i < counts; ++i) EXPECT_TRUE(waited[i]) << "count " << i;
+        }
     }
 }
 

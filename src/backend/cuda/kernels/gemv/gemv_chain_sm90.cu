@@ -10,6 +10,7 @@
 #include "backend/cuda/kernels/common/swiglu_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_chain.h"
 #include "backend/cuda/kernels/gemv/gemv_kernel_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv_split.h"
 #include "base/check.h"
 
 namespace dsv4::cuda {
@@ -38,8 +39,8 @@ struct XRows {
     int lo = 0, hi = -1;  // the quads waited for
 
     __device__ __forceinline__ void segment(int /*group*/, int t0, int t_end) {
-        const int q_lo = t0 * tile_k / 64;
-        const int q_hi = min(quads - 1, (t_end * tile_k - 1) / 64);
+        int q_lo, q_hi;
+        chain_rows_counts(t0, t_end, tile_k, quads, &q_lo, &q_hi);
         if (q_lo >= lo && q_hi <= hi) return;
         for (int q = q_lo + lane; q <= q_hi; q += 32) wait_count(ready + q, target);
         __syncwarp();
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 4)
         __threadfence();
         __syncwarp();
         if (lane == 0) {
-            const int per = kSwiglu ? (A.row_blocks / kGemvQuad) * A.k_tiles : A.k_tiles;
+            const int per = chain_units_per_count(kSwiglu, A.row_blocks / kGemvQuad, A.k_tiles);
             for (int u = a0; u < a1;) {
                 const int i = u / per, end = min(a1, (i + 1) * per);
                 atomicAdd(c.ready + i, static_cast<uint32_t>(end - u));
@@ -200,14 +201,17 @@ __global__ void __launch_bounds__(kThreads, 4)
                        B.k,
                        c.limit,
                        c.ready,
-                       static_cast<uint32_t>((A.row_blocks / kGemvQuad) * A.k_tiles),
+                       static_cast<uint32_t>(
+                           chain_units_per_count(true, A.row_blocks / kGemvQuad, A.k_tiles)),
                        &act[warp_in_cta][0],
                        lane};
             compute_units<F, true, 1, false, kStages, true>(B, xs, s, b0, b1, B.n_groups, sb, lane,
                                                             y_cleared, c_i);
         } else {
-            XRows xs{c.ready, static_cast<uint32_t>(A.k_tiles), static_cast<int>(chain_counts(c)),
-                     gemv_tile_k(F), lane};
+            XRows xs{c.ready,
+                     static_cast<uint32_t>(
+                         chain_units_per_count(false, A.row_blocks / kGemvQuad, A.k_tiles)),
+                     static_cast<int>(chain_counts(c)), gemv_tile_k(F), lane};
             compute_units<F, true, 1, false, kStages, true>(B, xs, s, b0, b1, B.n_groups, sb, lane,
                                                             y_cleared, c_i);
         }

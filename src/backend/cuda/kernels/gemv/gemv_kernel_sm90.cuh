@@ -18,6 +18,7 @@
 #include "backend/cuda/kernels/gemv/gemv_epilogue_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_layout.h"
 #include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
+#include "backend/cuda/kernels/gemv/gemv_split.h"
 
 namespace dsv4::cuda::gemv_sm90 {
 
@@ -27,17 +28,8 @@ inline constexpr int kMaxWarpsPerSm = 32;  // grid cap (SMs x 32 warps)
 // FP32 accumulator of one split quad: [token < 16][64 rows] (only tokens < m are used).
 inline constexpr int kPartialFloats = kGemvMaxM * kGemvQuad * kGemvRowBlock;
 
-// The warp-to-unit split: warp w of W owns units [w * total / W, (w + 1) * total / W), W <= total.
-struct Split {
-    int64_t warps;
-    int64_t total;
-    __device__ __forceinline__ int first(int64_t w) const {
-        return static_cast<int>(w * total / warps);
-    }
-    __device__ __forceinline__ int owner(int u) const {
-        return static_cast<int>(((static_cast<int64_t>(u) + 1) * warps - 1) / total);
-    }
-};
+// The warp-to-unit split (gemv_split.h).
+using Split = GemvSplit;
 
 // Register budget: the common variant (bf16 activations, M <= 8) and the split-column f32
 // variant of M <= 4 run 16 warps per SM (up to 128 registers a thread); the other f32 / M > 8
