@@ -25,8 +25,10 @@
 #include "backend/cuda/common/stream.h"
 #include "backend/cuda/kernels/basic/basic.h"
 #include "backend/cuda/kernels/gemv/gemv.h"
+#include "backend/cuda/kernels/gemv/gemv_chain.h"
 #include "backend/cuda/kernels/gemv/gemv_operands_sm90.cuh"
 #include "backend/cuda/kernels/gemv/gemv_repack.h"
+#include "backend/cuda/kernels/moe/moe.h"
 #include "graph_timing.h"
 
 namespace dsv4::cuda {
@@ -569,6 +571,131 @@ class Bench {
         cudaFree(ids);
     }
 
+    // The GEMV chains (gemv_chain.h) against the launches they replace, per token of a graph of
+    // 64 (V4-Flash shapes, NVFP4, one token, f32 activations as two MMA columns, accumulating
+    // outputs, PDL; weights rotated so that no launch finds them in L2):
+    //   moe: the ids kernel, w1|w3 (7 groups), the SwiGLU kernel, w2 with the combine
+    //        against the ids kernel and one chain launch (kSwiglu), with 2 and 4 copy stages;
+    //   wo:  an empty kernel (attention's stand-in), wo_a (8 groups), wo_b
+    //        against the empty kernel and one chain launch (kRows).
+    // (The activations are the bench's random bits read as f32: the timing does not depend on
+    // them.)
+    void chains(float read_gbs) {
+        const int groups = 7;
+        const GemvShape s13{GemvFormat::kNvfp4, 4096, 4096, 1};
+        const GemvShape s2{GemvFormat::kNvfp4, 4096, 2048, 1};
+        const GemvShape sa{GemvFormat::kNvfp4, 1024, 4096, 1};
+        const GemvShape sb{GemvFormat::kNvfp4, 4096, 8192, 1};
+        const WeightPool p13(s13, 1, 0), p2(s2, 1, 0), pa(sa, 8, 0), pb(sb, 1, 0);
+        const int tokens = 64;
+        int32_t* ids = nullptr;
+        float *weights = nullptr, *h = nullptr, *act = nullptr, *u = nullptr, *out = nullptr;
+        uint32_t* ready = nullptr;
+        DSV4_CHECK_CUDA(cudaMalloc(&ids, tokens * groups * 4));
+        DSV4_CHECK_CUDA(cudaMalloc(&weights, groups * 4));
+        DSV4_CHECK_CUDA(cudaMalloc(&h, groups * 4096 * 4));
+        DSV4_CHECK_CUDA(cudaMalloc(&act, groups * 2048 * 4));
+        DSV4_CHECK_CUDA(cudaMalloc(&u, 8192 * 4));
+        DSV4_CHECK_CUDA(cudaMalloc(&out, 4096 * 4));
+        const size_t ready_bytes = gemv_chain_workspace_bytes(4096);
+        DSV4_CHECK_CUDA(cudaMalloc(&ready, ready_bytes));
+        DSV4_CHECK_CUDA(cudaMemset(ready, 0, ready_bytes));
+        fill_floats<<<1, 32>>>(weights, groups, 34, 0.05f, 0.3f);
+        DSV4_CHECK_LAUNCH(nullptr);
+        DSV4_CHECK_CUDA(cudaDeviceSynchronize());
+        auto f32_args = [&](const GemvShape& gs, int n_groups, const void* x, float* y) {
+            GemvArgs a = shape_args(gs, n_groups, 1);
+            a.x = x;
+            a.x_f32 = true;
+            a.x_split = true;
+            a.y = y;
+            a.y_accumulate = true;
+            a.pdl = true;
+            return a;
+        };
+        GemvArgs a13 = f32_args(s13, groups, x_, h);
+        a13.x_group_stride = 0;
+        p13.bind(0, &a13);
+        GemvArgs a2 = f32_args(s2, groups, act, out);
+        a2.x_group_stride = s2.k;
+        a2.y_group_stride = 0;
+        a2.group_scale = weights;
+        a2.ids_ready = true;
+        p2.bind(0, &a2);
+        const int pool = static_cast<int>(std::min(p13.entries(), p2.entries()));
+        const double moe_bytes =
+            static_cast<double>(groups) * (p13.matrix_bytes() + p2.matrix_bytes());
+        auto report = [&](const char* name, double bytes, float us) {
+            const double gbs = bytes / (us * 1e-6) / 1e9;
+            std::printf("chain %-28s %8.2f us %7.1f MB %6.0f GB/s %5.1f%%\n", name, us, bytes / 1e6,
+                        gbs, 100.0 * gbs / read_gbs);
+            std::printf("csv,chain,%s,%.3f,%.0f\n", name, us, bytes);
+        };
+        auto ids_kernel = [&](int r) {
+            const PdlLaunch lc(1, 32, s_, true);
+            DSV4_CHECK_CUDA(
+                cudaLaunchKernelEx(&lc.config, write_ids, ids + r * groups, r, groups, pool));
+            DSV4_CHECK_LAUNCH(s_);
+        };
+        report("moe: w1|w3, SwiGLU, w2", moe_bytes, graph_us_per_launch(s_, tokens, [&](int r) {
+                   ids_kernel(r);
+                   GemvArgs x13 = a13, x2 = a2;
+                   x13.expert_ids = ids + r * groups;
+                   x2.expert_ids = ids + r * groups;
+                   launch_gemv(x13, {sms_}, s_);
+                   launch_moe_swiglu({h, nullptr, act, groups, 2048, 0.0f}, s_);
+                   launch_gemv(x2, {sms_}, s_);
+               }));
+        for (int depth : {2, 4}) {
+            const std::string name = "moe: one launch, depth " + std::to_string(depth);
+            report(name.c_str(), moe_bytes, graph_us_per_launch(s_, tokens, [&](int r) {
+                       ids_kernel(r);
+                       GemvChainArgs c{a13, a2, GemvChainLink::kSwiglu, 0.0f, ready};
+                       c.first.expert_ids = ids + r * groups;
+                       c.second.expert_ids = ids + r * groups;
+                       c.second.x = h;
+                       c.second.ldx = s13.n;
+                       c.second.x_group_stride = s13.n;
+                       launch_gemv_chain(c, {sms_, 0, 0, depth}, s_);
+                   }));
+        }
+        GemvArgs aa = f32_args(sa, 8, x_, u);
+        aa.ldx = 8 * sa.k;
+        aa.x_group_stride = sa.k;
+        aa.ldy = 8 * sa.n;
+        aa.y_group_stride = sa.n;
+        GemvArgs ab = f32_args(sb, 1, u, out);
+        const int wo_pool = static_cast<int>(std::min(pa.entries(), pb.entries()));
+        const double wo_bytes = 8.0 * pa.matrix_bytes() + pb.matrix_bytes();
+        auto empty = [&] {
+            const PdlLaunch lc(static_cast<unsigned>(sms_), 128, s_, true);
+            DSV4_CHECK_CUDA(cudaLaunchKernelEx(&lc.config, empty_kernel));
+            DSV4_CHECK_LAUNCH(s_);
+        };
+        report("wo: wo_a, wo_b", wo_bytes, graph_us_per_launch(s_, tokens, [&](int r) {
+                   empty();
+                   GemvArgs xa = aa, xb = ab;
+                   pa.bind(r % wo_pool, &xa);
+                   pb.bind(r % wo_pool, &xb);
+                   launch_gemv(xa, {sms_}, s_);
+                   launch_gemv(xb, {sms_}, s_);
+               }));
+        for (int depth : {2, 4}) {
+            const std::string name = "wo: one launch, depth " + std::to_string(depth);
+            report(name.c_str(), wo_bytes, graph_us_per_launch(s_, tokens, [&](int r) {
+                       empty();
+                       GemvChainArgs c{aa, ab, GemvChainLink::kRows, 0.0f, ready};
+                       pa.bind(r % wo_pool, &c.first);
+                       pb.bind(r % wo_pool, &c.second);
+                       launch_gemv_chain(c, {sms_, 0, 0, depth}, s_);
+                   }));
+        }
+        for (void* p : {static_cast<void*>(ids), static_cast<void*>(weights), static_cast<void*>(h),
+                        static_cast<void*>(act), static_cast<void*>(u), static_cast<void*>(out),
+                        static_cast<void*>(ready)})
+            cudaFree(p);
+    }
+
     // Launch arguments for `groups` matrices of shape gs at m tokens, x and y from the bench's
     // buffers (one x for all groups, one y per group), workspace bound; weights not set.
     GemvArgs shape_args(const GemvShape& gs, int groups, int m) const {
@@ -609,6 +736,7 @@ class Bench {
 
 int bench_main(int argc, char** argv) {
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    // --chains: only the GEMV chains against the launches they replace (Bench::chains).
     // --shape NAME [acc | acc0] [d4] [nopdl]: only that shape, NVFP4, M = 1, in that configuration
     // (default: plain mode, 2 stages, PDL), no probes: for a profiler. Its timing runs on a
     // cold GPU (measured 5–9% slower than in the full run) and is not a benchmark number.
@@ -651,6 +779,10 @@ int bench_main(int argc, char** argv) {
         // wq_a and wkv read the same normed hidden state: one launch of both, concatenated.
         {"wq_a|wkv", 1536, 4096, 1, false, false, false},
     };
+    if (argc > 1 && std::strcmp(argv[1], "--chains") == 0) {  // the GEMV chains alone
+        bench.chains(read_gbs);
+        return 0;
+    }
     if (only != nullptr) {
         std::vector<Result> results;
         for (const Shape& sh : shapes) {
@@ -667,6 +799,7 @@ int bench_main(int argc, char** argv) {
         bench.patterns(bytes / 4096 * 4096, read_gbs);
     bench.moe_chain(read_gbs, false);
     bench.moe_chain(read_gbs, true);
+    bench.chains(read_gbs);
     std::vector<Result> results;
     const std::vector<int> all_m = quick ? std::vector<int>{1} : std::vector<int>{1, 2, 4, 8};
     for (const Shape& sh : shapes) {
