@@ -835,7 +835,10 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
         plan.add(static_cast<size_t>(kTokens * G) * 4);  // router weights
         plan.add(static_cast<size_t>(kTokens * G * 2 * I) * 4);
         plan.add(static_cast<size_t>(kTokens * D) * 4);
-        plan.add(GemvWorkspace::bytes(G * packed13->shape.row_blocks()));
+        // (Row blocks of both GEMVs: w2's D rows may outnumber w1|w3's 2 I.)
+        const int64_t ws_blocks =
+            G * std::max(packed13->shape.row_blocks(), packed2->shape.row_blocks());
+        plan.add(GemvWorkspace::bytes(ws_blocks));
         plan.add(gemv_chain_workspace_bytes(G));
         auto arena = DeviceArena::create(plan.total());
         ASSERT_TRUE(arena);
@@ -848,8 +851,8 @@ TEST(GemvGpu, SwigluChainMatchesTheReference) {
         auto* d_scales = arena->alloc_array<float>(scales.size());
         auto* d_h = arena->alloc_array<float>(static_cast<size_t>(kTokens * G * 2 * I));
         auto* d_y = arena->alloc_array<float>(static_cast<size_t>(kTokens * D));
-        const GemvWorkspace ws = GemvWorkspace::create(*arena, G * packed13->shape.row_blocks(),
-                                                       dev->sm_count, stream.get());
+        const GemvWorkspace ws =
+            GemvWorkspace::create(*arena, ws_blocks, dev->sm_count, stream.get());
         auto* d_ready = arena->alloc_array<uint32_t>(gemv_chain_workspace_bytes(G) / 4);
         arena->freeze();
         DSV4_CHECK_CUDA(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
