@@ -265,8 +265,8 @@ class CudaBackend final : public Backend {
         // (AttentionArgs::q_norm) as a launch of its own before the split attention kernel.
         attn_norm_in_kernel_ = env_flag("DSV4_CUDA_ATTN_QNORM", true);
         // A one-token MoE's w1|w3, SwiGLU and w2 as one launch (gemv_chain.h). Off by
-        // default until measured on a GPU (docs/perf.md); =1 turns it on, and
-        // DSV4_CUDA_MOE_CHAIN_DEPTH=4 gives it four copy stages a warp instead of two.
+        // default: slower than the separate launches (docs/perf.md, session 30); =1 turns it
+        // on.
         moe_chain_ = env_flag("DSV4_CUDA_MOE_CHAIN", false);
         // The same for wo_a then wo_b (LinearArgs::then). Both chains take
         // DSV4_CUDA_CHAIN_DEPTH=4 for four copy stages a warp instead of two.
