@@ -18,6 +18,10 @@
 #   kprof  Nsight Compute's time of every kernel of 3 batch-1 decode steps (4 layers; LAYERS=N
 #          for more; tools/gpu/kprof_summary.py sums them by part of the layer);
 #          OPS_TESTS=1 runs the op tests first (build cuda_ops_gpu_test too)
+#   trace  a decode step's graph as a timeline: `dsv4 bench` (LAYERS, default 4; BATCH, FORMAT,
+#          CONTEXT) without and then with bench/kernel_trace.cc's CUPTI recorder, and
+#          tools/gpu/trace_summary.py's table (every kernel's start, duration and share of the
+#          step, and the sums by kernel)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -53,7 +57,7 @@ step configure bash tools/gpu/configure.sh gpu || exit $rc
 step build cmake --build --preset gpu -j16 ${TARGETS:+--target $TARGETS} -- -k 0
 grep -E ": (error|warning)" $L/build.log | head -40
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader
-[ "$mode" = kprof ] || step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
+[ "$mode" = kprof ] || [ "$mode" = trace ] || step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
   exit $rc
 if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
@@ -68,6 +72,19 @@ fi
 if [ "$mode" = kprof ] && [ -n "${OPS_TESTS:-}" ]; then
   step ops_tests timeout 200 $B/tests/cuda/cuda_ops_gpu_test
   grep -E "FAILED|PASSED|tests ran" $L/ops_tests.log | tail -15
+fi
+if [ "$mode" = trace ]; then
+  # The same bench twice: the untraced run's ms/step says how much the recorder perturbs.
+  bench="$B/src/cli/dsv4 bench --device cuda --synthetic v4-flash --layers ${LAYERS:-4}
+         --format ${FORMAT:-nvfp4} --context ${CONTEXT:-8192} --prompt-len 512 --max-chunk 512
+         --repeats 1 --decode 24 --batch ${BATCH:-1}"
+  step bench_untraced timeout 200 $bench
+  step bench_traced timeout 200 env CUDA_INJECTION64_PATH=$PWD/$B/bench/libkernel_trace.so \
+    DSV4_TRACE_OUT=$L/trace.csv $bench
+  grep -hE "ms/step|ms a step|^\|" $L/bench_untraced.log $L/bench_traced.log | head -20
+  step trace_summary python3 tools/gpu/trace_summary.py $L/trace.csv 16
+  cat $L/trace_summary.log
+  exit $rc
 fi
 if [ "$mode" = kprof ]; then
   # Every kernel of a few batch-1 decode steps of a 4-layer V4-Flash-size model, timed one by
