@@ -218,6 +218,18 @@ __global__ void empty_kernel() {
     ptx::griddep_wait();
 }
 
+// A latency-bound kernel's stand-in (Bench::behind): waits for its predecessor, lets its
+// dependent launch, then spins `cycles` holding its shared memory.
+__global__ void spin_kernel(long long cycles) {
+    extern __shared__ uint8_t spin_smem[];
+    ptx::griddep_wait();
+    ptx::griddep_launch_dependents();
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (threadIdx.x == 0) spin_smem[0] = 1;
+}
+
 // A launch configuration with or without programmatic dependent launch.
 struct PdlLaunch {
     cudaLaunchAttribute attr[1];
@@ -716,6 +728,49 @@ class Bench {
         return a;
     }
 
+    // A GEMV behind a latency-bound kernel (docs/perf.md, session 32): `blocks` blocks of 256
+    // threads with `smem` bytes of shared memory each (the split attention kernel's shape:
+    // 32 blocks, ~81 KB on a sliding layer) spin ~spin_us after their wait, then the GEMV (PDL,
+    // f32 x, M = 1) follows, in plain mode (y =: split quads finished through the partials) and
+    // in accumulate mode (y +=, into a y cleared earlier: fire-and-forget adds). Per pair, minus
+    // the spin alone: what the GEMV adds behind a kernel its weights could stream under.
+    void behind(const Shape& sh, int blocks, int smem, float spin_us) {
+        const GemvShape gs{GemvFormat::kNvfp4, sh.n, sh.k, 1};
+        const WeightPool pool(gs, sh.groups, 2);
+        const int launches = static_cast<int>(std::min<int64_t>(pool.entries(), 128));
+        const long long cycles = static_cast<long long>(spin_us * 1.7e3);  // ~1.7 GHz
+        DSV4_CHECK_CUDA(
+            cudaFuncSetAttribute(spin_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        auto spin = [&] {
+            PdlLaunch lc(static_cast<unsigned>(blocks), 256, s_, true);
+            lc.config.dynamicSmemBytes = static_cast<size_t>(smem);
+            DSV4_CHECK_CUDA(cudaLaunchKernelEx(&lc.config, spin_kernel, cycles));
+            DSV4_CHECK_LAUNCH(s_);
+        };
+        const float alone = graph_us_per_launch(s_, launches, [&](int) { spin(); });
+        GemvArgs a = shape_args(gs, sh.groups, 1);
+        a.x_f32 = true;
+        a.x_group_stride = sh.grouped_x ? sh.k : 0;
+        a.pdl = true;
+        GemvLaunchConfig cfg;
+        cfg.sm_count = sms_;
+        float us[2];
+        for (int mode = 0; mode < 2; ++mode) {
+            a.y_accumulate = mode == 1;
+            us[mode] = graph_us_per_launch(s_, launches, [&](int r) {
+                spin();
+                GemvArgs ar = a;
+                pool.bind(r % pool.entries(), &ar);
+                launch_gemv(ar, cfg, s_);
+            });
+        }
+        std::printf(
+            "behind %-10s %5.1f MB  spin %3d x 256 (%3d KB) %6.2f us | after the spin: plain "
+            "%6.2f, accumulate %6.2f us\n",
+            sh.name, static_cast<double>(pool.matrix_bytes() * sh.groups) / 1e6, blocks,
+            smem / 1024, alone, us[0] - alone, us[1] - alone);
+    }
+
     float empty_floor_us(bool pdl) {
         return graph_us_per_launch(s_, 64, [&](int) {
             const PdlLaunch lc(static_cast<unsigned>(sms_ * 3), 128, s_, pdl);
@@ -779,6 +834,13 @@ int bench_main(int argc, char** argv) {
         // wq_a and wkv read the same normed hidden state: one launch of both, concatenated.
         {"wq_a|wkv", 1536, 4096, 1, false, false, false},
     };
+    if (argc > 1 && std::strcmp(argv[1], "--behind") == 0) {  // GEMVs behind a spinning kernel
+        for (const Shape& sh : shapes) {
+            if (sh.expert_ids || std::strcmp(sh.name, "head") == 0) continue;
+            for (float spin_us : {1.0f, 5.0f, 15.0f}) bench.behind(sh, 32, 81 * 1024, spin_us);
+        }
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "--chains") == 0) {  // the GEMV chains alone
         bench.chains(read_gbs);
         return 0;
