@@ -11,7 +11,8 @@ overlaps each launch with its predecessor, so a kernel adds its end minus its pr
 and a kernel on a branch that ends before the main line adds nothing. The shares sum to the
 step's span. "early" is how long before that frontier the kernel's first block started (the
 programmatic launch's head start). Prints every node of the graph in start order (the mean over
-the steps), then the sums by kernel name.
+the steps), then what each kernel adds per layer kind (sliding, CSA, HCA: the mean over the
+layers of that kind), then the sums by kernel name.
 """
 import collections
 import csv
@@ -36,6 +37,45 @@ def short_name(name):
             cut = min(cut, i)
             break
     return name[:cut].split("::")[-1]
+
+
+def layer_table(order, per_node, names):
+    """Per layer kind, what each kernel adds (the mean over the layers of that kind): a layer
+    starts at every other hc_pre (the attention's; the FFN's follows it), and is CSA with an
+    indexer top-k, HCA with a compressor only, sliding otherwise."""
+    pres = [i for i, n in enumerate(order) if names[n][0].startswith("hc_pre")]
+    starts = pres[0::2]
+    if not starts:
+        return
+    kinds = collections.defaultdict(list)
+    for j, first in enumerate(starts):
+        end = starts[j + 1] if j + 1 < len(starts) else (pres[-1] + 1 + next(
+            (k for k, n in enumerate(order[pres[-1] + 1:]) if names[n][0] in
+             ("hc_post_kernel", "gather_rows_kernel", "hc_head_kernel")), len(order)))
+        nodes = order[first:end]
+        kn = [names[n][0] for n in nodes]
+        kind = ("CSA" if any(k.startswith("indexer_topk") for k in kn) else
+                "HCA" if any(k.startswith("compress") for k in kn) else "sliding")
+        kinds[kind].append(nodes)
+    for kind, layers in sorted(kinds.items()):
+        # Kernels matched across the layers by (name, grid, occurrence): a branch's kernels
+        # may interleave with the main line's in a different order from layer to layer.
+        rows = collections.defaultdict(list)
+        first_order = []
+        for nodes in layers:
+            seen = collections.Counter()
+            for n in nodes:
+                key = (names[n][0], names[n][1], seen[names[n][:2]])
+                seen[names[n][:2]] += 1
+                if key not in rows:
+                    first_order.append(key)
+                rows[key].append(statistics.mean(per_node[n]["adds"]) / 1e3)
+        total = sum(sum(v) for v in rows.values()) / len(layers)
+        print(f"\n{kind} layers: {len(layers)}, {total:.1f} us a layer")
+        print("| kernel | grid | adds us (mean over the layers) |")
+        print("|---|---|---|")
+        for key in first_order:
+            print(f"| {key[0]} | {key[1]} | {sum(rows[key]) / len(layers):.2f} |")
 
 
 def main():
@@ -91,6 +131,7 @@ def main():
         cl = f" ({cluster})" if cluster > 1 else ""
         print(f"| {i} | {nm} | {grid} x {block}{cl} | {streams.index(d['stream'][0])} | "
               f"{m('start'):.2f} | {m('dur'):.2f} | {m('early'):.2f} | {m('adds'):.2f} |")
+    layer_table(order, per_node, names)
     tot = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for n in order:
         d = per_node[n]
