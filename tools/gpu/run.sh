@@ -81,7 +81,7 @@ if [ "$mode" = trace ]; then
   step bench_untraced timeout 200 $bench
   step bench_traced timeout 200 env CUDA_INJECTION64_PATH=$PWD/$B/bench/libkernel_trace.so \
     DSV4_TRACE_OUT=$L/trace.csv $bench
-  grep -hE "ms/step|ms a step|^\|" $L/bench_untraced.log $L/bench_traced.log | head -20
+  grep -hE "^read bandwidth|^\| " $L/bench_untraced.log $L/bench_traced.log
   step trace_summary python3 tools/gpu/trace_summary.py $L/trace.csv 16
   cat $L/trace_summary.log
   exit $rc

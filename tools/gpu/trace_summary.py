@@ -39,43 +39,40 @@ def short_name(name):
     return name[:cut].split("::")[-1]
 
 
-def layer_table(order, per_node, names):
+def layer_table(order, mean, names):
     """Per layer kind, what each kernel adds (the mean over the layers of that kind): a layer
-    starts at every other hc_pre (the attention's; the FFN's follows it), and is CSA with an
-    indexer top-k, HCA with a compressor only, sliding otherwise."""
-    pres = [i for i, n in enumerate(order) if names[n][0].startswith("hc_pre")]
-    starts = pres[0::2]
-    if not starts:
+    starts at every other hc_pre (the attention's; the FFN's follows it) and the last one ends
+    at the head's first kernel; CSA with an indexer top-k, HCA with a compressor only, sliding
+    otherwise."""
+    kernel = [names[n][0] for n in order]
+    pres = [i for i, k in enumerate(kernel) if k.startswith("hc_pre")]
+    if not pres:
         return
+    head = next((i for i in range(pres[-1] + 1, len(order))
+                 if kernel[i] in ("hc_post_kernel", "gather_rows_kernel", "hc_head_kernel")),
+                len(order))
+    bounds = pres[0::2] + [head]
     kinds = collections.defaultdict(list)
-    for j, first in enumerate(starts):
-        end = starts[j + 1] if j + 1 < len(starts) else (pres[-1] + 1 + next(
-            (k for k, n in enumerate(order[pres[-1] + 1:]) if names[n][0] in
-             ("hc_post_kernel", "gather_rows_kernel", "hc_head_kernel")), len(order)))
-        nodes = order[first:end]
-        kn = [names[n][0] for n in nodes]
+    for first, end in zip(bounds, bounds[1:]):
+        kn = kernel[first:end]
         kind = ("CSA" if any(k.startswith("indexer_topk") for k in kn) else
                 "HCA" if any(k.startswith("compress") for k in kn) else "sliding")
-        kinds[kind].append(nodes)
+        kinds[kind].append(order[first:end])
     for kind, layers in sorted(kinds.items()):
         # Kernels matched across the layers by (name, grid, occurrence): a branch's kernels
         # may interleave with the main line's in a different order from layer to layer.
         rows = collections.defaultdict(list)
-        first_order = []
         for nodes in layers:
             seen = collections.Counter()
             for n in nodes:
-                key = (names[n][0], names[n][1], seen[names[n][:2]])
+                rows[names[n][:2] + (seen[names[n][:2]],)].append(mean[n]["adds"])
                 seen[names[n][:2]] += 1
-                if key not in rows:
-                    first_order.append(key)
-                rows[key].append(statistics.mean(per_node[n]["adds"]) / 1e3)
         total = sum(sum(v) for v in rows.values()) / len(layers)
         print(f"\n{kind} layers: {len(layers)}, {total:.1f} us a layer")
         print("| kernel | grid | adds us (mean over the layers) |")
         print("|---|---|---|")
-        for key in first_order:
-            print(f"| {key[0]} | {key[1]} | {sum(rows[key]) / len(layers):.2f} |")
+        for key, adds in rows.items():  # (in the first layer's order)
+            print(f"| {key[0]} | {key[1]} | {sum(adds) / len(layers):.2f} |")
 
 
 def main():
@@ -120,25 +117,26 @@ def main():
     print(f"graph {graph}: {len(keys)} launches, {len(per_node)} kernels a launch, "
           f"span {statistics.mean(spans) / 1e3:.1f} us (min {min(spans) / 1e3:.1f}, "
           f"max {max(spans) / 1e3:.1f})")
+    # Each node's means over the launches, in us.
+    mean = {n: {k: statistics.mean(d[k]) / 1e3 for k in ("start", "dur", "early", "adds")}
+            for n, d in per_node.items()}
     streams = sorted({s for d in per_node.values() for s in d["stream"]})
     print("\n| # | kernel | grid x block (cluster) | stream | start us | dur us | early us | adds us |")
     print("|---|---|---|---|---|---|---|---|")
-    order = sorted(per_node, key=lambda n: statistics.mean(per_node[n]["start"]))
+    order = sorted(per_node, key=lambda n: mean[n]["start"])
     for i, n in enumerate(order):
-        d = per_node[n]
         nm, grid, block, cluster = names[n]
-        m = lambda key: statistics.mean(d[key]) / 1e3  # noqa: E731
+        m = mean[n]
         cl = f" ({cluster})" if cluster > 1 else ""
-        print(f"| {i} | {nm} | {grid} x {block}{cl} | {streams.index(d['stream'][0])} | "
-              f"{m('start'):.2f} | {m('dur'):.2f} | {m('early'):.2f} | {m('adds'):.2f} |")
-    layer_table(order, per_node, names)
+        print(f"| {i} | {nm} | {grid} x {block}{cl} | {streams.index(per_node[n]['stream'][0])} | "
+              f"{m['start']:.2f} | {m['dur']:.2f} | {m['early']:.2f} | {m['adds']:.2f} |")
+    layer_table(order, mean, names)
     tot = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for n in order:
-        d = per_node[n]
         t = tot[names[n][0]]
         t[0] += 1
-        t[1] += statistics.mean(d["dur"]) / 1e3
-        t[2] += statistics.mean(d["adds"]) / 1e3
+        t[1] += mean[n]["dur"]
+        t[2] += mean[n]["adds"]
     span = statistics.mean(spans) / 1e3
     print("\n| kernel | calls a step | dur us (sum) | adds us (sum) | of the span |")
     print("|---|---|---|---|---|")
