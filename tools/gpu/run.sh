@@ -20,8 +20,8 @@
 #          OPS_TESTS=1 runs the op tests first (build cuda_ops_gpu_test too)
 #   trace  a decode step's graph as a timeline: `dsv4 bench` (LAYERS, default 4; BATCH, FORMAT,
 #          CONTEXT) without and then with bench/kernel_trace.cc's CUPTI recorder, and
-#          tools/gpu/trace_summary.py's table (every kernel's start, duration and share of the
-#          step, and the sums by kernel)
+#          tools/gpu/trace_summary.py's tables (every kernel's start, duration and share of the
+#          step; the shares per layer kind; the sums by kernel)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
