@@ -268,6 +268,11 @@ class CudaBackend final : public Backend {
         // default: slower than the separate launches (docs/perf.md, session 30); =1 turns it
         // on.
         moe_chain_ = env_flag("DSV4_CUDA_MOE_CHAIN", false);
+        // Measurements (docs/perf.md, session 33): =N caps a main-line GEMV beside a branch
+        // that launched a GEMV (CSA's wq_b beside the indexer) at N CTAs an SM (gemv_config).
+        // Unset or 0: as many as fit. Off by default until the GPU tests have run with it.
+        if (const char* n = std::getenv("DSV4_CUDA_BRANCH_GEMV_CTAS"); n != nullptr)
+            branch_gemv_ctas_ = std::atoi(n);
         // The same for wo_a then wo_b (LinearArgs::then). Both chains take
         // DSV4_CUDA_CHAIN_DEPTH=4 for four copy stages a warp instead of two.
         linear_chain_ = env_flag("DSV4_CUDA_LINEAR_CHAIN", false);
@@ -442,6 +447,7 @@ class CudaBackend final : public Backend {
         DSV4_CHECK_CUDA(cudaStreamWaitEvent(side_.get(), fork_, 0));
         in_branch_ = true;
         branch_uses_ = 0;
+        branch_gemv_ = false;
     }
     void branch_end() override {
         DSV4_ASSERT(!paused_, "branch_end of a paused branch");
@@ -851,7 +857,7 @@ class CudaBackend final : public Backend {
                 g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
                 g.x = static_cast<const uint8_t*>(a.x) + m0 * ldx * xe;
                 g.y = static_cast<uint8_t*>(a.y) + m0 * ldy * ye;
-                cuda::launch_gemv(g, {info_.sm_count}, cur());
+                cuda::launch_gemv(g, gemv_config(), cur());
             }
             return;
         }
@@ -1437,6 +1443,15 @@ class CudaBackend final : public Backend {
         ++moe_chain_runs_;
         return true;
     }
+    // A linear's GEMV grid: on the main line beside a branch that holds a GEMV of its own
+    // (CSA's wq_b beside the indexer's q GEMV and top-k), at most branch_gemv_ctas_ CTAs an SM
+    // when set, so that the branch's kernels find room on the SMs.
+    cuda::GemvLaunchConfig gemv_config() {
+        cuda::GemvLaunchConfig c{info_.sm_count};
+        if (in_branch_) branch_gemv_ = true;
+        if (branch_pending_ && branch_gemv_) c.ctas_per_sm = branch_gemv_ctas_;
+        return c;
+    }
     // Whether one launch takes the two GEMVs (gemv_chain.h), with this backend's workspace.
     bool chain_fits(const cuda::GemvChainArgs& c) const {
         return chain_ws_ != nullptr && !in_branch_ &&
@@ -1635,6 +1650,8 @@ class CudaBackend final : public Backend {
     bool gemv_split_x_ = true;         // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;          // false: DSV4_CUDA_MOE_COMPACT=0
     bool moe_chain_ = false;           // true: DSV4_CUDA_MOE_CHAIN=1
+    int branch_gemv_ctas_ = 0;         // DSV4_CUDA_BRANCH_GEMV_CTAS
+    bool branch_gemv_ = false;         // the open or pending branch launched a GEMV
     bool linear_chain_ = false;        // true: DSV4_CUDA_LINEAR_CHAIN=1
     int chain_depth_ = 2;              // DSV4_CUDA_CHAIN_DEPTH
     int64_t moe_chain_runs_ = 0;       // cuda_moe_chain_runs

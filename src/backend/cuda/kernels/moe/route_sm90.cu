@@ -131,19 +131,23 @@ __global__ void __launch_bounds__(kThreads)
                 });
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
+    // The weights, one a lane of warp 0 (an fp64 division each, side by side instead of k in a
+    // row on one thread): every lane sums the k scores in slot order itself, the same bits.
+    if (threadIdx.x >= 32) return;
     double sum = 0;
     for (int j = 0; j < a.k; ++j) sum = __dadd_rn(sum, static_cast<double>(s_s[sel_s[j]]));
-    for (int j = 0; j < a.k; ++j) {
-        a.sel[t * a.k + j] = sel_s[j];
-        a.weight[t * a.k + j] = static_cast<float>(__dmul_rn(
-            __ddiv_rn(static_cast<double>(s_s[sel_s[j]]), sum), static_cast<double>(a.scale)));
+    for (int j = threadIdx.x; j < a.k; j += 32) {
+        const int e = sel_s[j];
+        const float w = static_cast<float>(
+            __dmul_rn(__ddiv_rn(static_cast<double>(s_s[e]), sum), static_cast<double>(a.scale)));
+        a.sel[t * a.k + j] = e;
+        a.weight[t * a.k + j] = w;
         if (prep.ids != nullptr) {
-            prep.ids[j] = sel_s[j];
-            prep.scale[j] = a.weight[t * a.k + j];
+            prep.ids[j] = e;
+            prep.scale[j] = w;
         }
     }
-    if (prep.ids != nullptr) {
+    if (threadIdx.x == 0 && prep.ids != nullptr) {
         prep.ids[a.k] = prep.shared_id;
         prep.scale[a.k] = 1.0f;
     }
