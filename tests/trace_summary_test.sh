@@ -3,7 +3,8 @@
 # graph launched three times (hc_pre, a GEMV starting before hc_pre ends, an indexer top-k on a
 # branch that ends before the GEMV, hc_pre, GEMV), beside a kernel outside any graph and a graph
 # launched once. What each kernel adds must sum to the step's span, a kernel that ends inside
-# the span adds nothing, and the head start ("early") is measured from the latest end so far.
+# the span adds nothing, and the head start ("early") is measured from the latest end so far;
+# --launches shows each launch's own start and end of a range of kernels.
 set -u
 cd "$(dirname "$0")/.."
 if ! command -v python3 > /dev/null; then
@@ -49,5 +50,20 @@ expect "| 4 | gemv_kernel | 528 x 128 | 0 | 11.00 | 9.00 | 1.00 | 8.00 |"
 expect "CSA layers: 1, 20.0 us a layer"
 expect "| gemv_kernel | 2 | 14.0 | 12.0 | 60.0% |"
 expect "| indexer_topk_v4_kernel | 1 | 3.0 | 0.0 | 0.0% |"
+# Each launch's start and end of kernels 1-2, from the launch's start (launch i is 100 us later,
+# the same offsets), then a range past the step's kernels refused.
+python3 tools/gpu/trace_summary.py "$t/trace.csv" 8 --launches 1-2 > "$t/out.txt" 2>&1 || {
+  cat "$t/out.txt"
+  exit 1
+}
+expect "| launch | #1 gemv_kernel (528) | #2 indexer_topk_v4_kernel (129) |"
+expect "| 0 | 4.0-9.0 | 5.0-8.0 |"
+expect "| 2 | 4.0-9.0 | 5.0-8.0 |"
+if python3 tools/gpu/trace_summary.py "$t/trace.csv" 8 --launches 3-5 > "$t/bad.txt" 2>&1 ||
+  ! grep -qF -- "--launches 3-5: the step has kernels 0-4" "$t/bad.txt"; then
+  echo "trace_summary_test: --launches past the step's kernels was not refused:"
+  cat "$t/bad.txt"
+  fail=1
+fi
 [ $fail -eq 0 ] || cat "$t/out.txt"
 exit $fail

@@ -21,7 +21,8 @@
 #   trace  a decode step's graph as a timeline: `dsv4 bench` (LAYERS, default 4; BATCH, FORMAT,
 #          CONTEXT) without and then with bench/kernel_trace.cc's CUPTI recorder, and
 #          tools/gpu/trace_summary.py's tables (every kernel's start, duration and share of the
-#          step; the shares per layer kind; the sums by kernel)
+#          step; the shares per layer kind; the sums by kernel; LAUNCHES=A-B: also each launch's
+#          own start and end of kernels A..B)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
@@ -82,7 +83,7 @@ if [ "$mode" = trace ]; then
   step bench_traced timeout 200 env CUDA_INJECTION64_PATH=$PWD/$B/bench/libkernel_trace.so \
     DSV4_TRACE_OUT=$L/trace.csv $bench
   grep -hE "^read bandwidth|^\| " $L/bench_untraced.log $L/bench_traced.log
-  step trace_summary python3 tools/gpu/trace_summary.py $L/trace.csv 16
+  step trace_summary python3 tools/gpu/trace_summary.py $L/trace.csv 16 ${LAUNCHES:+--launches $LAUNCHES}
   cat $L/trace_summary.log
   exit $rc
 fi

@@ -2,8 +2,11 @@
 """Reads a kernel trace (bench/kernel_trace.cc's CSV) and shows where a decode step's graph spends
 its time.
 
-Usage: trace_summary.py TRACE.csv [STEPS]   (STEPS: the last launches of the most launched graph,
-default 8)
+Usage: trace_summary.py TRACE.csv [STEPS] [--launches A-B]
+  STEPS       the last launches of the most launched graph (default 8)
+  --launches  also each launch's start and end of the kernels A..B (the first table's #, in us
+              from the launch's start): what the means hide, such as the one step in four whose
+              compressors complete an entry
 
 A kernel's share of the step ("adds") is how far its end moves the step's frontier (the latest
 end among the kernels that started before it): a chain of kernels launched programmatically
@@ -14,6 +17,7 @@ programmatic launch's head start). Prints every node of the graph in start order
 the steps), then what each kernel adds per layer kind (sliding, CSA, HCA: the mean over the
 layers of that kind), then the sums by kernel name.
 """
+import argparse
 import collections
 import csv
 import statistics
@@ -75,9 +79,38 @@ def layer_table(order, mean, names):
             print(f"| {key[0]} | {key[1]} | {sum(adds) / len(layers):.2f} |")
 
 
+def launch_table(order, per_node, names, first, last):
+    """Each launch's start and end of the kernels order[first..last], one row a launch."""
+    nodes = order[first:last + 1]
+    print("\n| launch | " + " | ".join(f"#{first + i} {names[n][0]} ({names[n][1]})"
+                                      for i, n in enumerate(nodes)) + " |")
+    print("|---" * (len(nodes) + 1) + "|")
+    for j in range(len(per_node[nodes[0]]["start"])):
+        cells = []
+        for n in nodes:
+            start, dur = per_node[n]["start"][j] / 1e3, per_node[n]["dur"][j] / 1e3
+            cells.append(f"{start:.1f}-{start + dur:.1f}")
+        print(f"| {j} | " + " | ".join(cells) + " |")
+
+
+def parse_range(text):
+    first, _, last = text.partition("-")
+    try:
+        a, b = int(first), int(last or first)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a range A-B of kernel numbers")
+    if a < 0 or b < a:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a range A-B with 0 <= A <= B")
+    return a, b
+
+
 def main():
-    path = sys.argv[1]
-    steps = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+    ap = argparse.ArgumentParser(description="Where a decode step's graph spends its time.")
+    ap.add_argument("trace")
+    ap.add_argument("steps", nargs="?", type=int, default=8)
+    ap.add_argument("--launches", type=parse_range, metavar="A-B")
+    args = ap.parse_args()
+    path, steps = args.trace, args.steps
     rows = []
     with open(path) as f:
         r = csv.reader(f)
@@ -131,6 +164,11 @@ def main():
         print(f"| {i} | {nm} | {grid} x {block}{cl} | {streams.index(per_node[n]['stream'][0])} | "
               f"{m['start']:.2f} | {m['dur']:.2f} | {m['early']:.2f} | {m['adds']:.2f} |")
     layer_table(order, mean, names)
+    if args.launches is not None:
+        first, last = args.launches
+        if last >= len(order):
+            sys.exit(f"--launches {first}-{last}: the step has kernels 0-{len(order) - 1}")
+        launch_table(order, per_node, names, first, last)
     tot = collections.defaultdict(lambda: [0, 0.0, 0.0])
     for n in order:
         t = tot[names[n][0]]
