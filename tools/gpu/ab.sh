@@ -17,35 +17,40 @@
 #             `git archive -o .devrun/base.tar HEAD -- . ':!models' ':!tests/data'`: its dsv4 is
 #             built beside the working tree's (/tmp/base), and a variant with SIDE=base benches
 #             it (e.g. VARIANTS="X=1 SIDE=base X=1 SIDE=base": a change against its parent)
-# Logs under $OUT (bench1.log, ...); prints each bench's table row.
+#   LOGS      the log folder (default /tmp/ab-logs; a PRE command may write there too), packed
+#             into $OUT/ab-logs.tgz at exit: the device tool returns at most 8 files
+# Logs: bench1.log, ... (in the tarball); prints each bench's table row.
 set -o pipefail
 t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
+export LOGS=${LOGS:-/tmp/ab-logs}
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+trap 'tar czf "$OUT/ab-logs.tgz" -C "$LOGS" .' EXIT
 export DSV4_EXPECT_GPU=1
 jobs=16
 if [ -n "${BASE:-}" ]; then  # the other commit's dsv4, built alongside (half the cores each)
   jobs=8
   root=$PWD
   rm -rf /tmp/base && mkdir -p /tmp/base && tar -xf "$BASE" -C /tmp/base
-  ( cd /tmp/base && DEBS=$root/.devrun/debs bash tools/gpu/configure.sh gpu > "$OUT/cfg-base.log" 2>&1 &&
-      cmake --build --preset gpu --target dsv4 -j$jobs > "$OUT/build-base.log" 2>&1 ) &
+  ( cd /tmp/base && DEBS=$root/.devrun/debs bash tools/gpu/configure.sh gpu > "$LOGS/cfg-base.log" 2>&1 &&
+      cmake --build --preset gpu --target dsv4 -j$jobs > "$LOGS/build-base.log" 2>&1 ) &
 fi
-bash tools/gpu/configure.sh gpu > "$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
-cmake --build --preset gpu -j$jobs > "$OUT/build.log" 2>&1 || { grep -E "error" "$OUT/build.log" | head -30; exit 1; }
+bash tools/gpu/configure.sh gpu > "$LOGS/cfg.log" 2>&1 || { tail -20 "$LOGS/cfg.log"; exit 1; }
+cmake --build --preset gpu -j$jobs > "$LOGS/build.log" 2>&1 || { grep -E "error" "$LOGS/build.log" | head -30; exit 1; }
 if [ -n "${BASE:-}" ]; then
-  wait $! || { tail -20 "$OUT/cfg-base.log" "$OUT/build-base.log"; exit 1; }
+  wait $! || { tail -20 "$LOGS/cfg-base.log" "$LOGS/build-base.log"; exit 1; }
 fi
 echo "build done $(el)s"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if [ -n "${FILTER:-}" ]; then
-  timeout 200 "build-gpu/tests/cuda/${FBIN:-cuda_ops_gpu_test}" --gtest_filter="$FILTER" > "$OUT/filter.log" 2>&1
+  timeout 200 "build-gpu/tests/cuda/${FBIN:-cuda_ops_gpu_test}" --gtest_filter="$FILTER" > "$LOGS/filter.log" 2>&1
   echo "filter rc=$? $(el)s"
-  grep -E "FAILED|PASSED|Failure" "$OUT/filter.log" | head -20
+  grep -E "FAILED|PASSED|Failure" "$LOGS/filter.log" | head -20
 fi
 if [ -z "${SKIPTEST:-}" ]; then
-  ctest --preset gpu --output-on-failure > "$OUT/ctest.log" 2>&1
+  ctest --preset gpu --output-on-failure > "$LOGS/ctest.log" 2>&1
   echo "ctest rc=$? $(el)s"
-  grep -E "tests passed|Failed|\(Failed\)|Timeout" "$OUT/ctest.log" | head -20
+  grep -E "tests passed|Failed|\(Failed\)|Timeout" "$LOGS/ctest.log" | head -20
 fi
 if [ -n "${PRE:-}" ]; then eval "$PRE"; echo "pre rc=$? $(el)s"; fi
 i=0
@@ -58,8 +63,8 @@ for v in ${VARIANTS:-}; do
     [ "${SIDE:-}" = base ] && bin=/tmp/base/build-gpu/src/cli/dsv4
     timeout 200 $bin bench --device cuda --synthetic v4-flash --context 8192 \
       --prompt-len 512 --max-chunk 512 --repeats 1 --decode 24 --format "${FORMAT:-nvfp4}" \
-      --batch "${BATCH:-1}" ${EXTRA:-} > "$OUT/bench$i.log" 2>&1
+      --batch "${BATCH:-1}" ${EXTRA:-} > "$LOGS/bench$i.log" 2>&1
   )
   echo "== $v rc=$? $(el)s"
-  grep -E "^read|^\| [0-9]" "$OUT/bench$i.log" | head -12
+  grep -E "^read|^\| [0-9]" "$LOGS/bench$i.log" | head -12
 done
