@@ -24,9 +24,12 @@
 #          step; the shares per layer kind; the sums by kernel; LAUNCHES=A-B: also each launch's
 #          own start and end of kernels A..B)
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
-#          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain)
+#          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain);
+#          KERNEL=REGEX: of one launch of that decode-step kernel instead (e.g.
+#          hc_pre_cluster_kernel; SKIP launches of it skipped first, default 8), in the 4-layer
+#          decode bench, timed alone (not beside its graph neighbours)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
-# Each step's output is in logs/NAME.log (the prof CSVs in src_SHAPE.log).
+# Each step's output is in logs/NAME.log (the prof CSVs in src_SHAPE.log, or src_kernel.log).
 # Exits with the worst (highest) status of its steps, 0 only when every step passed. Logs go to
 # $OUT/logs.tgz (the device tool returns at most 8 files).
 set -o pipefail
@@ -58,10 +61,21 @@ step configure bash tools/gpu/configure.sh gpu || exit $rc
 step build cmake --build --preset gpu -j16 ${TARGETS:+--target $TARGETS} -- -k 0
 grep -E ": (error|warning)" $L/build.log | head -40
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv,noheader
-[ "$mode" = kprof ] || [ "$mode" = trace ] || step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
+[ "$mode" = kprof ] || [ "$mode" = trace ] || [ -n "${KERNEL:-}" ] || step smoke timeout 90 $B/tests/cuda/cuda_gpu_test --gtest_filter='GemvGpu.Odd*:GemvGpu.DependentChain*' ||
   exit $rc
 if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
+  if [ -n "${KERNEL:-}" ]; then
+    # One launch of a decode-step kernel (its graph node) of the 4-layer V4-Flash-size model,
+    # past the first SKIP launches of that name (default 8: prefill and the warm-up steps).
+    step ncu_kernel timeout 400 $N --graph-profiling node --kernel-name regex:$KERNEL \
+      --launch-skip ${SKIP:-8} --launch-count 1 --section WarpStateStats --section SourceCounters \
+      --import-source no -o $L/rep_kernel $B/src/cli/dsv4 bench --device cuda \
+      --synthetic v4-flash --layers ${LAYERS:-4} --format nvfp4 --context ${CONTEXT:-8192} \
+      --prompt-len 512 --max-chunk 512 --repeats 1 --decode 8 --batch ${BATCH:-1}
+    step src_kernel $N --import $L/rep_kernel.ncu-rep --page source --csv --print-source sass
+    exit $rc
+  fi
   for sh in ${SHAPES:-experts_w13 wq_b}; do
     step ncu_$sh timeout 150 $N --graph-profiling node --kernel-name regex:gemv_kernel --launch-skip 40 \
       --launch-count 1 --section WarpStateStats --section SourceCounters --import-source no \
