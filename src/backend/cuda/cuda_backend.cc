@@ -853,6 +853,7 @@ class CudaBackend final : public Backend {
             }
             if (!g.y_accumulate || g.y_zero) uses(kGemvWorkspace);
             const size_t xe = g.x_f32 ? 4 : 2, ye = g.y_bf16 ? 2 : 4;
+            if (in_branch_) branch_gemv_ = true;  // (gemv_config)
             for (int64_t m0 = 0; m0 < a.M; m0 += cuda::kGemvMaxM) {
                 g.m = static_cast<int32_t>(std::min<int64_t>(cuda::kGemvMaxM, a.M - m0));
                 g.x = static_cast<const uint8_t*>(a.x) + m0 * ldx * xe;
@@ -1446,9 +1447,8 @@ class CudaBackend final : public Backend {
     // A linear's GEMV grid: on the main line beside a branch that holds a GEMV of its own
     // (CSA's wq_b beside the indexer's q GEMV and top-k), at most branch_gemv_ctas_ CTAs an SM
     // when set, so that the branch's kernels find room on the SMs.
-    cuda::GemvLaunchConfig gemv_config() {
+    cuda::GemvLaunchConfig gemv_config() const {
         cuda::GemvLaunchConfig c{info_.sm_count};
-        if (in_branch_) branch_gemv_ = true;
         if (branch_pending_ && branch_gemv_) c.ctas_per_sm = branch_gemv_ctas_;
         return c;
     }
