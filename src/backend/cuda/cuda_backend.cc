@@ -268,11 +268,11 @@ class CudaBackend final : public Backend {
         // default: slower than the separate launches (docs/perf.md, session 30); =1 turns it
         // on.
         moe_chain_ = env_flag("DSV4_CUDA_MOE_CHAIN", false);
-        // Measurements (docs/perf.md, session 33): =N caps a main-line GEMV beside a branch
-        // that launched a GEMV (CSA's wq_b beside the indexer) at N CTAs an SM (gemv_config).
-        // Unset or 0: as many as fit. Off by default until the GPU tests have run with it.
+        // Measurements (docs/perf.md, sessions 33-34): a main-line GEMV beside a branch that
+        // launched a GEMV (CSA's wq_b beside the indexer) runs at most 2 CTAs an SM
+        // (gemv_config), so the indexer's kernels find room; =N sets the cap, =0 lifts it.
         if (const char* n = std::getenv("DSV4_CUDA_BRANCH_GEMV_CTAS"); n != nullptr)
-            branch_gemv_ctas_ = std::atoi(n);
+            branch_gemv_ctas_ = std::max(0, std::atoi(n));
         // The same for wo_a then wo_b (LinearArgs::then). Both chains take
         // DSV4_CUDA_CHAIN_DEPTH=4 for four copy stages a warp instead of two.
         linear_chain_ = env_flag("DSV4_CUDA_LINEAR_CHAIN", false);
@@ -1446,7 +1446,7 @@ class CudaBackend final : public Backend {
     }
     // A linear's GEMV grid: on the main line beside a branch that holds a GEMV of its own
     // (CSA's wq_b beside the indexer's q GEMV and top-k), at most branch_gemv_ctas_ CTAs an SM
-    // when set, so that the branch's kernels find room on the SMs.
+    // (0: no cap), so that the branch's kernels find room on the SMs.
     cuda::GemvLaunchConfig gemv_config() const {
         cuda::GemvLaunchConfig c{info_.sm_count};
         if (branch_pending_ && branch_gemv_) c.ctas_per_sm = branch_gemv_ctas_;
@@ -1650,7 +1650,7 @@ class CudaBackend final : public Backend {
     bool gemv_split_x_ = true;         // false: DSV4_CUDA_GEMV_SPLIT_X=0
     bool moe_compact_ = true;          // false: DSV4_CUDA_MOE_COMPACT=0
     bool moe_chain_ = false;           // true: DSV4_CUDA_MOE_CHAIN=1
-    int branch_gemv_ctas_ = 0;         // DSV4_CUDA_BRANCH_GEMV_CTAS
+    int branch_gemv_ctas_ = 2;         // DSV4_CUDA_BRANCH_GEMV_CTAS (0: no cap)
     bool branch_gemv_ = false;         // the open or pending branch launched a GEMV
     bool linear_chain_ = false;        // true: DSV4_CUDA_LINEAR_CHAIN=1
     int chain_depth_ = 2;              // DSV4_CUDA_CHAIN_DEPTH
