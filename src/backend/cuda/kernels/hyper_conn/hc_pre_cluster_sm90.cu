@@ -9,21 +9,31 @@
 //  - before the programmatic-launch wait each block copies its slice of the 24 mixing rows into
 //    shared memory (cp.async: they depend on no earlier grid), so the product after the wait
 //    reads no global weights;
+//  - the gates' base and scale and the fused norm's weights (of the block's columns) are read
+//    before the wait too, so nothing after it waits on a global load but the streams;
 //  - block b owns float4 columns [b nq, (b + 1) nq) of every stream: it computes those columns
 //    of the (fused hc_post's) streams, keeps them in shared memory, and its partial dots and
-//    squares go to every block of the cluster (25 remote stores a block, then one cluster
-//    barrier); every block then sums the kCluster partials in rank order (the same bits
-//    everywhere) and finishes the gates itself;
+//    squares go to every block of the cluster (25 remote stores a block); every block then sums
+//    the kCluster partials in rank order (the same bits everywhere) and finishes the gates
+//    itself;
 //  - each block collapses its own columns from shared memory (no re-read of other blocks'
 //    streams), warps 1.. of every block, while warp 0 of block 0 runs the Sinkhorn (comb is
-//    read by the next hc_post only) after arriving early at the second barrier;
-//  - the fused RMSNorm's sum of squares goes round the cluster the same way (second barrier),
-//    and each block scales its own columns.
+//    read by the next hc_post only);
+//  - the fused RMSNorm's sum of squares goes round the cluster the same way, and each block
+//    scales its own columns.
+// The remote stores are st.async, each counted in bytes by an mbarrier of the receiving block,
+// which waits for exactly its kCluster contributions. A cluster barrier would do instead, but
+// its arrive's release fence waits for every earlier global store of the block (the new
+// streams, y) to complete: Nsight Compute put ~14% of the kernel's stall samples on the two
+// (docs/perf.md, session 34). The one cluster barrier left, at the start, makes sure every
+// block of the cluster runs (and its mbarriers are initialised) before anyone stores into it;
+// no block leaves before its own mbarriers have counted every store into it.
 // V4's four streams only (n = 4 at compile time), D % 4 == 0, up to kClusterMaxTokens tokens
 // (a cluster a token); anything else takes the split kernel.
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <cuda/ptx>
 
 #include "backend/cuda/common/check.cuh"
 #include "backend/cuda/common/pdl.cuh"
@@ -87,11 +97,23 @@ __device__ __forceinline__ float4 post_float4(const ops::HcPostArgs& pa, int64_t
     return s;
 }
 
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Stores v into block b's copy of *dst (this block's shared-memory address of the same
+// variable), counted by block b's mbarrier `bar` (likewise).
+__device__ __forceinline__ void store_to_block(cg::cluster_group& cluster, double* dst, double v,
+                                               uint64_t* bar, int b) {
+    ::cuda::ptx::st_async(cluster.map_shared_rank(dst, b), v, cluster.map_shared_rank(bar, b));
+}
+
+// Waits until the block's mbarrier has counted every byte it expects (its one phase a launch);
+// the stores it counted are then visible to the calling thread.
+__device__ __forceinline__ void wait_stores(uint64_t* bar) {
+    while (!::cuda::ptx::mbarrier_try_wait_parity(::cuda::ptx::sem_acquire,
+                                                  ::cuda::ptx::scope_cluster, bar, 0u)) {
+    }
 }
 
 template <bool kPost>
@@ -103,6 +125,9 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ double cnorm[kCluster];              // likewise: the norm's sums of squares
     __shared__ double tot[kCRows + 1];
     __shared__ double team_red[32];
+    __shared__ uint64_t got_part;  // mbarriers: every block's partials (cpart) have arrived,
+    __shared__ uint64_t got_norm;  // and every block's sum of squares (cnorm)
+    __shared__ float base[kCRows], scale[3];
     __shared__ float mix[kCRows];
     __shared__ float pre[kCN];
     __shared__ float C[kCN * kCN];
@@ -117,9 +142,34 @@ __global__ void __launch_bounds__(kThreads)
     float4* ws = cs4;                      // [kCRows][kCN * nq]
     float4* xs = cs4 + kCRows * kCN * nq;  // [kCN * nq]
 
-    // (The blocks of a cluster must all have started before one writes another's shared
-    // memory: arrive now, wait before the first remote store.)
+    const bool norm = a.y_norm != nullptr;
+    if (threadIdx.x == 0) {
+        // One phase a launch: it completes when the bytes of every block's stores have landed.
+        ::cuda::ptx::mbarrier_init(&got_part, 1);
+        ::cuda::ptx::mbarrier_init(&got_norm, 1);
+        ::cuda::ptx::fence_mbarrier_init(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster);
+        ::cuda::ptx::mbarrier_arrive_expect_tx(
+            ::cuda::ptx::sem_release, ::cuda::ptx::scope_cta, ::cuda::ptx::space_shared, &got_part,
+            static_cast<uint32_t>(kCluster * (kCRows + 1) * sizeof(double)));
+        if (norm)
+            ::cuda::ptx::mbarrier_arrive_expect_tx(
+                ::cuda::ptx::sem_release, ::cuda::ptx::scope_cta, ::cuda::ptx::space_shared,
+                &got_norm, static_cast<uint32_t>(kCluster * sizeof(double)));
+    }
+    // (The blocks of a cluster must all have started, their mbarriers initialised, before one
+    // writes another's shared memory: arrive now, wait before the first remote store.)
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    // Weights, which no earlier grid writes: the gates' base and scale, and (warps 1..) the
+    // fused norm's weights of the columns this thread will scale.
+    if (threadIdx.x < kCRows) base[threadIdx.x] = a.base[threadIdx.x];
+    if (threadIdx.x < 3) scale[threadIdx.x] = a.scale[threadIdx.x];
+    float4 nw[2] = {make_float4(1.f, 1.f, 1.f, 1.f), make_float4(1.f, 1.f, 1.f, 1.f)};
+    if (norm && a.norm_weight != nullptr && warp > 0)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int c = static_cast<int>(threadIdx.x) - 32 + u * kCTeam;
+            if (c < nqb) nw[u] = reinterpret_cast<const float4*>(a.norm_weight)[q0 + c];
+        }
     // The weights of this block's items, each thread copying those of the items it will use.
     const float4* fn4 = reinterpret_cast<const float4*>(a.fn);
     for (int i = threadIdx.x; i < items; i += kThreads) {
@@ -165,11 +215,10 @@ __global__ void __launch_bounds__(kThreads)
         double sum = 0;
         for (int w = 0; w < kThreads / 32; ++w) sum = __dadd_rn(sum, red[threadIdx.x][w]);
         for (int b = 0; b < kCluster; ++b)
-            cluster.map_shared_rank(&cpart[0][0], b)[rank * (kCRows + 1) + threadIdx.x] = sum;
-    }
-    cluster.sync();  // every partial is everywhere (and every old post / comb has been read)
-
-    if (threadIdx.x <= kCRows) {
+            store_to_block(cluster, &cpart[rank][threadIdx.x], sum, &got_part, b);
+        // Every partial is here; block 0 overwrites post and comb only past this point, when
+        // every block has sent its partial and so has read the old ones.
+        wait_stores(&got_part);
         double s = 0;
         for (int b = 0; b < kCluster; ++b) s = __dadd_rn(s, cpart[b][threadIdx.x]);
         tot[threadIdx.x] = s;
@@ -182,27 +231,22 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (threadIdx.x < kCN) {
         const int i = threadIdx.x;
-        pre[i] = pre_gate(mix[i], a.scale[0], a.base[i], a.hc_eps);
+        pre[i] = pre_gate(mix[i], scale[0], base[i], a.hc_eps);
         if (rank == 0)
             a.post[t * kCN + i] = __fmul_rn(
-                2.0f,
-                sigmoidf_ref(__fadd_rn(__fmul_rn(mix[kCN + i], a.scale[1]), a.base[kCN + i])));
+                2.0f, sigmoidf_ref(__fadd_rn(__fmul_rn(mix[kCN + i], scale[1]), base[kCN + i])));
     }
     if (threadIdx.x < kCN * kCN) {
         const int jk = threadIdx.x;
-        C[jk] = __fadd_rn(__fmul_rn(mix[2 * kCN + jk], a.scale[2]), a.base[2 * kCN + jk]);
+        C[jk] = __fadd_rn(__fmul_rn(mix[2 * kCN + jk], scale[2]), base[2 * kCN + jk]);
     }
     __syncthreads();
 
-    if (warp == 0) {
-        // Nothing of the Sinkhorn is needed by the other blocks: arrive at the norm's barrier
-        // first, so that it does not wait for the Sinkhorn.
-        cluster_arrive();
+    if (warp == 0) {  // (nothing of the Sinkhorn is needed by the other blocks)
         if (rank == 0) {
             hc::sinkhorn_warp<kCN>(C, a.sinkhorn_iters, a.hc_eps);
             if (lane < kCN * kCN) a.comb[t * kCN * kCN + lane] = C[lane];
         }
-        cluster_wait();  // (no block leaves while another may still write its shared memory)
         return;
     }
     // The collapse of this block's columns by warps 1..: y = sum_i pre[i] x_i in i order.
@@ -221,15 +265,10 @@ __global__ void __launch_bounds__(kThreads)
         v[u] = s;
         sy = dev::add_squares(sy, s);  // (zeros past the block's columns)
     }
-    if (a.y_norm == nullptr) {
-        cluster_arrive();
-        cluster_wait();
-        return;
-    }
+    if (!norm) return;
     const double block_sy = dev::group_sum(sy, team_red, tm.rank, tm.size, [&] { tm.sync(); });
-    if (tm.rank < kCluster) cluster.map_shared_rank(cnorm, tm.rank)[rank] = block_sy;
-    cluster_arrive();
-    cluster_wait();
+    if (tm.rank < kCluster) store_to_block(cluster, &cnorm[rank], block_sy, &got_norm, tm.rank);
+    wait_stores(&got_norm);
     double all = 0;
     for (int b = 0; b < kCluster; ++b) all = __dadd_rn(all, cnorm[b]);
     const float inv = dev::rms_inv(all, D, a.y_norm_eps);
@@ -238,10 +277,8 @@ __global__ void __launch_bounds__(kThreads)
         const int c = tm.rank + u * kCTeam;
         if (c >= nqb) continue;
         const int q = q0 + c;
-        reinterpret_cast<float4*>(a.y_norm)[t * nv + q] = dev::rms_scale(
-            v[u], inv,
-            a.norm_weight != nullptr ? reinterpret_cast<const float4*>(a.norm_weight) + q
-                                     : nullptr);
+        reinterpret_cast<float4*>(a.y_norm)[t * nv + q] =
+            dev::rms_scale(v[u], inv, a.norm_weight != nullptr ? &nw[u] : nullptr);
     }
 }
 
