@@ -26,8 +26,10 @@
 #   prof   Nsight Compute source-level stall samples of one launch per shape (SHAPES="a b"),
 #          in the configuration VARIANT (gemv_bench --shape flags: "acc d4 nopdl"; default plain);
 #          KERNEL=REGEX: of one launch of that decode-step kernel instead (e.g.
-#          hc_pre_cluster_kernel; SKIP launches of it skipped first, default 8), in the 4-layer
-#          decode bench, timed alone (not beside its graph neighbours)
+#          hc_pre_cluster_kernel; SKIP launches of it skipped first, default 8, counted from the
+#          prefill's: check the grid in details_kernel.log), in the 4-layer decode bench, timed
+#          alone (not beside its graph neighbours); samples every 32 cycles; each profile
+#          summarised by tools/gpu/ncu_stalls.py (stalls_SHAPE.log, stalls_kernel.log)
 # DSV4_EXPECT_GPU=1 throughout: a GPU test that cannot reach the GPU fails instead of skipping.
 # Each step's output is in logs/NAME.log (the prof CSVs in src_SHAPE.log, or src_kernel.log).
 # Exits with the worst (highest) status of its steps, 0 only when every step passed. Logs go to
@@ -67,13 +69,18 @@ if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
   if [ -n "${KERNEL:-}" ]; then
     # One launch of a decode-step kernel (its graph node) of the 4-layer V4-Flash-size model,
-    # past the first SKIP launches of that name (default 8: prefill and the warm-up steps).
+    # past the first SKIP launches of that name (default 8), counted from the prefill's: the
+    # details page names the launch's grid (a prefill launch has the chunk's tokens in it).
     step ncu_kernel timeout 400 $N --graph-profiling node --kernel-name regex:$KERNEL \
-      --launch-skip ${SKIP:-8} --launch-count 1 --section WarpStateStats --section SourceCounters \
+      --launch-skip ${SKIP:-8} --launch-count 1 --warp-sampling-interval 0 \
+      --section WarpStateStats --section SourceCounters --section SpeedOfLight \
       --import-source no -o $L/rep_kernel $B/src/cli/dsv4 bench --device cuda \
       --synthetic v4-flash --layers ${LAYERS:-4} --format nvfp4 --context ${CONTEXT:-8192} \
       --prompt-len 512 --max-chunk 512 --repeats 1 --decode 8 --batch ${BATCH:-1}
     step src_kernel $N --import $L/rep_kernel.ncu-rep --page source --csv --print-source sass
+    step details_kernel $N --import $L/rep_kernel.ncu-rep --page details
+    grep -E "^  [a-z].*\(|Duration" $L/details_kernel.log
+    step stalls_kernel python3 tools/gpu/ncu_stalls.py $L/src_kernel.log && head -30 $L/stalls_kernel.log
     exit $rc
   fi
   for sh in ${SHAPES:-experts_w13 wq_b}; do
@@ -81,6 +88,7 @@ if [ "$mode" = prof ]; then
       --launch-count 1 --section WarpStateStats --section SourceCounters --import-source no \
       -o $L/rep_$sh $B/bench/gemv_bench --shape $sh ${VARIANT:-}
     step src_$sh $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass
+    step stalls_$sh python3 tools/gpu/ncu_stalls.py $L/src_$sh.log
   done
   exit $rc
 fi
