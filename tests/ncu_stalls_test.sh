@@ -5,13 +5,8 @@
 # share, the barriers and fences with the instruction after each (where a wait's samples land),
 # and a CSV without the samples column refused with one line.
 set -u
-cd "$(dirname "$0")/.."
-if ! command -v python3 > /dev/null; then
-  echo "ncu_stalls_test: python3 is required"
-  exit 1
-fi
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
+name=ncu_stalls_test
+. "$(dirname "$0")/tools_test_lib.sh"
 {
   echo '"Kernel Name","void k<1>(Args)",'
   echo '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","stall_barrier","stall_long_sb","stall_membar","stall_selected","stall_barrier (Not Issued)"'
@@ -25,19 +20,6 @@ trap 'rm -rf "$t"' EXIT
 python3 tools/gpu/ncu_stalls.py "$t/src.csv" --min 10 > "$t/out.txt" 2>&1 || {
   cat "$t/out.txt"
   exit 1
-}
-fail=0
-expect() {
-  if ! grep -qF -- "$1" "$t/out.txt"; then
-    echo "ncu_stalls_test: missing: $1"
-    fail=1
-  fi
-}
-absent() {
-  if grep -qF -- "$1" "$t/out.txt"; then
-    echo "ncu_stalls_test: unexpected: $1"
-    fail=1
-  fi
 }
 expect "void k<1>(Args)"
 expect "100 samples, 6 instructions"

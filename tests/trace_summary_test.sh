@@ -6,13 +6,8 @@
 # the span adds nothing, and the head start ("early") is measured from the latest end so far;
 # --launches shows each launch's own start and end of a range of kernels.
 set -u
-cd "$(dirname "$0")/.."
-if ! command -v python3 > /dev/null; then
-  echo "trace_summary_test: python3 is required"
-  exit 1
-fi
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
+name=trace_summary_test
+. "$(dirname "$0")/tools_test_lib.sh"
 pre='void dsv4::cuda::(anonymous namespace)::hc_pre_cluster_kernel<true>(dsv4::ops::HcPreArgs, dsv4::ops::HcPostArgs)'
 gemv='void dsv4::cuda::gemv_sm90::gemv_kernel<(dsv4::cuda::GemvFormat)0, true, 1, false, 2, true>(dsv4::cuda::GemvArgs)'
 topk='void dsv4::cuda::(anonymous namespace)::indexer_topk_v4_kernel<true, false>(dsv4::ops::IndexerTopkArgs, int)'
@@ -33,13 +28,6 @@ topk='void dsv4::cuda::(anonymous namespace)::indexer_topk_v4_kernel<true, false
 python3 tools/gpu/trace_summary.py "$t/trace.csv" > "$t/out.txt" 2>&1 || {
   cat "$t/out.txt"
   exit 1
-}
-fail=0
-expect() {
-  if ! grep -qF -- "$1" "$t/out.txt"; then
-    echo "trace_summary_test: missing: $1"
-    fail=1
-  fi
 }
 expect "graph 7: 3 launches, 5 kernels a launch, span 20.0 us (min 20.0, max 20.0)"
 expect "| 0 | hc_pre_cluster_kernel | 16 x 256 (16) | 0 | 0.00 | 5.00 | 0.00 | 5.00 |"

@@ -13,7 +13,7 @@ for p in "${packages[@]}"; do
 done
 # Node.js may come from elsewhere with npm built in; Debian's packages only when it is absent.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
-# Python 3 for the tests of the GPU machine's tools (tests/trace_summary_test.sh), likewise.
+# Python 3 for the tests of the GPU machine's tools (tests/tools_test_lib.sh), likewise.
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"

@@ -78,8 +78,8 @@ def main():
             print(f"| {k} | {v} | {100 * v / total:.1f}% |")
 
     def top(why):
-        main = sorted(((v, k) for k, v in why.items() if v), reverse=True)[:3]
-        return ", ".join(f"{k} {v}" for v, k in main)
+        first = sorted(((v, k) for k, v in why.items() if v), reverse=True)[:3]
+        return ", ".join(f"{k} {v}" for v, k in first)
 
     print(f"\nInstructions with at least {args.min:g}% of the samples, in program order:\n")
     print("| # | samples | share | to here | reasons | instruction |\n|---|---|---|---|---|---|")

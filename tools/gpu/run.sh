@@ -67,28 +67,35 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,po
   exit $rc
 if [ "$mode" = prof ]; then
   N=/usr/local/cuda/bin/ncu
+  # profile NAME TIMEOUT REGEX SKIP [NCU FLAGS...] -- CMD...: the stall samples of the launch of
+  # REGEX past the first SKIP (graph nodes count), its SASS page in src_NAME.log and
+  # ncu_stalls.py's summary of it in stalls_NAME.log.
+  profile() {
+    local name=$1 limit=$2 regex=$3 skip=$4 flags=()
+    shift 4
+    while [ "$1" != -- ]; do flags+=("$1"); shift; done
+    shift
+    step ncu_$name timeout $limit $N --graph-profiling node --kernel-name regex:$regex \
+      --launch-skip $skip --launch-count 1 "${flags[@]}" --section WarpStateStats \
+      --section SourceCounters --import-source no -o $L/rep_$name "$@"
+    step src_$name $N --import $L/rep_$name.ncu-rep --page source --csv --print-source sass
+    step stalls_$name python3 tools/gpu/ncu_stalls.py $L/src_$name.log
+  }
   if [ -n "${KERNEL:-}" ]; then
     # One launch of a decode-step kernel (its graph node) of the 4-layer V4-Flash-size model,
     # past the first SKIP launches of that name (default 8), counted from the prefill's: the
     # details page names the launch's grid (a prefill launch has the chunk's tokens in it).
-    step ncu_kernel timeout 400 $N --graph-profiling node --kernel-name regex:$KERNEL \
-      --launch-skip ${SKIP:-8} --launch-count 1 --warp-sampling-interval 0 \
-      --section WarpStateStats --section SourceCounters --section SpeedOfLight \
-      --import-source no -o $L/rep_kernel $B/src/cli/dsv4 bench --device cuda \
-      --synthetic v4-flash --layers ${LAYERS:-4} --format nvfp4 --context ${CONTEXT:-8192} \
-      --prompt-len 512 --max-chunk 512 --repeats 1 --decode 8 --batch ${BATCH:-1}
-    step src_kernel $N --import $L/rep_kernel.ncu-rep --page source --csv --print-source sass
+    profile kernel 400 "$KERNEL" ${SKIP:-8} --warp-sampling-interval 0 --section SpeedOfLight -- \
+      $B/src/cli/dsv4 bench --device cuda --synthetic v4-flash --layers ${LAYERS:-4} \
+      --format nvfp4 --context ${CONTEXT:-8192} --prompt-len 512 --max-chunk 512 --repeats 1 \
+      --decode 8 --batch ${BATCH:-1}
     step details_kernel $N --import $L/rep_kernel.ncu-rep --page details
     grep -E "^  [a-z].*\(|Duration" $L/details_kernel.log
-    step stalls_kernel python3 tools/gpu/ncu_stalls.py $L/src_kernel.log && head -30 $L/stalls_kernel.log
+    head -30 $L/stalls_kernel.log
     exit $rc
   fi
   for sh in ${SHAPES:-experts_w13 wq_b}; do
-    step ncu_$sh timeout 150 $N --graph-profiling node --kernel-name regex:gemv_kernel --launch-skip 40 \
-      --launch-count 1 --section WarpStateStats --section SourceCounters --import-source no \
-      -o $L/rep_$sh $B/bench/gemv_bench --shape $sh ${VARIANT:-}
-    step src_$sh $N --import $L/rep_$sh.ncu-rep --page source --csv --print-source sass
-    step stalls_$sh python3 tools/gpu/ncu_stalls.py $L/src_$sh.log
+    profile $sh 150 gemv_kernel 40 -- $B/bench/gemv_bench --shape $sh ${VARIANT:-}
   done
   exit $rc
 fi
