@@ -55,6 +55,13 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     for (int i = 0; i < proj.n_out; ++i)
         proj.out[i] = {xp[i], proj_out[i], fp8_act(*xp[i]), bf16 && !fp32_out[i]};
     proj.packed = w.x_proj_packed.valid() ? &w.x_proj_packed : nullptr;
+    // The group also clears the outputs the block's later linears add into (LinearArgs::
+    // y_cleared): on CUDA inside its own launch.
+    proj.clear[0] = {ws.q, T * H * c.head_dim};
+    proj.clear[1] = {ws.u, T * c.o_groups * c.o_lora_rank};
+    proj.clear[2] = {out, T * c.hidden_size};
+    if (spec.kind == LayerKind::kCsa) proj.clear[3] = {ws.qi, T * Hi * hi};
+    proj.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.linear_group(proj);
 
     // Compressors: pool completed blocks into entries (normed and roped at their position).
@@ -86,19 +93,12 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     }
 
     // Queries: low rank + q_norm, per-head unweighted norm, rope on the trailing rd dims. The
-    // q_norm also clears the outputs of the block's later linears (RmsNormArgs::clear), and
-    // the one shared K=V head's norm (and rope) rides along (independent rows: one launch on
-    // CUDA).
+    // one shared K=V head's norm (and rope) rides along (independent rows: one launch on CUDA).
     const int g = c.o_groups, Ro = c.o_lora_rank;
     const ops::FusedRope kv_rope{rope.inv_freq, st.tok_pos, 1, rd, rope.scale};
     const ops::RmsNormArgs kv_norm{ws.kv, w.kv_norm, ws.kv, T, hd, eps, bf16, &kv_rope};
     ops::RmsNormArgs q_lora_norm{ws.qa, w.q_norm, ws.qa, T, Rq, eps, bf16};
     q_lora_norm.also = &kv_norm;
-    q_lora_norm.clear[0] = {ws.q, T * H * hd};
-    q_lora_norm.clear[1] = {ws.u, T * g * Ro};
-    q_lora_norm.clear[2] = {out, T * c.hidden_size};
-    if (csa) q_lora_norm.clear[3] = {ws.qi, T * Hi * hi};
-    q_lora_norm.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.rms_norm(q_lora_norm);
     // Reference numerics: the NoPE dims of K=V round-trip FP8 per 64 (the cache's format). An
     // fp8 cache does this on write, bit for bit, and attention reads the step's own keys
@@ -181,7 +181,7 @@ void Model::ffn_block(const Workspace& ws, const ops::StepDesc& st, const LayerW
     // expert's, and the sum over the ranks makes the output whole.
     const bool shared = c.n_shared_experts > 0 && backend_.rank() == 0;
     Backend& b = backend_;
-    // The routing runs inside the moe op (MoeArgs::route); the attention block's q-lora norm
+    // The routing runs inside the moe op (MoeArgs::route); the attention block's projections
     // cleared its logits.
     const float scale = static_cast<float>(c.routed_scaling_factor);
     ops::RouterArgs route{x,      &w.gate,    w.gate_bias, w.tid2eid, st.ids, ws.router_logits,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "ops/clear.h"
 #include "ops/weight.h"
 
 namespace dsv4::ops {
@@ -64,6 +65,9 @@ struct LinearGroupArgs {
     // Backend::pack_rows of the outputs' weights in this order (optional): a backend that packed
     // them may read them in one pass. The result is the same sequence of linears.
     const Weight* packed = nullptr;
+    // Buffers set to zero by the same call, after the linears (ops/clear.h). Each must not
+    // overlap x, an output or another.
+    Clear clear[kMaxClears] = {};
 };
 
 // SwiGLU with DeepSeek-V4's clipping: h = silu(min(g, L)) * clamp(u, -L, L); L = 0: no clip.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "ops/clear.h"
 #include "ops/rope.h"
 
 namespace dsv4::ops {
@@ -27,16 +28,10 @@ struct RmsNormArgs {
     // rms_norm(*this without also), then rms_norm(*also). Its rows must not overlap this one's
     // (the CUDA backend runs both in one launch: the q and K=V norms of a decode step).
     const RmsNormArgs* also = nullptr;
-    // Buffers set to zero by the same call, after the norms: the outputs of linears later in
-    // the step that may add into them (LinearArgs::y_cleared). Each must not overlap the norms'
-    // rows or another. (CUDA: cleared by extra blocks of the norm's launch instead of a memset
-    // node before each of those linears, which also cut the programmatic edge that lets a
-    // GEMV's weights stream in while the kernel before it runs.)
-    struct Clear {
-        float* p = nullptr;  // [n]; nullptr: unused
-        int64_t n = 0;
-    };
-    static constexpr int kMaxClears = 5;
+    // Buffers set to zero by the same call, after the norms (ops/clear.h). Each must not overlap
+    // the norms' rows or another.
+    using Clear = ops::Clear;
+    static constexpr int kMaxClears = ops::kMaxClears;
     Clear clear[kMaxClears] = {};
 };
 

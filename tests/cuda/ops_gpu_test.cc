@@ -1561,7 +1561,23 @@ TEST(CudaOpsGpu, PackedLinearGroup) {
     for (int64_t M : {1, 19, 260}) {
         const auto x = randn(M * K, rng);
         Dev<float> dx(*be, x);
-        const auto y = run_linear_group(*be, *packed, dw, dx.p, M);
+        // With the group's clears (LinearGroupArgs::clear): ranges of a buffer of ones at odd
+        // offsets, one longer than the GEMV grid has threads, one of a single float; a gap in
+        // the list. The launch that takes them (M 1 and 19: the first GEMV; 260: memsets after
+        // the tensor-core products) leaves every other float as it was.
+        std::vector<float> ones(60000, 1.0f), want = ones;
+        Dev<float> buf(*be, ones);
+        const std::pair<int64_t, int64_t> ranges[] = {
+            {1, 40001}, {40003, 5}, {0, 0}, {40010, 8191}, {48202, 1}};
+        ops::Clear clears[ops::kMaxClears];
+        for (int i = 0; i < ops::kMaxClears; ++i) {
+            const auto [first, n] = ranges[i];
+            if (n == 0) continue;
+            clears[i] = {buf.p + first, n};
+            std::fill(want.begin() + first, want.begin() + first + n, 0.0f);
+        }
+        const auto y = run_linear_group(*be, *packed, dw, dx.p, M, &clears);
+        EXPECT_EQ(buf.get(), want) << "packed runs M=" << M << ": the clears";
         for (int i = 0; i < 5; ++i) {
             std::vector<float> ref(M * rs[i]);
             cpu_ref::linear({x.data(), &rw[i], ref.data(), M, rs[i]});

@@ -239,13 +239,14 @@ inline double worst_over_bound(const QuantWeight& w, const std::vector<float>& x
     return worst;
 }
 
-// linear_group over `parts` (the packed weight `packed`'s, in order) on x [M, K] on the device:
-// each part's output [M, rows], copied back.
-inline std::vector<std::vector<float>> run_linear_group(Backend& be, const ops::Weight& packed,
-                                                        const std::vector<ops::Weight>& parts,
-                                                        const float* dx, int64_t M) {
+// linear_group over `parts` (the packed weight `packed`'s, in order) on x [M, K] on the device,
+// with `clears` (LinearGroupArgs::clear) when given: each part's output [M, rows], copied back.
+inline std::vector<std::vector<float>> run_linear_group(
+    Backend& be, const ops::Weight& packed, const std::vector<ops::Weight>& parts, const float* dx,
+    int64_t M, const ops::Clear (*clears)[ops::kMaxClears] = nullptr) {
     std::vector<std::unique_ptr<Dev<float>>> dy;
     ops::LinearGroupArgs g{dx, {}, static_cast<int>(parts.size()), M, &packed};
+    if (clears != nullptr) std::copy(std::begin(*clears), std::end(*clears), std::begin(g.clear));
     for (size_t i = 0; i < parts.size(); ++i) {
         dy.push_back(std::make_unique<Dev<float>>(be, M * parts[i].rows));
         g.out[i] = {&parts[i], dy.back()->p};

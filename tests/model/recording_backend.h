@@ -89,6 +89,7 @@ void put(std::ostream& out, const T& v) {
         // Has an array member: spelled out.
         put_all(out, v.x, v.n_out, v.M);
         for (int i = 0; i < v.n_out; ++i) put_all(out, v.out[i].w, v.out[i].y);
+        for (const ops::Clear& c : v.clear) put_all(out, c.p, c.n);
     } else if constexpr (std::is_same_v<T, ops::LinearArgs>) {
         // The second linear (LinearArgs::then) by value: its address is the caller's stack.
         static_assert(field_count<ops::LinearArgs>() == 15, "LinearArgs changed: update here");

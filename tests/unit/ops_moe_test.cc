@@ -275,7 +275,7 @@ TEST(OpsFused, RouterIsGateLinearThenRouteAndSharedExpertIsAddedLast) {
     EXPECT_EQ(routed_first, fused);
 }
 
-TEST(OpsLinearGroup, EachOutputEqualsItsOwnLinear) {
+TEST(OpsLinearGroup, EachOutputEqualsItsOwnLinearAndClearsAfter) {
     const int K = 7, M = 3;
     std::vector<float> a = unit::lcg_values(5 * K, 1), b = unit::lcg_values(2 * K, 2),
                        x = unit::lcg_values(M * K, 3);
@@ -283,11 +283,16 @@ TEST(OpsLinearGroup, EachOutputEqualsItsOwnLinear) {
     const ops::Weight wa = cpu_ref::wrap(qa), wb = cpu_ref::wrap(qb);
     std::vector<float> ya(M * 5), yb(M * 2), za(M * 5), zb(M * 2);
     ops::LinearGroupArgs g{x.data(), {{&wa, ya.data()}, {&wb, yb.data()}}, 2, M};
+    // Its clears: two ranges of a buffer of ones, the rest left as it was.
+    std::vector<float> buf(9, 1.0f);
+    g.clear[0] = {buf.data() + 1, 3};
+    g.clear[3] = {buf.data() + 8, 1};
     cpu_ref::linear_group(g);
     cpu_ref::linear({x.data(), &wa, za.data(), M, 5});
     cpu_ref::linear({x.data(), &wb, zb.data(), M, 2});
     EXPECT_EQ(ya, za);
     EXPECT_EQ(yb, zb);
+    EXPECT_EQ(buf, (std::vector<float>{1, 0, 0, 0, 1, 1, 1, 1, 0}));
 }
 
 TEST(OpsLinear, Bf16ActivationsInAndOut) {

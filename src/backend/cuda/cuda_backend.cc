@@ -884,6 +884,13 @@ class CudaBackend final : public Backend {
         for (int i = 0; i < a.n_out; ++i)
             linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
                     ops::ActType::kF32, a.out[i].act_fp8, a.out[i].round_bf16});
+        memset_clears(a.clear);  // (no GEMV launch took them)
+    }
+    // An op's clears (ops/clear.h) by memset nodes, where no launch of the op takes them.
+    void memset_clears(const ops::Clear (&clears)[ops::kMaxClears]) {
+        for (const ops::Clear& c : clears)
+            if (c.p != nullptr && c.n > 0)
+                DSV4_CHECK_CUDA(cudaMemsetAsync(c.p, 0, static_cast<size_t>(c.n) * 4, cur()));
     }
     // A packed group (pack_rows) in one GEMV launch per run and 16 rows, each part's rows written
     // to its own output (the GEMV's row segments), in plain mode: no clearing of the outputs
@@ -910,8 +917,12 @@ class CudaBackend final : public Backend {
                 gemm_.run({&p.gemv, a.x, p.cols, a.out[i].y, p.rows, a.M, p.rows, 0, 1}, cur());
             }
             gemm_runs_ += a.n_out;
+            memset_clears(a.clear);
             return true;
         }
+        // The clears ride on the first launch (GemvArgs::clears).
+        static_assert(ops::kMaxClears <= cuda::kGemvMaxClears);
+        bool clears_taken = false;
         for (const CudaWeight::Run& r : w.runs) {
             cuda::GemvArgs g = gemv_rows(r.gemv, 0, r.gemv.shape.n);
             g.x_f32 = true;
@@ -934,6 +945,12 @@ class CudaBackend final : public Backend {
                 g.x = a.x + m0 * w.cols;
                 for (int i = 0; i < r.count; ++i)
                     g.segments[i].y = a.out[r.first + i].y + m0 * g.segments[i].ldy;
+                g.n_clears = 0;
+                if (!clears_taken) {
+                    for (const ops::Clear& c : a.clear)
+                        if (c.p != nullptr && c.n > 0) g.clears[g.n_clears++] = {c.p, c.n};
+                    clears_taken = true;
+                }
                 cuda::launch_gemv(g, {info_.sm_count}, cur());
             }
         }

@@ -81,6 +81,8 @@ void linear_group(const ops::LinearGroupArgs& a) {
     for (int i = 0; i < a.n_out; ++i)
         linear({a.x, a.out[i].w, a.out[i].y, a.M, a.out[i].w->rows, 0, 0, 0, ops::ActType::kF32,
                 ops::ActType::kF32, a.out[i].act_fp8, a.out[i].round_bf16});
+    for (const ops::Clear& c : a.clear)
+        if (c.p != nullptr) std::fill(c.p, c.p + c.n, 0.0f);
 }
 
 void swiglu(const ops::SwigluArgs& a) {

@@ -22,6 +22,7 @@ namespace dsv4::cuda {
 
 inline constexpr int kGemvMaxM = 16;
 inline constexpr int kGemvMaxSegments = 8;
+inline constexpr int kGemvMaxClears = 5;
 
 // Where rows [first_row, next segment's first_row) of y go: a matrix of its own, row r of the
 // weight being column r - first_row of y_seg (GemvArgs::segments).
@@ -29,6 +30,12 @@ struct GemvYSegment {
     int32_t first_row = 0;  // a multiple of 16 (a row block never spans two segments)
     float* y = nullptr;     // [m][ldy] f32
     int64_t ldy = 0;
+};
+
+// A buffer the launch sets to zero (GemvArgs::clears).
+struct GemvClear {
+    float* p = nullptr;  // [n] f32, any alignment
+    int64_t n = 0;
 };
 
 struct GemvArgs {
@@ -99,6 +106,13 @@ struct GemvArgs {
     // earlier kernel in the stream and read after the launch's wait; nullptr: n_groups): the
     // work is split over those groups' units, and y_zero clears those groups' outputs.
     const int32_t* n_groups_dev = nullptr;
+
+    // Buffers set to zero by the launch after its wait, each warp of the grid a share: the
+    // outputs of later launches that add into them (a memset node of their own would be one
+    // more dependent launch and would cut the programmatic edge of the GEMV behind it). None may
+    // overlap x, y, the segments' outputs or another; the launch never reads them.
+    int32_t n_clears = 0;
+    GemvClear clears[kGemvMaxClears];
 
     // Programmatic dependent launch: start streaming weights while the previous kernel in the
     // stream finishes (weights only; activations, ids and outputs wait for it).

@@ -289,7 +289,7 @@ bool gemv_chain_supports(const GemvChainArgs& c) {
                       B.x_f32 && A.x_split && B.x_split && !A.y_bf16 && !B.y_bf16 &&
                       A.n_segments == 0 && B.n_segments == 0 && A.n_groups_dev == nullptr &&
                       B.n_groups_dev == nullptr && A.y_accumulate && B.y_accumulate && !A.y_zero &&
-                      !B.y_zero && B.x == A.y;
+                      !B.y_zero && A.n_clears == 0 && B.n_clears == 0 && B.x == A.y;
     if (!both) return false;
     if (c.link == GemvChainLink::kSwiglu) {
         return (A.format == GemvFormat::kNvfp4 || A.format == GemvFormat::kMxfp4) && A.m == 1 &&

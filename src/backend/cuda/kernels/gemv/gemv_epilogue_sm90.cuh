@@ -29,6 +29,16 @@ __device__ __forceinline__ float* y_f32_at(const GemvArgs& a, int group, int tok
            static_cast<int64_t>(token) * a.ldy + row;
 }
 
+// GemvArgs::clears: warp w of W sets its share of each buffer to zero (elements w * 32 + lane,
+// then W * 32 apart: coalesced stores of any alignment, at most a few a lane at decode sizes).
+__device__ __forceinline__ void clear_share(const GemvArgs& a, int64_t warp, int64_t warps,
+                                            int lane) {
+    for (int c = 0; c < a.n_clears && c < kGemvMaxClears; ++c) {
+        float* const p = a.clears[c].p;
+        for (int64_t i = warp * 32 + lane; i < a.clears[c].n; i += warps * 32) p[i] = 0.0f;
+    }
+}
+
 // y_zero, before a warp's first add: clears elements [w Z / W, (w + 1) Z / W) of the Z outputs
 // this launch adds into (warp w of W), then counts the warp in on zero_barrier[0].
 // n_groups: the groups this launch runs (GemvArgs::n_groups_dev).

@@ -413,6 +413,8 @@ __global__ void __launch_bounds__(kThreads, (kMinCtasPerSm<kXF32 && !kSplit, kNT
     // Dependents may start their weight prefetch as soon as SMs free up. Not before the wait:
     // a dependent with ids_ready relies on this grid's predecessor being complete.
     ptx::griddep_launch_dependents();
+    // Buffers of later launches (after the wait: the kernels before may still read them).
+    if (a.n_clears > 0) clear_share(a, warp, split.warps, lane);
     // y_zero: clear this warp's share of y now (after the wait: y may be the previous kernels'
     // scratch); the warp checks that all shares are cleared before its first add.
     bool y_cleared = !a.y_zero;

@@ -90,6 +90,9 @@ void gemv_check_args(const GemvArgs& a, const GemvLaunchConfig& c) {
     DSV4_ASSERT(!a.y_zero || (a.y_accumulate && a.zero_barrier != nullptr),
                 "gemv: y_zero needs accumulate mode and the workspace");
     DSV4_ASSERT(a.group_scale == nullptr || a.y_accumulate, "gemv: group_scale needs y_accumulate");
+    DSV4_ASSERT(a.n_clears >= 0 && a.n_clears <= kGemvMaxClears, "gemv: ", a.n_clears, " clears");
+    for (int i = 0; i < a.n_clears; ++i)
+        DSV4_ASSERT(a.clears[i].p != nullptr && a.clears[i].n >= 0, "gemv: clear ", i);
 }
 
 size_t gemv_workspace_bytes(int64_t max_row_blocks_total) {
