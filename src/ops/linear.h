@@ -26,7 +26,7 @@ struct LinearArgs {
     // linears; one launch on CUDA.
     int groups = 1;
     // y's [M, N * groups] block is zero already (an earlier op of the step cleared it,
-    // RmsNormArgs::clear): a backend that adds the products into a cleared y need not clear it.
+    // LinearGroupArgs::clear): a backend that adds the products into a cleared y need not clear it.
     // The product is the same either way.
     bool y_cleared = false;
     // A second linear that reads this one's output (then->x == y), run after it: the plain

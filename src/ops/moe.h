@@ -22,7 +22,7 @@ struct RouterArgs {
     int64_t T = 0;
     int E = 0, k = 0;
     float scale = 1.0f;
-    // logits is zero already (cleared earlier in the step: RmsNormArgs::clear), so a backend
+    // logits is zero already (cleared earlier in the step: LinearGroupArgs::clear), so a backend
     // whose gate product adds into its output needs no clearing of its own.
     bool logits_cleared = false;
 };

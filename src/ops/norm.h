@@ -3,7 +3,6 @@
 
 #include <cstdint>
 
-#include "ops/clear.h"
 #include "ops/rope.h"
 
 namespace dsv4::ops {
@@ -28,11 +27,6 @@ struct RmsNormArgs {
     // rms_norm(*this without also), then rms_norm(*also). Its rows must not overlap this one's
     // (the CUDA backend runs both in one launch: the q and K=V norms of a decode step).
     const RmsNormArgs* also = nullptr;
-    // Buffers set to zero by the same call, after the norms (ops/clear.h). Each must not overlap
-    // the norms' rows or another.
-    using Clear = ops::Clear;
-    static constexpr int kMaxClears = ops::kMaxClears;
-    Clear clear[kMaxClears] = {};
 };
 
 }  // namespace dsv4::ops

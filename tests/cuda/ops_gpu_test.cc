@@ -212,70 +212,37 @@ TEST(CudaOpsGpu, RmsNormPairInOneLaunch) {
     }
 }
 
-// RmsNormArgs::clear against the CPU: the clearing blocks of the norm launch (alone, and with
-// a paired norm whose clears join the list), more clears than the list holds (the rest by fill
-// launches), the non-vectorised norm (fills), and a norm of no rows; the norms unchanged, the
-// memory around each cleared range untouched. Then a GEMV into a cleared output
-// (LinearArgs::y_cleared) gives the plain linear's product.
-TEST(CudaOpsGpu, RmsNormClearsBuffers) {
+// A GEMV adding into an output cleared earlier in the step (LinearArgs::y_cleared), as the
+// decode step's wq_b adds into the q that the x projections' launch cleared
+// (LinearGroupArgs::clear): the plain linear's product.
+TEST(CudaOpsGpu, LinearIntoClearedOutput) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(43);
-    const int64_t T = 3;
-    for (int dim : {1024, 6}) {  // vectorised, scalar kernel
-        const auto x = randn(T * dim, rng), w = randn(dim, rng), kv = randn(T * 512, rng),
-                   wk = randn(512, rng);
-        const auto fill = randn(70000, rng);
-        Dev<float> dx(*be, x), dw(*be, w), dkv(*be, kv), dwk(*be, wk), buf(*be, fill);
-        ops::RmsNormArgs second{dkv.p, dwk.p, dkv.p, T, 512, 1e-6f};
-        second.clear[0] = {buf.p + 60001, 999};
-        ops::RmsNormArgs first{dx.p, dw.p, dx.p, T, dim, 1e-6f, false, nullptr, &second};
-        // Odd sizes and offsets, five clears here and one on `second`: six for a list of five.
-        static_assert(ops::RmsNormArgs::kMaxClears == 5, "the case fills the list, plus one");
-        first.clear[0] = {buf.p + 1, 32768};
-        first.clear[1] = {buf.p + 32770, 8191};
-        first.clear[2] = {buf.p + 40962, 4097};
-        first.clear[3] = {buf.p + 45061, 13};
-        first.clear[4] = {buf.p + 45080, 7};
-        be->rms_norm(first);
-        std::vector<float> ref_x(x.size()), ref_kv(kv.size()), ref_buf = fill;
-        ops::RmsNormArgs rs{kv.data(), wk.data(), ref_kv.data(), T, 512, 1e-6f};
-        rs.clear[0] = {ref_buf.data() + 60001, 999};
-        ops::RmsNormArgs rf{x.data(), w.data(), ref_x.data(), T, dim, 1e-6f, false, nullptr, &rs};
-        for (int i = 0; i < 5; ++i)
-            rf.clear[i] = {ref_buf.data() + (first.clear[i].p - buf.p), first.clear[i].n};
-        cpu_ref::rms_norm(rf);
-        const std::string what = "rms_norm with clears, dim " + std::to_string(dim);
-        expect_close(what.c_str(), dx.get(), ref_x, 2e-6, 1e-6 * max_abs(ref_x));
-        expect_close(what.c_str(), dkv.get(), ref_kv, 2e-6, 1e-6 * max_abs(ref_kv));
-        EXPECT_EQ(buf.get(), ref_buf) << what;
-    }
-    {  // no rows: the clears still happen
-        Dev<float> buf(*be, randn(100, rng));
-        ops::RmsNormArgs none{buf.p, nullptr, buf.p, 0, 8, 1e-6f};
-        none.clear[1] = {buf.p + 10, 50};
-        be->rms_norm(none);
-        const auto got = buf.get();
-        for (int i = 10; i < 60; ++i) ASSERT_EQ(got[i], 0.0f) << i;
-    }
-    // A GEMV adding into an output cleared by the norm, as the decode step's wq_b.
     using cuda::test::TestFormat;
-    const int64_t K = 320, N = 192;
-    const auto ow = cuda::test::random_weight(TestFormat::kNvfp4, N, K, rng);
-    auto wt = be->upload_weight(ow.w, {ops::WeightRole::kAttention, 0});
-    ASSERT_TRUE(wt.has_value()) << wt.status().message();
-    const auto x = randn(T * K, rng), nw = randn(K, rng);
-    Dev<float> dx(*be, x), dnw(*be, nw), y(*be, randn(T * N, rng));
-    ops::RmsNormArgs norm{dx.p, dnw.p, dx.p, T, static_cast<int>(K), 1e-6f};
-    norm.clear[0] = {y.p, T * N};
-    be->rms_norm(norm);
-    ops::LinearArgs la{dx.p, &*wt, y.p, T, N};
+    const int64_t T = 3, K = 320, N = 192;
+    const ops::WeightPlacement at{ops::WeightRole::kAttention, 0};
+    std::vector<cuda::test::OwnedWeight> ow;
+    std::vector<ops::Weight> dw;
+    for (int64_t n : {N, int64_t{64}, int64_t{128}}) {  // the linear's, then the group's two
+        ow.push_back(cuda::test::random_weight(TestFormat::kNvfp4, n, K, rng));
+        auto w = be->upload_weight(ow.back().w, at);
+        ASSERT_TRUE(w.has_value()) << w.status().message();
+        dw.push_back(*w);
+    }
+    const ops::Weight* parts[] = {&dw[1], &dw[2]};
+    auto packed = be->pack_rows(parts);
+    ASSERT_TRUE(packed.has_value() && packed->valid());
+    const auto x = randn(T * K, rng);
+    Dev<float> dx(*be, x), y(*be, randn(T * N, rng));
+    ops::Clear clears[ops::kMaxClears] = {{y.p, T * N}};
+    run_linear_group(*be, *packed, {dw[1], dw[2]}, dx.p, T, &clears);
+    ops::LinearArgs la{dx.p, &dw[0], y.p, T, N};
     la.y_cleared = true;
     be->linear(la);
-    std::vector<float> xn(x.size()), ref(T * N);
-    cpu_ref::rms_norm({x.data(), nw.data(), xn.data(), T, static_cast<int>(K), 1e-6f});
-    const ops::Weight rw = cpu_ref::wrap(ow.w);
-    cpu_ref::linear({xn.data(), &rw, ref.data(), T, N});
+    std::vector<float> ref(T * N);
+    const ops::Weight rw = cpu_ref::wrap(ow[0].w);
+    cpu_ref::linear({x.data(), &rw, ref.data(), T, N});
     expect_close("linear into a cleared y", y.get(), ref, 0.0, 2e-4 * max_abs(ref));
 }
 

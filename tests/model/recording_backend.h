@@ -98,7 +98,6 @@ void put(std::ostream& out, const T& v) {
         if (v.then != nullptr) put(out, *v.then);
     } else if constexpr (std::is_same_v<T, ops::RmsNormArgs>) {
         put_all(out, v.x, v.weight, v.out, v.rows, v.dim, v.eps, v.round_bf16, v.rope, v.also);
-        for (const ops::RmsNormArgs::Clear& c : v.clear) put_all(out, c.p, c.n);
     } else {
         put_fields(out, v);
     }

@@ -88,28 +88,6 @@ TEST(OpsFused, RmsNormAlsoIsTwoNorms) {
     EXPECT_EQ(kv1, kv2);
 }
 
-TEST(OpsFused, RmsNormClearsAfterTheNorms) {
-    // RmsNormArgs::clear: the norm, then each listed buffer (also the also's) set to zero, the
-    // rest of memory untouched.
-    const int hd = 8;
-    const std::vector<float> x = unit::lcg_values(2 * hd, 31), w = unit::lcg_values(hd, 32);
-    std::vector<float> y1(x.size()), y2(x.size()), kv(hd, 1.5f), kv_ref(hd, 1.5f);
-    std::vector<float> a(10, 7.0f), b(5, -3.0f), c(3, 2.0f);
-    ops::RmsNormArgs second{kv.data(), w.data(), kv.data(), 1, hd, 1e-6f};
-    second.clear[0] = {c.data(), 2};
-    ops::RmsNormArgs first{x.data(), w.data(), y1.data(), 2, hd, 1e-6f, false, nullptr, &second};
-    first.clear[0] = {a.data() + 1, 8};
-    first.clear[3] = {b.data(), 5};
-    cpu_ref::rms_norm(first);
-    cpu_ref::rms_norm({x.data(), w.data(), y2.data(), 2, hd, 1e-6f});
-    cpu_ref::rms_norm({kv_ref.data(), w.data(), kv_ref.data(), 1, hd, 1e-6f});
-    EXPECT_EQ(y1, y2);
-    EXPECT_EQ(kv, kv_ref);
-    EXPECT_EQ(a, (std::vector<float>{7, 0, 0, 0, 0, 0, 0, 0, 0, 7}));
-    EXPECT_EQ(b, std::vector<float>(5, 0.0f));
-    EXPECT_EQ(c, (std::vector<float>{0, 0, 2}));
-}
-
 TEST(OpsRope, UnitVectorsByKnownAngles) {
     // head_dim 6, rd 4: dims [0, 2) are nope, pairs (2,3) and (4,5) rotate.
     // Position 3, inv_freq {pi/6, pi/12}: angles pi/2 and pi/4.

@@ -920,8 +920,19 @@ class CudaBackend final : public Backend {
             memset_clears(a.clear);
             return true;
         }
-        // The clears ride on the first launch (GemvArgs::clears).
+        // The clears ride on the first launch (GemvArgs::clears), which writes them while it
+        // reads x and writes the outputs: the contract's no-overlap, checked.
         static_assert(ops::kMaxClears <= cuda::kGemvMaxClears);
+        const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+        for (const ops::Clear& c : a.clear) {
+            if (c.p == nullptr || c.n == 0) continue;
+            const auto apart = [&](const float* p, int64_t n) {
+                return at(c.p + c.n) <= at(p) || at(p + n) <= at(c.p);
+            };
+            bool ok = apart(a.x, a.M * w.cols);
+            for (int i = 0; i < a.n_out; ++i) ok = ok && apart(a.out[i].y, a.M * a.out[i].w->rows);
+            DSV4_ASSERT(ok, "linear_group: a clear overlaps x or an output");
+        }
         bool clears_taken = false;
         for (const CudaWeight::Run& r : w.runs) {
             cuda::GemvArgs g = gemv_rows(r.gemv, 0, r.gemv.shape.n);

@@ -37,8 +37,6 @@ void rms_norm(const ops::RmsNormArgs& a) {
         rope({a.out, r->inv_freq, r->pos, a.rows / r->heads, r->heads, a.dim, r->rope_dim,
               r->inverse, r->scale, a.round_bf16});
     if (a.also != nullptr) rms_norm(*a.also);
-    for (const ops::RmsNormArgs::Clear& c : a.clear)
-        if (c.p != nullptr) std::fill(c.p, c.p + c.n, 0.0f);
 }
 
 void rope(const ops::RopeArgs& a) {

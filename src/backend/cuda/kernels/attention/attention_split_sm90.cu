@@ -366,8 +366,6 @@ namespace attn {
 bool split_norms_queries(const ops::AttentionArgs& a, const ops::RmsNormArgs& n) {
     DSV4_ASSERT(n.x == a.q && n.out == a.q && n.rows == a.step.T * a.H && n.dim == a.hd,
                 "attention: q_norm must norm q in place, a row a head");
-    for (const ops::RmsNormArgs::Clear& c : n.clear)
-        if (c.p != nullptr) return false;
     // (The rope as the norm kernel fuses it: on float4-aligned trailing dims.)
     return n.weight == nullptr && !n.round_bf16 && n.also == nullptr && a.hd % 4 == 0 &&
            a.hd <= kAttnMaxHeadDim &&

@@ -76,38 +76,7 @@ __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, cons
     }
 }
 
-// Floats of RmsNormArgs::clear a block of the norm kernel sets to zero.
-constexpr int64_t kClearChunk = 4096;
-
-int64_t clear_blocks(const ops::RmsNormArgs& a) {
-    int64_t blocks = 0;
-    for (const ops::RmsNormArgs::Clear& c : a.clear)
-        if (c.p != nullptr) blocks += (c.n + kClearChunk - 1) / kClearChunk;
-    return blocks;
-}
-
-// Block `cb` of the clearing blocks: its chunk of the clears, in list order. (Unrolled: the
-// list stays in the parameter space, not copied to local memory to be indexed.)
-__device__ void clear_chunk(const ops::RmsNormArgs& a, int64_t cb) {
-    float* p = nullptr;
-    int64_t begin = 0, end = 0;
-#pragma unroll
-    for (int i = 0; i < ops::RmsNormArgs::kMaxClears; ++i) {
-        const int64_t blocks =
-            a.clear[i].p == nullptr ? 0 : (a.clear[i].n + kClearChunk - 1) / kClearChunk;
-        if (p == nullptr && cb >= 0 && cb < blocks) {
-            p = a.clear[i].p;
-            begin = cb * kClearChunk;
-            end = min(a.clear[i].n, begin + kClearChunk);
-        }
-        cb -= blocks;
-    }
-    if (p == nullptr) return;
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] = 0.0f;
-}
-
-// Blocks [0, a.rows) norm a's rows, the next b.rows (RmsNormArgs::also; 0 when none) b's, the
-// rest clear a's clear list (after the wait: earlier kernels may still read those buffers).
+// Blocks [0, a.rows) norm a's rows, the next b.rows (RmsNormArgs::also; 0 when none) b's.
 __global__ void __launch_bounds__(kNormThreadsMax)
     rms_norm_vec_kernel(ops::RmsNormArgs a, ops::FusedRope r, ops::RmsNormArgs b,
                         ops::FusedRope rb) {
@@ -115,10 +84,8 @@ __global__ void __launch_bounds__(kNormThreadsMax)
     const int64_t row = blockIdx.x;
     if (row < a.rows)
         rms_norm_vec_row(a, r, row);
-    else if (row < a.rows + b.rows)
-        rms_norm_vec_row(b, rb, row - a.rows);
     else
-        clear_chunk(a, row - a.rows - b.rows);
+        rms_norm_vec_row(b, rb, row - a.rows);
 }
 
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
@@ -294,64 +261,23 @@ int norm_threads(int dim) {
     return std::clamp((per + 31) / 32 * 32, 32, kNormThreadsMax);
 }
 
-// a (its `also` ignored) as the kernel takes it: the rope passed by value, no host pointers,
-// no clears.
+// a (its `also` ignored) as the kernel takes it: the rope passed by value, no host pointers.
 ops::RmsNormArgs device_args(const ops::RmsNormArgs& a) {
     ops::RmsNormArgs d = a;
     d.rope = nullptr;
     d.also = nullptr;
-    for (ops::RmsNormArgs::Clear& c : d.clear) c = {};
     return d;
 }
 
-// The contract the launch relies on (it clears and norms at once): a clear overlaps neither
-// the norm's input nor its output rows.
-void check_clear(const ops::RmsNormArgs& a, const ops::RmsNormArgs::Clear& c) {
-    const int64_t rows = a.rows * a.dim;
-    const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
-    auto overlaps = [&](const float* p) { return at(c.p) < at(p + rows) && at(p) < at(c.p + c.n); };
-    DSV4_ASSERT(rows == 0 || (!overlaps(a.x) && !overlaps(a.out)),
-                "rms_norm: a clear overlaps the norm's rows");
-}
-
-// The clears of a, and of its `also` when `with_also`, (as many as fit) in d's list; the rest
-// by fill launches.
-void take_clears(const ops::RmsNormArgs& a, bool with_also, ops::RmsNormArgs& d,
-                 cudaStream_t stream) {
-    int n = 0;
-    for (const ops::RmsNormArgs* s = &a; s != nullptr; s = with_also ? s->also : nullptr) {
-        for (const ops::RmsNormArgs::Clear& c : s->clear) {
-            if (c.p == nullptr || c.n == 0) continue;
-            check_clear(a, c);
-            if (with_also && a.also != nullptr) check_clear(*a.also, c);
-            if (n < ops::RmsNormArgs::kMaxClears)
-                d.clear[n++] = c;
-            else
-                launch_fill(c.p, 0.0f, c.n, stream);
-        }
-        if (!with_also) break;
-    }
-}
-
-// One norm (its `also` ignored) and its clears.
+// One norm (its `also` ignored).
 void launch_one_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
+    if (a.rows == 0) return;
     const bool vec = norm_vec(a) && !a.round_bf16;  // (the bf16 mode: its own kernel)
-    ops::RmsNormArgs d = device_args(a);
-    if (!vec || a.rows == 0) {
-        for (const ops::RmsNormArgs::Clear& c : a.clear) {
-            if (c.p == nullptr || c.n == 0) continue;
-            check_clear(a, c);
-            launch_fill(c.p, 0.0f, c.n, stream);
-        }
-        if (a.rows == 0) return;
-    } else {
-        take_clears(a, false, d, stream);
-    }
+    const ops::RmsNormArgs d = device_args(a);
     const RopeFusion rope = fuse_rope(a.rope, a.rows, a.dim, vec, "rms_norm");
     if (vec)
-        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + clear_blocks(d)),
-                   norm_threads(a.dim), 0, stream, 1, d, rope.in_kernel, ops::RmsNormArgs{},
-                   ops::FusedRope{});
+        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows), norm_threads(a.dim), 0,
+                   stream, 1, d, rope.in_kernel, ops::RmsNormArgs{}, ops::FusedRope{});
     else
         launch_pdl(a.round_bf16 ? rms_norm_bf16_kernel : rms_norm_kernel,
                    static_cast<unsigned>(a.rows), kThreads, 0, stream, 1, d);
@@ -374,14 +300,12 @@ void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream) {
         if (b != nullptr) launch_rms_norm(*b, stream);
         return;
     }
-    // Both in one launch: blocks [0, a.rows) a's rows, the next b's, the rest both's clears.
+    // Both in one launch: blocks [0, a.rows) a's rows, the next b's.
     const RopeFusion ra = fuse_rope(a.rope, a.rows, a.dim, true, "rms_norm");
     const RopeFusion rb = fuse_rope(b->rope, b->rows, b->dim, true, "rms_norm");
-    ops::RmsNormArgs d = device_args(a);
-    take_clears(a, true, d, stream);
-    launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + b->rows + clear_blocks(d)),
-               std::max(norm_threads(a.dim), norm_threads(b->dim)), 0, stream, 1, d, ra.in_kernel,
-               device_args(*b), rb.in_kernel);
+    launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(a.rows + b->rows),
+               std::max(norm_threads(a.dim), norm_threads(b->dim)), 0, stream, 1, device_args(a),
+               ra.in_kernel, device_args(*b), rb.in_kernel);
 }
 
 RopeFusion fuse_rope(const ops::FusedRope* r, int64_t rows, int dim, bool vec, const char* what) {
