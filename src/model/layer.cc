@@ -44,6 +44,7 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     const bool bf16 = this->bf16();
     Backend& b = backend_;
     const ops::ActType f32 = ops::ActType::kF32;
+    const bool csa = spec.kind == LayerKind::kCsa, hca = spec.kind == LayerKind::kHca;
 
     // Every projection of x in one group (x_projections' order): q latent, the shared K=V,
     // compressor inputs. The compressors' projections stay fp32 in every mode (the reference runs
@@ -57,10 +58,10 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     proj.packed = w.x_proj_packed.valid() ? &w.x_proj_packed : nullptr;
     // The group also clears the outputs the block's later linears add into (LinearArgs::
     // y_cleared): on CUDA inside its own launch.
-    proj.clear[0] = {ws.q, T * H * c.head_dim};
+    proj.clear[0] = {ws.q, T * H * hd};
     proj.clear[1] = {ws.u, T * c.o_groups * c.o_lora_rank};
     proj.clear[2] = {out, T * c.hidden_size};
-    if (spec.kind == LayerKind::kCsa) proj.clear[3] = {ws.qi, T * Hi * hi};
+    if (csa) proj.clear[3] = {ws.qi, T * Hi * hi};
     proj.clear[4] = {ws.router_logits, T * c.n_routed_experts};  // (the FFN's router)
     b.linear_group(proj);
 
@@ -82,7 +83,6 @@ void Model::attention_block(const Workspace& ws, const ops::StepDesc& st, const 
     // the q-lora norm: the branch pauses), its queries the normed q latent (the branch resumes
     // after the norm); then top-k, the longer side, so the main compressor stays beside the
     // query chain. On HCA layers the branch is the main compressor, after the norm.
-    const bool csa = spec.kind == LayerKind::kCsa, hca = spec.kind == LayerKind::kHca;
     if (csa) {
         // fp4 keys are the Hadamard + FP4 round trip itself (stored rotated): no second rotation.
         const bool fp4_keys = lc.key_format.type == CacheType::kFp4;

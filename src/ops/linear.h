@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-#include "ops/clear.h"
 #include "ops/weight.h"
 
 namespace dsv4::ops {
@@ -49,6 +48,16 @@ inline LinearArgs linear_group_part(const LinearArgs& a, int64_t K, int j) {
     return g;
 }
 
+// A buffer an op sets to zero once its own work is done: the output of an op later in the step
+// that adds into it (LinearArgs::y_cleared). A CUDA backend clears it inside the op's launch
+// rather than by a memset node before that op, which would be a launch of its own and would cut
+// the programmatic edge that lets a GEMV's weights stream in while the kernel before it runs.
+struct Clear {
+    float* p = nullptr;  // [n]; nullptr: unused
+    int64_t n = 0;
+};
+inline constexpr int kMaxClears = 5;
+
 // Several projections of the same x (e.g. wq_a | wkv | compressor wkv, wgate): one read of x
 // for all of them. The CPU reference is the plain sequence of linears.
 struct LinearGroupArgs {
@@ -65,8 +74,8 @@ struct LinearGroupArgs {
     // Backend::pack_rows of the outputs' weights in this order (optional): a backend that packed
     // them may read them in one pass. The result is the same sequence of linears.
     const Weight* packed = nullptr;
-    // Buffers set to zero by the same call, after the linears (ops/clear.h). Each must not
-    // overlap x, an output or another.
+    // Buffers set to zero by the same call, after the linears (Clear). Each must not overlap x,
+    // an output or another.
     Clear clear[kMaxClears] = {};
 };
 

@@ -886,7 +886,7 @@ class CudaBackend final : public Backend {
                     ops::ActType::kF32, a.out[i].act_fp8, a.out[i].round_bf16});
         memset_clears(a.clear);  // (no GEMV launch took them)
     }
-    // An op's clears (ops/clear.h) by memset nodes, where no launch of the op takes them.
+    // An op's clears (ops::Clear) by memset nodes, where no launch of the op takes them.
     void memset_clears(const ops::Clear (&clears)[ops::kMaxClears]) {
         for (const ops::Clear& c : clears)
             if (c.p != nullptr && c.n > 0)
