@@ -295,10 +295,16 @@ TEST(CudaNumericsGpu, SampleEveryTopKSmallVocab) {
     sample_rounds(*be, 512, sample_grid(512), {}, 16, 31, "sample V=512");
 }
 
+// Each large-vocabulary case twice: one launch a row (a backend without step scratch), then the
+// split first pass (sample.h: many blocks a row scan slices first; prepare_steps gives the
+// scratch), the same draws and the same ids.
 TEST(CudaNumericsGpu, SampleEveryTopKFullVocab) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
-    sample_rounds(*be, 129280, sample_grid(129280), {}, 6, 32, "sample V=129280");
+    const auto grid = sample_grid(129280);
+    sample_rounds(*be, 129280, grid, {}, 6, 32, "sample V=129280");
+    ASSERT_TRUE(be->prepare_steps(static_cast<int64_t>(grid.size())).is_ok());
+    sample_rounds(*be, 129280, grid, {}, 6, 32, "sample V=129280, split scan");
 }
 
 TEST(CudaNumericsGpu, SampleOddVocabLargeTopK) {
@@ -309,12 +315,18 @@ TEST(CudaNumericsGpu, SampleOddVocabLargeTopK) {
     for (int k : {0, 1025, 2999, 3001, 100000})
         for (float top_p : {1.0f, 0.99f, 0.3f, 0.0f}) p.push_back({0.9f, k, top_p, 0});
     sample_rounds(*be, V, p, {}, 12, 33, "sample V=3001 top_k > 1024");
+    // (V % 4 != 0: the split scan's scalar loads)
+    ASSERT_TRUE(be->prepare_steps(static_cast<int64_t>(p.size())).is_ok());
+    sample_rounds(*be, V, p, {}, 12, 33, "sample V=3001 top_k > 1024, split scan");
 }
 
 // Speculative verification: drafts that are the arg-max (usually kept), random ids (usually
 // rejected, in or out of the top-k / top-p set), the last id, none (-1), on greedy rows too.
-void draft_case(int64_t V, int rounds, uint32_t seed, const char* what) {
+void draft_case(int64_t V, int rounds, uint32_t seed, const char* what, bool split = false) {
     auto be = make_gpu();
+    if (split) {
+        ASSERT_TRUE(be->prepare_steps(64).is_ok());
+    }
     std::mt19937 rng(seed);
     auto params = sample_grid(V);
     std::vector<int32_t> drafts(params.size());
@@ -351,17 +363,19 @@ TEST(CudaNumericsGpu, SampleDraftVerificationSmallVocab) {
 TEST(CudaNumericsGpu, SampleDraftVerificationFullVocab) {
     DSV4_REQUIRE_GPU();
     draft_case(129280, 4, 42, "sample drafts V=129280");
+    draft_case(129280, 4, 42, "sample drafts V=129280, split scan", true);
 }
 
 // The new kernels hold no allocation and no host synchronisation: captured into a CUDA graph
 // under global capture mode (any synchronising call would break the capture) and replayed from
 // the same starting state, they give bitwise the direct run's results (round trips, the FP8
-// copy, radix-path sampling with drafts).
+// copy, radix-path sampling with drafts, after the split first pass).
 TEST(CudaNumericsGpu, CapturedInAGraph) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(50);
     const int64_t R = 6, V = 40000, rows = 9;
+    ASSERT_TRUE(be->prepare_steps(R).is_ok());  // (the sampler's split scan, as a step runs it)
     const auto x0 = awkward_rows(rows, 128, 32, rng);
     const auto logits = sample_logits(R, V, rng);
     std::vector<SamplingParams> params = {{1.0f, 0, 1.0f, 0},   {0.7f, 5000, 0.9f, 0},

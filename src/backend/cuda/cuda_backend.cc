@@ -738,6 +738,10 @@ class CudaBackend final : public Backend {
                                   try_alloc(cuda::attention_scratch_bytes(info_.sm_count)));
             attn_ws_ = cuda::attention_scratch(p, info_.sm_count);
         }
+        if (sample_ws_.best == nullptr) {
+            DSV4_ASSIGN_OR_RETURN(void* p, try_alloc(cuda::sample_scratch_bytes(info_.sm_count)));
+            sample_ws_ = cuda::sample_scratch(p, info_.sm_count);
+        }
         // A step's own K=V rows as typed cache rows store them (no typed row is wider than
         // float32's).
         if (const int64_t rows = max_rows * 4 * cuda::kAttnMaxHeadDim; rows > attn_ws_.rows_bytes) {
@@ -1277,7 +1281,10 @@ class CudaBackend final : public Backend {
     }
     DSV4_CUDA_OP(count_experts, CountExpertsArgs, launch_count_experts)
     DSV4_CUDA_OP(gather_rows, GatherRowsArgs, launch_gather_rows)
-    DSV4_CUDA_OP(sample, SampleArgs, launch_sample)
+    void sample(const ops::SampleArgs& a) override {
+        const auto prof = profile_.scope("sample", recording_);
+        cuda::launch_sample(a, sample_ws_, cur());
+    }
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }
 
     cudaStream_t stream() const { return stream_.get(); }
@@ -1666,6 +1673,7 @@ class CudaBackend final : public Backend {
     cuda::HcScratch hc_ws_;     // mHC mixing partials and counters (prepare_steps)
     cuda::IndexerScratch indexer_ws_;  // the decode indexer's scores, counters (prepare_steps)
     cuda::AttentionScratch attn_ws_;   // the decode attention's partials (prepare_steps)
+    cuda::SampleScratch sample_ws_;    // the sampler's split first pass (prepare_steps)
     bool attn_split_ = true;           // false: DSV4_CUDA_ATTN_SPLIT=0 (cuda_set_attention_split)
     int64_t attn_split_runs_ = 0;      // cuda_attention_split_runs
     int64_t act_floats_ = 0;

@@ -12,6 +12,21 @@ namespace dsv4::cuda {
 // Rows keeping at most this many candidates are sorted in shared memory and walked in the
 // reference's order; larger ones go through the radix-select path.
 inline constexpr int kSampleMaxTopK = 1024;
-void launch_sample(const ops::SampleArgs& a, cudaStream_t stream);
+
+// Scratch of the split first pass (sample_sm90.cu): the finite check and the best candidate of
+// each (row, slice), for up to max_parts of them.
+struct SampleScratch {
+    unsigned long long* best = nullptr;  // [max_parts]
+    int* bad = nullptr;                  // [max_parts]
+    int max_parts = 0;
+};
+// Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved out of them.
+int64_t sample_scratch_bytes(int sm_count);
+SampleScratch sample_scratch(void* p, int sm_count);
+
+// ws.best null: one launch, each row's block reading its whole row first. Otherwise rows of at
+// least kSampleSplitMinV logits are first scanned by many blocks a row (a second launch).
+inline constexpr int64_t kSampleSplitMinV = 2048;
+void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

@@ -14,9 +14,16 @@
 //    is <= 1 and truncated by < 2^-96), so they are independent of the order and deterministic,
 //    and differ from the reference's sequential double sums only by the reference's own rounding.
 //
+// The first pass (the finite check and the best candidate) reads the whole row: one block of
+// 1024 threads takes ~16.6 us for V = 129280 on an H100, a token's whole sampling time when it is
+// greedy. With a scratch, rows of kSampleSplitMinV logits or more are first scanned in slices by
+// many blocks (sample_scan_kernel), and the row's block combines their (count, best) pairs: the
+// same result, since the best key is a maximum and the count a sum.
+//
 // Only exp (CUDA's double exp is within 1 ulp, glibc's is correctly rounded in practice) and,
 // on the radix path, the reference's summation rounding (~n * 2^-53 relative) separate the two:
 // a different id needs the uniform draw within that distance of a cumulative boundary.
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/common/check.cuh"
@@ -30,6 +37,8 @@ namespace dsv4::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kScanThreads = 256;
+constexpr int kMaxSlices = 64;  // slices a row in the split first pass
 constexpr unsigned kFull = 0xffffffffu;
 
 // Descending by logit, ties to the lower id: (order key << 32) | ~id, larger first.
@@ -272,26 +281,21 @@ __device__ __forceinline__ void sample_radix(const ops::SampleArgs& a, int64_t r
     if (threadIdx.x == 0) a.out[r] = key_id(c);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
-    dev::pdl_enter();
-    __shared__ Shared sh;
-    const int64_t r = blockIdx.x;
-    const float* logits = a.logits + r * a.V;
-    auto key = [&](int64_t i) { return dev::order_key(logits[i]); };
-    if (threadIdx.x == 0) sh.best = 0;
-    // One pass for the finite check and the best candidate, 16 bytes a load where the row
-    // allows (one block reads the whole row: a scalar pass took ~40 us at V = 129280).
-    int bad = 0;
-    unsigned long long mine = 0;
+// The finite check and the best candidate over logits [begin, end) of a row, this thread's
+// share (the block's threads striding), 16 bytes a load where the row allows (a scalar pass
+// took ~40 us at V = 129280): adds the non-finite count to bad and keeps the largest key.
+__device__ __forceinline__ void scan_logits(const float* logits, int64_t V, int64_t begin,
+                                            int64_t end, int& bad, unsigned long long& mine) {
     auto visit = [&](int64_t i, float l) {
         bad += !isfinite(l);
         const unsigned long long c = cand_key(dev::order_key(l), i);
         mine = c > mine ? c : mine;
     };
-    if (a.V % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
+    if (V % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 && begin % 4 == 0 &&
+        end % 4 == 0) {
         const float4* l4 = reinterpret_cast<const float4*>(logits);
 #pragma unroll 4
-        for (int64_t i = threadIdx.x; i < a.V / 4; i += blockDim.x) {
+        for (int64_t i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
             const float4 v = l4[i];
             visit(4 * i, v.x);
             visit(4 * i + 1, v.y);
@@ -299,7 +303,59 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
             visit(4 * i + 3, v.w);
         }
     } else {
-        for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x) visit(i, logits[i]);
+        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) visit(i, logits[i]);
+    }
+}
+
+// Slice s of row r: logits [s per, (s + 1) per) with per a multiple of 4 (the float4 path).
+__device__ __forceinline__ int64_t slice_begin(int64_t V, int slices, int s) {
+    const int64_t per = ((V + slices - 1) / slices + 3) / 4 * 4;
+    return min(V, s * per);
+}
+
+// The split first pass: block (s, r) scans slice s of row r, its non-finite count and best key
+// into the scratch's entry r * slices + s.
+__global__ void __launch_bounds__(kScanThreads)
+    sample_scan_kernel(ops::SampleArgs a, SampleScratch ws, int slices) {
+    dev::pdl_enter();
+    __shared__ int red[32];
+    __shared__ unsigned long long best;
+    const int s = static_cast<int>(blockIdx.x);
+    const int64_t r = blockIdx.y;
+    if (threadIdx.x == 0) best = 0;
+    int bad = 0;
+    unsigned long long mine = 0;
+    scan_logits(a.logits + r * a.V, a.V, slice_begin(a.V, slices, s),
+                slice_begin(a.V, slices, s + 1), bad, mine);
+    bad = dev::block_sum(bad, red);  // (its barriers also publish best = 0)
+    atomicMax(&best, mine);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        ws.best[r * slices + s] = best;
+        ws.bad[r * slices + s] = bad;
+    }
+}
+
+// slices > 0: the first pass's (count, best) pairs are in the scratch (sample_scan_kernel);
+// 0: the block scans its row itself.
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(ops::SampleArgs a, SampleScratch ws, int slices) {
+    dev::pdl_enter();
+    __shared__ Shared sh;
+    const int64_t r = blockIdx.x;
+    const float* logits = a.logits + r * a.V;
+    auto key = [&](int64_t i) { return dev::order_key(logits[i]); };
+    if (threadIdx.x == 0) sh.best = 0;
+    // One pass for the finite check and the best candidate.
+    int bad = 0;
+    unsigned long long mine = 0;
+    if (slices > 0) {
+        if (static_cast<int>(threadIdx.x) < slices) {
+            bad = ws.bad[r * slices + threadIdx.x];
+            mine = ws.best[r * slices + threadIdx.x];
+        }
+    } else {
+        scan_logits(logits, a.V, 0, a.V, bad, mine);
     }
     if (dev::block_sum(bad, sh.red) > 0) {  // (its barriers also publish sh.best = 0)
         if (threadIdx.x == 0) a.out[r] = -1;
@@ -407,10 +463,32 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(ops::SampleArgs a) {
 
 }  // namespace
 
-void launch_sample(const ops::SampleArgs& a, cudaStream_t stream) {
+int64_t sample_scratch_bytes(int sm_count) {
+    return int64_t{4} * sm_count * (sizeof(unsigned long long) + sizeof(int));
+}
+
+SampleScratch sample_scratch(void* p, int sm_count) {
+    SampleScratch ws;
+    ws.max_parts = 4 * sm_count;
+    ws.best = static_cast<unsigned long long*>(p);
+    ws.bad = reinterpret_cast<int*>(ws.best + ws.max_parts);
+    return ws;
+}
+
+void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream_t stream) {
     DSV4_ASSERT(a.V >= 1 && a.V <= 0x7fffffff, "sample: V ", a.V);
     if (a.R == 0) return;
-    launch_pdl(sample_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a);
+    // Slices a row: as many as the scratch holds for R rows, at most kMaxSlices, at least 2
+    // (else the row's own block scans it); the count depends on R only (graph-safe).
+    const int64_t by_ws = ws.best != nullptr ? ws.max_parts / a.R : 0;
+    const int slices = a.V >= kSampleSplitMinV && by_ws >= 2
+                           ? static_cast<int>(std::min<int64_t>(kMaxSlices, by_ws))
+                           : 0;
+    if (slices > 0)
+        launch_pdl(sample_scan_kernel,
+                   dim3(static_cast<unsigned>(slices), static_cast<unsigned>(a.R)), kScanThreads, 0,
+                   stream, 1, a, ws, slices);
+    launch_pdl(sample_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a, ws, slices);
 }
 
 }  // namespace dsv4::cuda
