@@ -307,6 +307,21 @@ __device__ __forceinline__ void scan_logits(const float* logits, int64_t V, int6
     }
 }
 
+// A block's non-finite count and best key from every thread's (`bad`, `mine`), for every thread.
+// *best is the block's shared word, zeroed by thread 0 before the call (block_sum's barriers
+// publish the zero before any thread's atomicMax).
+struct BadAndBest {
+    int bad;
+    unsigned long long best;
+};
+__device__ __forceinline__ BadAndBest block_bad_and_best(int bad, unsigned long long mine, int* red,
+                                                         unsigned long long* best) {
+    bad = dev::block_sum(bad, red);
+    atomicMax(best, mine);
+    __syncthreads();
+    return {bad, *best};
+}
+
 // Slice s of row r: logits [s per, (s + 1) per) with per a multiple of 4 (the float4 path).
 __device__ __forceinline__ int64_t slice_begin(int64_t V, int slices, int s) {
     const int64_t per = ((V + slices - 1) / slices + 3) / 4 * 4;
@@ -327,12 +342,10 @@ __global__ void __launch_bounds__(kScanThreads)
     unsigned long long mine = 0;
     scan_logits(a.logits + r * a.V, a.V, slice_begin(a.V, slices, s),
                 slice_begin(a.V, slices, s + 1), bad, mine);
-    bad = dev::block_sum(bad, red);  // (its barriers also publish best = 0)
-    atomicMax(&best, mine);
-    __syncthreads();
+    const BadAndBest b = block_bad_and_best(bad, mine, red, &best);
     if (threadIdx.x == 0) {
-        ws.best[r * slices + s] = best;
-        ws.bad[r * slices + s] = bad;
+        ws.best[r * slices + s] = b.best;
+        ws.bad[r * slices + s] = b.bad;
     }
 }
 
@@ -357,14 +370,13 @@ __global__ void __launch_bounds__(kThreads)
     } else {
         scan_logits(logits, a.V, 0, a.V, bad, mine);
     }
-    if (dev::block_sum(bad, sh.red) > 0) {  // (its barriers also publish sh.best = 0)
+    const BadAndBest b = block_bad_and_best(bad, mine, sh.red, &sh.best);
+    if (b.bad > 0) {
         if (threadIdx.x == 0) a.out[r] = -1;
         return;
     }
     const SamplingParams p = a.params[r];
-    atomicMax(&sh.best, mine);
-    __syncthreads();
-    const uint64_t best = sh.best;
+    const uint64_t best = b.best;
     if (p.temperature <= 0.0f || p.top_k == 1) {
         if (threadIdx.x == 0) a.out[r] = key_id(best);
         return;
