@@ -473,15 +473,21 @@ __global__ void __launch_bounds__(kThreads)
     a.out[r] = id_at(0);
 }
 
+// (row, slice) entries the scratch holds, four a SM: launch_sample gives each row as many
+// slices as fit, at most kMaxSlices.
+int sample_parts(int sm_count) {
+    return 4 * sm_count;
+}
+
 }  // namespace
 
 int64_t sample_scratch_bytes(int sm_count) {
-    return int64_t{4} * sm_count * (sizeof(unsigned long long) + sizeof(int));
+    return int64_t{sample_parts(sm_count)} * (sizeof(unsigned long long) + sizeof(int));
 }
 
 SampleScratch sample_scratch(void* p, int sm_count) {
     SampleScratch ws;
-    ws.max_parts = 4 * sm_count;
+    ws.max_parts = sample_parts(sm_count);
     ws.best = static_cast<unsigned long long*>(p);
     ws.bad = reinterpret_cast<int*>(ws.best + ws.max_parts);
     return ws;
