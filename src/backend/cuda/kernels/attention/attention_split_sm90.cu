@@ -75,6 +75,39 @@ size_t split_smem(int hd) {
            kTile * sizeof(int);
 }
 
+// What the kernel reads that no earlier grid writes, before its programmatic wait (pdl.cuh):
+// the block's heads' sinks and the cos / sin tables of the queries' rope and the output's
+// inverse rope at the token's position (the step descriptor's, uploaded before the step). The
+// three were global round trips after the wait: the queries' norm, the merge's first step and
+// its last store each waited on one (session 38).
+constexpr int kRopeTable = 64;  // pairs (V4: 32); wider ropes, or a rope whose rows are not
+                                // the token's heads, compute theirs after the wait
+struct PreWait {
+    float* sink;                             // [kHeads]
+    const dev::RopeCs* q_table = nullptr;    // [rope_dim / 2] when the queries' rope has one
+    const dev::RopeCs* out_table = nullptr;  // likewise the output's
+
+    static __device__ __forceinline__ bool tabled(const ops::FusedRope& r, int H) {
+        return r.inv_freq != nullptr && r.rope_dim / 2 <= kRopeTable && r.heads == H;
+    }
+    // Every thread calls it: the sinks by threads [0, kHeads), each table that fits into q_cs /
+    // out_cs ([kRopeTable] each) by rope_table's threads. q_on: the kernel norms the queries.
+    __device__ __forceinline__ void load(const ops::AttentionArgs& a, bool q_on,
+                                         const ops::FusedRope& q_rope, const ops::FusedRope& out,
+                                         int t, int h0, dev::RopeCs* q_cs, dev::RopeCs* out_cs) {
+        const int i = threadIdx.x;
+        if (i < kHeads) sink[i] = h0 + i < a.H ? a.sink[h0 + i] : 0.0f;
+        if (q_on && tabled(q_rope, a.H)) {
+            dev::rope_table(q_rope, q_rope.pos[t], q_cs);
+            q_table = q_cs;
+        }
+        if (tabled(out, a.H)) {
+            dev::rope_table(out, out.pos[t], out_cs);
+            out_table = out_cs;
+        }
+    }
+};
+
 // The merge of the S key splits of one (token t, head group from h0), split r's partial at
 // split(r) (acc [kHeads][hdp], then (m, l) per head), with the sink: M = max(sink, m_r),
 // L = e^(sink - M) + sum l_r e^(m_r - M), out = sum acc_r e^(m_r - M) / L, then the output
@@ -83,13 +116,13 @@ size_t split_smem(int hd) {
 // block merges a share); else in the scratch, written by other blocks: read from L2 (__ldcg).
 template <bool kCluster, class Split>
 __device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
-                                             const ops::FusedRope& rope, int t, int h0, int S,
-                                             Split split, float (*wsplit)[kMaxSplits], int first,
-                                             int step) {
+                                             const ops::FusedRope& rope, const PreWait& pre, int t,
+                                             int h0, int S, Split split,
+                                             float (*wsplit)[kMaxSplits], int first, int step) {
     const int hd = a.hd, hdp = padded_hd(hd);
     if (threadIdx.x < kHeads && h0 + static_cast<int>(threadIdx.x) < a.H) {
         const int h = threadIdx.x;
-        const float sink = a.sink[h0 + h];
+        const float sink = pre.sink[h];
         float mr[kMaxSplits], lr[kMaxSplits];  // (all splits' loads issued together)
 #pragma unroll
         for (int r = 0; r < kMaxSplits; ++r) {
@@ -122,7 +155,7 @@ __device__ __forceinline__ void merge_splits(const ops::AttentionArgs& a,
                 if (r0 + k < S && wsplit[h][r0 + k] != 0.0f) fma4(out, wsplit[h][r0 + k], pr[k]);
         }
         const int64_t row = static_cast<int64_t>(t) * a.H + h0 + h;
-        f4(a.out + row * hd + d) = dev::rope_float4(out, rope, row, d, hd);
+        f4(a.out + row * hd + d) = dev::rope_float4_from(out, rope, pre.out_table, row, d, hd);
     }
 }
 
@@ -137,8 +170,8 @@ struct QueryNorm {
 // Warp h norms head h of the block's staged queries (sq [kHeads][hdp]) in place: the sum of
 // squares in double, inv = rms_inv, then each float4 scaled and roped as rms_norm_vec_row does.
 __device__ __forceinline__ void norm_queries(float* sq, const ops::AttentionArgs& a,
-                                             const QueryNorm& qn, int t, int h0, int warp,
-                                             int lane) {
+                                             const QueryNorm& qn, const PreWait& pre, int t, int h0,
+                                             int warp, int lane) {
     constexpr int kVec = kAttnMaxHeadDim / 4 / 32;  // float4s a lane
     if (h0 + warp >= a.H) return;
     const int hd = a.hd, n4 = hd / 4;
@@ -157,8 +190,8 @@ __device__ __forceinline__ void norm_queries(float* sq, const ops::AttentionArgs
     for (int j = 0; j < kVec; ++j) {
         const int i = lane + 32 * j;
         if (i < n4)
-            f4(row + 4 * i) =
-                dev::rope_float4(dev::rms_scale(v[j], inv, nullptr), qn.rope, qrow, 4 * i, hd);
+            f4(row + 4 * i) = dev::rope_float4_from(dev::rms_scale(v[j], inv, nullptr), qn.rope,
+                                                    pre.q_table, qrow, 4 * i, hd);
     }
 }
 
@@ -170,9 +203,10 @@ template <bool kTyped, bool kCluster>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_split_kernel(ops::AttentionArgs a, KeyRows kr, ops::FusedRope rope, float* part,
                            unsigned* arrivals, int S, int G, QueryNorm qn) {
-    dev::pdl_enter();
     extern __shared__ float4 smem4[];
     __shared__ float wsplit[kHeads][kMaxSplits];  // the merge's weight of each split
+    __shared__ float pre_sink[kHeads];
+    __shared__ dev::RopeCs pre_q_cs[kRopeTable], pre_out_cs[kRopeTable];
     const int hd = a.hd, hdp = padded_hd(hd), nc = hdp / kChunk;
     float* const sq = reinterpret_cast<float*>(smem4);
     float* const sk = sq + kHeads * hdp;
@@ -183,6 +217,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int g = static_cast<int>(blockIdx.y) % G, t = static_cast<int>(blockIdx.y) / G;
     const int h0 = g * kHeads;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    PreWait pre{pre_sink};
+    pre.load(a, qn.on, qn.rope, rope, t, h0, pre_q_cs, pre_out_cs);
+    dev::pdl_enter();
 
     // The fused ring write (a step of one token a row: the launcher's condition): token t's K=V
     // row into its slot's ring row pos % R, which holds position pos - R, a key no token of this
@@ -243,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         ptx::cp_async_wait<0>();
         __syncthreads();               // the tile (and, the first time, the queries) is in
         if (qn.on && j0 == j_begin) {  // (block-uniform)
-            norm_queries(sq, a, qn, t, h0, warp, lane);
+            norm_queries(sq, a, qn, pre, t, h0, warp, lane);
             __syncthreads();
         }
 
@@ -332,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         cluster.sync();  // every block's partial is written
         // Output float4 o goes to thread o % kThreads of block o / kThreads % S.
         merge_splits<true>(
-            a, rope, t, h0, S,
+            a, rope, pre, t, h0, S,
             [&](int r) -> const float* { return cluster.map_shared_rank(sk, r); }, wsplit,
             s* kThreads + static_cast<int>(threadIdx.x), S * kThreads);
         cluster.sync();  // the other blocks have read this block's partial: it may exit
@@ -340,8 +377,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (!dev::last_to_arrive(arrivals, S)) return;
         __syncthreads();  // (S == 1: this block's own writes)
         merge_splits<false>(
-            a, rope, t, h0, S, [&](int r) -> const float* { return all + r * kPartStride; }, wsplit,
-            static_cast<int>(threadIdx.x), kThreads);
+            a, rope, pre, t, h0, S, [&](int r) -> const float* { return all + r * kPartStride; },
+            wsplit, static_cast<int>(threadIdx.x), kThreads);
     }
 }
 

@@ -67,6 +67,15 @@ __device__ __forceinline__ float4 rope_float4(float4 v, const ops::FusedRope& r,
     });
 }
 
+// rope_float4 with the cos / sin of `table` (a rope_table of r at this row's position, read
+// after a barrier) when given, else computed here.
+__device__ __forceinline__ float4 rope_float4_from(float4 v, const ops::FusedRope& r,
+                                                   const RopeCs* table, int64_t row, int col,
+                                                   int dim) {
+    if (table == nullptr) return rope_float4(v, r, row, col, dim);
+    return rope_float4_by(v, r.rope_dim, col, dim, [&](int i) { return table[i]; });
+}
+
 // The cos and sin of pair i of the rope dims at position pos into cs[i], i < r.rope_dim / 2,
 // by the block's threads (a table for rope_float4_by, read after a barrier).
 __device__ __forceinline__ void rope_table(const ops::FusedRope& r, int64_t pos, RopeCs* cs) {
