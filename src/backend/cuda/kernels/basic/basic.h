@@ -19,6 +19,8 @@ namespace dsv4::cuda {
 // out[t, i, :] = table[ids[t], :] for i < n. table: [V, D] f32 (bf16 == false) or bf16.
 void launch_embed_dense(const int32_t* ids, const void* table, bool bf16, int64_t D, float* out,
                         int64_t T, int n, cudaStream_t stream);
+// A programmatic launch whose vectorised kernel reads the weights and the fused rope's positions
+// and frequencies before its wait (the kernel before it must not write those).
 void launch_rms_norm(const ops::RmsNormArgs& a, cudaStream_t stream);
 void launch_rope(const ops::RopeArgs& a, cudaStream_t stream);
 // How an op with a fused rope (RmsNormArgs::rope, AttentionArgs::out_rope; `r` host memory,

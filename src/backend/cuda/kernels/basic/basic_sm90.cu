@@ -51,12 +51,33 @@ __global__ void embed_kernel(const int32_t* ids, const void* table, bool bf16, i
 constexpr int kNormVec = 4;
 constexpr int kNormThreadsMax = 1024;
 
+// What a row's norm reads that no earlier grid writes, loaded before the wait (pdl.cuh): the
+// weights of the thread's float4s (registers) and the rope's cos / sin (a shared table, from
+// the step descriptor's positions, uploaded before the step). After the wait the row's load is
+// the one round trip left; the weights and the positions after the sum were two more.
+constexpr int kNormRopeTable = 128;  // pairs (V4: 32); wider ropes compute theirs after the wait
+
+__device__ __forceinline__ void rms_norm_vec_pre(const ops::RmsNormArgs& a, const ops::FusedRope& r,
+                                                 int64_t row, float4 (&w)[kNormVec],
+                                                 dev::RopeCs* table) {
+    const float4* w4 = reinterpret_cast<const float4*>(a.weight);
+    const int n4 = a.dim / 4;
+#pragma unroll
+    for (int j = 0; j < kNormVec; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        w[j] = w4 != nullptr && i < n4 ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
+    }
+    if (r.inv_freq != nullptr && r.rope_dim / 2 <= kNormRopeTable)
+        dev::rope_table(r, r.pos[row / r.heads], table);
+}
+
+// (The table is read after block_sum's barriers.)
 __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, const ops::FusedRope& r,
-                                                 int64_t row) {
+                                                 int64_t row, const float4 (&w)[kNormVec],
+                                                 const dev::RopeCs* table) {
     __shared__ double red[32];
     const float4* x = reinterpret_cast<const float4*>(a.x + row * a.dim);
     float4* y = reinterpret_cast<float4*>(a.out + row * a.dim);
-    const float4* w = reinterpret_cast<const float4*>(a.weight);
     const int n4 = a.dim / 4;
     float4 v[kNormVec];
     double ss = 0;
@@ -67,12 +88,19 @@ __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, cons
         ss = dev::add_squares(ss, v[j]);
     }
     const float inv = dev::rms_inv(dev::block_sum(ss, red), a.dim, a.eps);
+    const dev::RopeCs* cs =
+        r.inv_freq != nullptr && r.rope_dim / 2 <= kNormRopeTable ? table : nullptr;
 #pragma unroll
     for (int j = 0; j < kNormVec; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i >= n4) break;
-        const float4 o = dev::rms_scale(v[j], inv, w != nullptr ? w + i : nullptr);
-        y[i] = dev::rope_float4(o, r, row, 4 * i, a.dim);
+        // (rms_scale's products, the weight from registers: a pointer to w[j] would put w in
+        // local memory.)
+        float4 o = dev::rms_scale(v[j], inv, nullptr);
+        if (a.weight != nullptr)
+            o = make_float4(__fmul_rn(o.x, w[j].x), __fmul_rn(o.y, w[j].y), __fmul_rn(o.z, w[j].z),
+                            __fmul_rn(o.w, w[j].w));
+        y[i] = dev::rope_float4_from(o, r, cs, row, 4 * i, a.dim);
     }
 }
 
@@ -80,12 +108,19 @@ __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, cons
 __global__ void __launch_bounds__(kNormThreadsMax)
     rms_norm_vec_kernel(ops::RmsNormArgs a, ops::FusedRope r, ops::RmsNormArgs b,
                         ops::FusedRope rb) {
-    dev::pdl_enter();
+    __shared__ dev::RopeCs table[kNormRopeTable];
     const int64_t row = blockIdx.x;
-    if (row < a.rows)
-        rms_norm_vec_row(a, r, row);
-    else
-        rms_norm_vec_row(b, rb, row - a.rows);
+    float4 w[kNormVec];
+    // (Two calls, not a reference to either parameter: that would copy both to local memory.)
+    if (row < a.rows) {
+        rms_norm_vec_pre(a, r, row, w, table);
+        dev::pdl_enter();
+        rms_norm_vec_row(a, r, row, w, table);
+    } else {
+        rms_norm_vec_pre(b, rb, row - a.rows, w, table);
+        dev::pdl_enter();
+        rms_norm_vec_row(b, rb, row - a.rows, w, table);
+    }
 }
 
 __global__ void rms_norm_kernel(ops::RmsNormArgs a) {
