@@ -801,8 +801,9 @@ TEST(CudaOpsGpu, CompressHcaWithNormRope) {
 // Typed entries: the device encodes its pooled, normed and roped entries in the cache format;
 // on these draws the pooled floats equal the CPU's (the f32 cases: 0 differences), so the stored
 // bytes must equal the CPU compressor's. K=V rows (bf16; fp8 with the RoPE dims in bf16, at a
-// NoPE part of one partial block and at V4's 448 + 64) and indexer keys (fp8 per 128; fp4 after
-// the Hadamard rotation, at 64 and V4's 128).
+// NoPE part of one partial block and at V4's 448 + 64, HCA-like and CSA's) and indexer keys (fp8
+// per 128; fp4 after the Hadamard rotation, at 64 and V4's 128). The steps' one-token rows that
+// complete a block (run_compress) take the kernel's decode fast path.
 TEST(CudaOpsGpu, CompressTypedEntries) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
@@ -814,6 +815,7 @@ TEST(CudaOpsGpu, CompressTypedEntries) {
         {2, 4, 36, 12, kv_row_format(CacheType::kBf16, 12)},
         {2, 4, 36, 12, kv_row_format(CacheType::kFp8, 12)},
         {1, 7, 512, 64, kv_row_format(CacheType::kFp8, 64)},
+        {2, 4, 512, 64, kv_row_format(CacheType::kFp8, 64)},
         {2, 4, 36, 12, index_key_format(CacheType::kFp8)},
         {2, 4, 64, 16, index_key_format(CacheType::kFp4)},
         {2, 4, 128, 64, index_key_format(CacheType::kFp4)},

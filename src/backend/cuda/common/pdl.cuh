@@ -4,8 +4,13 @@
 // launch_pdl, which starts with dev::pdl_enter(), lets the next kernel's blocks be scheduled as
 // soon as its own blocks are all running; those blocks then wait in their own pdl_enter for this
 // grid to complete, so the launch latency hides behind the run and nothing is read (or
-// overwritten) early. The weight GEMV uses the same mechanism with its own wait placement
-// (gemv_kernel_sm90.cuh: it streams weights before the wait).
+// overwritten) early. Kernels may read before their wait what no earlier grid of the step
+// writes: weights, the step descriptor (uploaded before the step's first kernel) and, since
+// the kernel just before them has passed its own wait, anything written two grids back or
+// earlier (the compressor's state of earlier tokens). The weight GEMV streams weights there
+// (gemv_kernel_sm90.cuh); hc_pre copies its mixing weights; the norm kernel loads its weights
+// and rope table, attention its sinks and rope tables, and the compressor's decode pooling
+// everything but the token's own row (each a global round trip less after the wait).
 #pragma once
 
 #include <cuda_runtime.h>

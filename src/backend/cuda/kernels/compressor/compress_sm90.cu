@@ -28,10 +28,90 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// A decode row's fast path (below) holds, a thread: the pooled slots of up to kPreChannels
+// channels (hd <= 512) and the ape of up to kPreCols state columns (width <= 1024).
+constexpr int kPreSlots = 8;  // CSA's 2 x 4
+constexpr int kPreChannels = 2;
+constexpr int kPreCols = 4;
+static_assert(kPreChannels == 2, "finish_entry's weight lookup below");
+
+// The entry's state row of pooled slot s, channel c: the s-th pooled row (CSA: block e - 1's
+// rows, then block e's) feeds channel c from column c, or hd + c for a CSA open-block row.
+__device__ __forceinline__ int64_t pooled_at(const ops::CompressArgs& a, int64_t e, int s, int c) {
+    const int m = a.m, width = a.coff * a.hd;
+    return a.coff == 2
+               ? static_cast<int64_t>(ops::compress_state_row(e + (s >= m ? 0 : -1), s % m, m)) *
+                         width +
+                     (s >= m ? a.hd : 0) + c
+               : static_cast<int64_t>(s) * width + c;
+}
+
+// Channel c of entry e from its pooled slots' gates g(s) and values v(s): the softmax over the
+// gates in double, as the reference's pool_entry. kN > 0: slots <= kN, the loops unrolled (g
+// and v may then index registers); 0: slots.
+template <bool kBf16, int kN, typename G, typename V>
+__device__ __forceinline__ float pool_channel(int slots, G g, V v) {
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const int n = kN > 0 ? kN : slots;
+    float mx = neg_inf;
+#pragma unroll
+    for (int s = 0; s < n; ++s)
+        if (s < slots) mx = fmaxf(mx, g(s));
+    double denom = 0, acc = 0;
+#pragma unroll
+    for (int s = 0; s < n; ++s) {
+        const float gs = s < slots ? g(s) : neg_inf;
+        if (gs != neg_inf) {
+            const double ex = exp(static_cast<double>(gs) - mx);
+            denom = __dadd_rn(denom, ex);
+            acc = __dadd_rn(acc, __dmul_rn(ex, static_cast<double>(v(s))));
+        }
+    }
+    const float pooled = static_cast<float>(acc / denom);
+    return kBf16 ? bf16_round(pooled) : pooled;
+}
+
+// The pooled entry e (entry[0, hd), every channel written before the call) RMS-normed with the
+// weights norm_w(c) and roped with cos_sin(q) at e * m, round-tripped and stored.
+template <bool kBf16, typename NormW, typename CosSin>
+__device__ __forceinline__ void finish_entry(const ops::CompressArgs& a, const RowCodec& codec,
+                                             float* entry, uint8_t* stored, double* red,
+                                             NormW norm_w, CosSin cos_sin) {
+    const int hd = a.hd;
+    __syncthreads();
+    if (a.norm != nullptr) {
+        const float inv = dev::block_rms_inv(entry, hd, a.eps, red);
+        for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+            const float y = __fmul_rn(__fmul_rn(entry[c], inv), norm_w(c));
+            entry[c] = kBf16 ? bf16_round(y) : y;
+        }
+        __syncthreads();
+        const int off = hd - a.rope_dim;
+        for (int q = threadIdx.x; q < a.rope_dim / 2; q += blockDim.x) {
+            float* pair = entry + off + 2 * q;
+            dev::rope_rotate(pair, cos_sin(q));
+            if constexpr (kBf16) {
+                pair[0] = bf16_round(pair[0]);
+                pair[1] = bf16_round(pair[1]);
+            }
+        }
+        __syncthreads();
+    }
+    // Reference numerics: the NoPE dims to FP8 per 64 (main), Hadamard + FP4 per 32
+    // (indexer; in the bf16 mode with the rotated entry rounded to bf16 first), as
+    // cpu_ref::compress. (Constant kinds: each call compiles to its kind's steps only.)
+    if (a.entry_round_trip == ops::RoundTrip::kFp8)
+        dev::block_round_trip_row(entry, hd, hd - a.rope_dim, 64, ops::RoundTrip::kFp8);
+    else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
+        dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
+    else if (kBf16 && a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4)
+        dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardBf16Fp4);
+    if (codec.type != CacheType::kF32) dev::block_encode_row(codec, entry, stored);
+}
+
 // kBf16: the bf16 reference mode (above); false: float entries.
 template <bool kBf16>
 __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
-    dev::pdl_enter();
     __shared__ double red[32];
     __shared__ float typed_entry[kCompressMaxTypedWidth];  // a typed entry before its encoding
     const ops::StepDesc& st = a.step;
@@ -43,7 +123,83 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
     float* sgate = a.state_gate + slot * state_size;
     const bool typed = codec.type != CacheType::kF32;
     uint8_t* entries = reinterpret_cast<uint8_t*>(a.entries) + slot * a.n_entries * codec.bytes;
-    const float neg_inf = -__int_as_float(0x7f800000);
+    auto entry_of = [&](int64_t e) {  // f32 entries are computed in place, typed ones in smem
+        return typed ? typed_entry : reinterpret_cast<float*>(entries + e * codec.bytes);
+    };
+
+    // The decode fast path: a one-token row whose token completes its block reads, before the
+    // programmatic wait, everything its entry needs but that token's kv and gate (the previous
+    // grid's outputs): the pooled state rows of earlier steps, the ape, the norm's weights and
+    // the rope's cos / sin. (pdl.cuh: every grid before the previous one is complete then; the
+    // step descriptor is uploaded before the step.) After the wait one round trip is left,
+    // where the general loop below takes five or so (~13 us of a V4 CSA pooling step on an H100
+    // beside the GEMVs' stream: docs/perf.md, session 38).
+    const int64_t p_first = st.row_pos0[b];
+    const bool fast = st.row_len[b] == 1 && p_first % m == m - 1 && slots <= kPreSlots &&
+                      hd <= kPreChannels * kThreads && width <= kPreCols * kThreads &&
+                      a.rope_dim / 2 <= kThreads && blockDim.x == kThreads;
+    if (fast) {
+        const int j = m - 1, row = a.coff == 2 ? ops::compress_state_row(p_first / m, j, m) : j;
+        const int own = slots - 1;  // the token's own pooled slot
+        const int64_t e = p_first / m;
+        float ape[kPreCols], g[kPreChannels][kPreSlots], v[kPreChannels][kPreSlots];
+        float nw[kPreChannels];
+        dev::RopeCs cs{1.0f, 0.0f};
+#pragma unroll
+        for (int u = 0; u < kPreCols; ++u) {
+            const int c = threadIdx.x + u * kThreads;
+            ape[u] = c < width ? a.ape[j * width + c] : 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < kPreChannels; ++h) {
+            const int c = threadIdx.x + h * kThreads;
+#pragma unroll
+            for (int s = 0; s < kPreSlots; ++s) {
+                const bool old = c < hd && s < own;
+                g[h][s] = old ? sgate[pooled_at(a, e, s, c)] : 0.0f;
+                v[h][s] = old ? skv[pooled_at(a, e, s, c)] : 0.0f;
+            }
+            nw[h] = c < hd && a.norm != nullptr ? a.norm[c] : 1.0f;
+        }
+        if (a.norm != nullptr && static_cast<int>(threadIdx.x) < a.rope_dim / 2)
+            cs = dev::rope_cos_sin(e * m, a.inv_freq[threadIdx.x], a.rope_scale, false);
+        dev::pdl_enter();
+        if (e >= a.n_entries) __trap();  // the cache was sized for fewer entries (a bug)
+        const int64_t t = st.row_start[b];
+        const float* kv = a.kv + t * width;
+        const float* gate = a.gate + t * width;
+        float own_g[kPreChannels], own_v[kPreChannels];
+#pragma unroll
+        for (int u = 0; u < kPreCols; ++u) {
+            const int c = threadIdx.x + u * kThreads;
+            if (c >= width) continue;
+            skv[row * width + c] = kv[c];
+            sgate[row * width + c] = __fadd_rn(gate[c], ape[u]);
+        }
+        // The own slot's column of channel c (the open block's second half for CSA), as the
+        // state write above stores it (that column's ape is read here: another thread's u).
+#pragma unroll
+        for (int h = 0; h < kPreChannels; ++h) {
+            const int c = threadIdx.x + h * kThreads, col = (a.coff - 1) * hd + c;
+            own_g[h] = c < hd ? __fadd_rn(gate[col], a.ape[j * width + col]) : 0.0f;
+            own_v[h] = c < hd ? kv[col] : 0.0f;
+        }
+        float* entry = entry_of(e);
+#pragma unroll
+        for (int h = 0; h < kPreChannels; ++h) {
+            const int c = threadIdx.x + h * kThreads;
+            if (c >= hd) continue;
+            entry[c] = pool_channel<kBf16, kPreSlots>(
+                slots, [&](int s) { return s == own ? own_g[h] : g[h][s]; },
+                [&](int s) { return s == own ? own_v[h] : v[h][s]; });
+        }
+        finish_entry<kBf16>(
+            a, codec, entry, entries + e * codec.bytes, red,
+            [&](int c) { return c < kThreads ? nw[0] : nw[1]; }, [&](int) { return cs; });
+        return;
+    }
+
+    dev::pdl_enter();
     for (int i = 0; i < st.row_len[b]; ++i) {
         const int64_t t = st.row_start[b] + i, p = st.row_pos0[b] + i;
         const int j = static_cast<int>(p % m);
@@ -58,60 +214,14 @@ __global__ void compress_kernel(ops::CompressArgs a, RowCodec codec) {
         if (j != m - 1) continue;  // block-uniform
         const int64_t e = p / m;
         if (e >= a.n_entries) __trap();  // the cache was sized for fewer entries (a bug)
-        // f32 entries are computed in place; typed ones in shared memory, then encoded.
-        float* entry = typed ? typed_entry : reinterpret_cast<float*>(entries + e * codec.bytes);
-        for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-            // The s-th pooled row (CSA: block e - 1's rows, then block e's) feeds channel c
-            // from column c, or hd + c for a CSA open-block row.
-            auto at = [&](int s) {
-                return a.coff == 2
-                           ? ops::compress_state_row(e + (s >= m ? 0 : -1), s % m, m) * width +
-                                 (s >= m ? hd : 0) + c
-                           : s * width + c;
-            };
-            float mx = neg_inf;
-            for (int s = 0; s < slots; ++s) mx = fmaxf(mx, sgate[at(s)]);
-            double denom = 0, acc = 0;
-            for (int s = 0; s < slots; ++s) {
-                const float g = sgate[at(s)];
-                if (g == neg_inf) continue;
-                const double ex = exp(static_cast<double>(g) - mx);
-                denom = __dadd_rn(denom, ex);
-                acc = __dadd_rn(acc, __dmul_rn(ex, static_cast<double>(skv[at(s)])));
-            }
-            const float pooled = static_cast<float>(acc / denom);
-            entry[c] = kBf16 ? bf16_round(pooled) : pooled;
-        }
-        __syncthreads();
-        if (a.norm != nullptr) {
-            const float inv = dev::block_rms_inv(entry, hd, a.eps, red);
-            for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-                const float y = __fmul_rn(__fmul_rn(entry[c], inv), a.norm[c]);
-                entry[c] = kBf16 ? bf16_round(y) : y;
-            }
-            __syncthreads();
-            const int off = hd - a.rope_dim;
-            for (int q = threadIdx.x; q < a.rope_dim / 2; q += blockDim.x) {
-                float* pair = entry + off + 2 * q;
-                dev::rope_rotate(pair,
-                                 dev::rope_cos_sin(e * m, a.inv_freq[q], a.rope_scale, false));
-                if constexpr (kBf16) {
-                    pair[0] = bf16_round(pair[0]);
-                    pair[1] = bf16_round(pair[1]);
-                }
-            }
-            __syncthreads();
-        }
-        // Reference numerics: the NoPE dims to FP8 per 64 (main), Hadamard + FP4 per 32
-        // (indexer; in the bf16 mode with the rotated entry rounded to bf16 first), as
-        // cpu_ref::compress. (Constant kinds: each call compiles to its kind's steps only.)
-        if (a.entry_round_trip == ops::RoundTrip::kFp8)
-            dev::block_round_trip_row(entry, hd, hd - a.rope_dim, 64, ops::RoundTrip::kFp8);
-        else if (a.entry_round_trip == ops::RoundTrip::kHadamardFp4)
-            dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardFp4);
-        else if (kBf16 && a.entry_round_trip == ops::RoundTrip::kHadamardBf16Fp4)
-            dev::block_round_trip_row(entry, hd, hd, 32, ops::RoundTrip::kHadamardBf16Fp4);
-        if (typed) dev::block_encode_row(codec, entry, entries + e * codec.bytes);
+        float* entry = entry_of(e);
+        for (int c = threadIdx.x; c < hd; c += blockDim.x)
+            entry[c] = pool_channel<kBf16, 0>(
+                slots, [&](int s) { return sgate[pooled_at(a, e, s, c)]; },
+                [&](int s) { return skv[pooled_at(a, e, s, c)]; });
+        finish_entry<kBf16>(
+            a, codec, entry, entries + e * codec.bytes, red, [&](int c) { return a.norm[c]; },
+            [&](int q) { return dev::rope_cos_sin(e * m, a.inv_freq[q], a.rope_scale, false); });
     }
 }
 
