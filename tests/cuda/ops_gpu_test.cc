@@ -1229,7 +1229,7 @@ TEST(CudaOpsGpu, RouterDecodeSteps) {
 
 // The routing kernel's selection alone (logits given), against cpu_ref::route: logits and bias
 // drawn from a few values, so that many biased scores tie exactly (the lower expert first) and
-// the k-th often sits inside a tie; 1..32 experts chosen out of 1..1500 (several experts a
+// the k-th often sits inside a tie; 1..32 experts chosen out of 1..3000 (several experts a
 // thread, warps without k candidates), 1 and 5 tokens. Equal biased scores on the CPU come only
 // from equal (logit, bias) pairs (checked), which the GPU maps to equal scores too, so the
 // selections must match exactly; the weights carry expf / log1pf's few ulps (relative 1e-6).
@@ -1248,13 +1248,33 @@ TEST(CudaOpsGpu, RouteSelectsTiesAndManyExperts) {
                     if (sqrt_softplus(la) + ba == sqrt_softplus(lb) + bb) {
                         ASSERT_TRUE(la == lb && ba == bb);
                     }
-    for (const auto& [E, k] : std::vector<std::pair<int, int>>{
-             {1, 1}, {8, 8}, {67, 6}, {256, 6}, {256, 32}, {300, 7}, {1500, 16}, {40, 32}}) {
+    // skew: the experts of the kernel's warp 0 (e % 256 < 32) draw only the top two levels and
+    // the others the lower four, so that (k <= 8) hundreds of keys pass the threshold of the
+    // warps' best keys: 3000 experts, more than the kernel holds (it falls back to its rounds of
+    // warp arg-maxes, as for k > 8); 1500, ~200 candidates ranked.
+    struct Case {
+        int E, k;
+        bool skew;
+    };
+    for (const auto& [E, k, skew] : std::vector<Case>{{1, 1, false},
+                                                      {8, 8, false},
+                                                      {67, 6, false},
+                                                      {256, 6, false},
+                                                      {256, 32, false},
+                                                      {300, 7, false},
+                                                      {1500, 16, false},
+                                                      {40, 32, false},
+                                                      {1500, 6, false},
+                                                      {3000, 6, true},
+                                                      {1500, 8, true}}) {
         for (const int64_t T : {1, 5}) {
             SCOPED_TRACE(std::to_string(E) + " experts, k " + std::to_string(k) + ", " +
-                         std::to_string(T) + " tokens");
+                         std::to_string(T) + " tokens" + (skew ? ", skewed" : ""));
             std::vector<float> logits(static_cast<size_t>(T * E)), bias(static_cast<size_t>(E));
-            for (auto& v : logits) v = levels[rng() % 6];
+            for (size_t i = 0; i < logits.size(); ++i)
+                logits[i] = !skew                                   ? levels[rng() % 6]
+                            : i % static_cast<size_t>(E) % 256 < 32 ? levels[4 + rng() % 2]
+                                                                    : levels[rng() % 4];
             for (auto& v : bias) v = biases[rng() % 4];
             Dev<float> d_log(*be, logits), d_bias(*be, bias), d_w(*be, T * k);
             Dev<int32_t> d_sel(*be, T * k);

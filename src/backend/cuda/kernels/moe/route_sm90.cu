@@ -1,12 +1,15 @@
 // Router scoring (route.h), one block per token, in the reference's steps
 // (backend/cpu/ref/moe.cc route()): s = sqrt(softplus(l)) in float, selection of the k largest
 // s + bias (larger first, ties to the lower index: the reference's partial_sort order), then
-// weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double. The selection: every warp
-// takes the k largest of its experts by k rounds of a warp arg-max (shuffles only), then warp 0
-// the k largest of those candidates the same way: two barriers (k rounds of a block arg-max took
-// three barriers and an atomicMax from every thread onto one shared address each; the change
-// measured -1.0% a V4-Flash decode step together with the radix select's early stop,
-// docs/perf.md, session 28).
+// weight_j = s[sel_j] / sum_j s[sel_j] * scale with the sum in double. The selection (keys
+// distinct: value, then the index) first by a threshold (k <= 8, the warps): T, the k-th largest
+// of the 8 warps' largest keys, is at most the k-th largest key overall, so the top k are among
+// the keys >= T (typically a few more than k); those go to shared memory, each ranks itself
+// among them, and the k best write their slots: three barriers, no serial rounds (session 38).
+// Where k > 8 or more than kCandCap keys pass T (many equal scores spread over the warps'
+// experts), the earlier selection runs: every warp takes the k largest of its experts by k
+// rounds of a warp arg-max (shuffles only), then warp 0 the k largest of those candidates the
+// same way (session 28's; with the radix select's early stop it measured -1.0% a step).
 // softplus uses CUDA's expf/log1pf (within 2 ulp of glibc's): a selection can differ from the
 // CPU only where two biased scores are within a few float ulps; docs/numerics-cuda.md.
 #include <algorithm>
@@ -29,6 +32,8 @@ __device__ __forceinline__ float softplus_ref(float x) {
 }
 
 constexpr int kWarps = kThreads / 32;
+// Keys the threshold selection holds (at least the fallback's kWarps * kRouteMaxK).
+constexpr int kCandCap = kWarps * kRouteMaxK;
 
 // The warp's k largest of the distinct keys key(i) (dev::cand_key: never 0), i = first + lane,
 // first + lane + stride, ... < n (0: not a candidate), largest first: out(j, key) for j < k, key 0
@@ -80,8 +85,10 @@ __global__ void __launch_bounds__(kThreads)
     }
     extern __shared__ float s_s[];  // [E] scores, then [E] biased
     float* biased = s_s + a.E;
-    __shared__ uint64_t cand[kWarps * kRouteMaxK];  // each warp's k best keys
+    __shared__ uint64_t cand[kCandCap];  // the keys >= T, or each warp's k best keys
+    __shared__ uint64_t wbest[kWarps];   // each warp's largest key
     __shared__ int32_t sel_s[kRouteMaxK];
+    __shared__ int n_cand;
     const int64_t t = blockIdx.x;
     const float* l = a.logits + t * a.E;
     if (g.w != nullptr) {
@@ -112,23 +119,63 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = threadIdx.x; j < a.k; j += blockDim.x)
             sel_s[j] = a.tid2eid[static_cast<int64_t>(a.ids[t]) * a.k + j];
     } else {
-        // Warp w's experts are w * 32 + lane + m * kThreads; its k best into cand[w], then warp 0
-        // takes the k best of the kWarps * k candidates (every expert of the top k is among its
-        // warp's k best). k <= E: the k keys taken are real ones.
-        const int warp = threadIdx.x >> 5;
-        warp_top_keys(
-            warp * 32, kThreads, a.E, a.k,
-            [&](int e) { return dev::cand_key(dev::order_key(biased[e]), e); },
-            [&](int j, uint64_t key) {
-                if ((threadIdx.x & 31) == 0) cand[warp * a.k + j] = key;
-            });
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        auto key = [&](int e) { return dev::cand_key(dev::order_key(biased[e]), e); };
+        // Warp w's experts are w * 32 + lane + m * kThreads. A warp without experts: 0 (below
+        // every real key).
+        uint64_t best = 0;
+        for (int e = threadIdx.x; e < a.E; e += kThreads) best = max(best, key(e));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+        if (lane == 0) wbest[warp] = best;
+        if (threadIdx.x == 0) n_cand = 0;
         __syncthreads();
-        if (warp == 0)
-            warp_top_keys(
-                0, 32, kWarps * a.k, a.k, [&](int i) { return cand[i]; },
-                [&](int j, uint64_t key) {
-                    if (threadIdx.x == 0) sel_s[j] = dev::key_id(key);
-                });
+        const bool by_threshold = a.k <= kWarps;
+        if (by_threshold) {
+            // T: the k-th largest warp best (equal ones, the zeros of empty warps, ranked by
+            // warp). At least k real keys are >= T unless T is 0, where every key is.
+            uint64_t T = 0;
+#pragma unroll
+            for (int j = 0; j < kWarps; ++j) {
+                int rank = 0;
+#pragma unroll
+                for (int i = 0; i < kWarps; ++i)
+                    rank += wbest[i] > wbest[j] || (wbest[i] == wbest[j] && i < j);
+                if (rank == a.k - 1) T = wbest[j];
+            }
+            for (int e = threadIdx.x; e < a.E; e += kThreads) {
+                const uint64_t c = key(e);
+                if (c >= T) {
+                    const int slot = atomicAdd(&n_cand, 1);
+                    if (slot < kCandCap) cand[slot] = c;
+                }
+            }
+        }
+        __syncthreads();
+        const int n = n_cand;  // (block-uniform, as the branch below)
+        if (by_threshold && n <= kCandCap) {
+            for (int i = threadIdx.x; i < n; i += kThreads) {
+                const uint64_t c = cand[i];
+                int rank = 0;
+                for (int j = 0; j < n; ++j) rank += cand[j] > c;
+                if (rank < a.k) sel_s[rank] = dev::key_id(c);
+            }
+        } else {
+            // Warp w's k best into cand[w * k ..], then warp 0 takes the k best of the kWarps * k
+            // candidates (every expert of the top k is among its warp's k best). k <= E: the k
+            // keys taken are real ones. (Every thread has read n_cand and no thread reads the
+            // threshold's cand: the branch is block-uniform.)
+            warp_top_keys(warp * 32, kThreads, a.E, a.k, key, [&](int j, uint64_t c) {
+                if (lane == 0) cand[warp * a.k + j] = c;
+            });
+            __syncthreads();
+            if (warp == 0)
+                warp_top_keys(
+                    0, 32, kWarps * a.k, a.k, [&](int i) { return cand[i]; },
+                    [&](int j, uint64_t c) {
+                        if (threadIdx.x == 0) sel_s[j] = dev::key_id(c);
+                    });
+        }
     }
     __syncthreads();
     // The weights, one a lane of warp 0 (an fp64 division each, side by side instead of k in a
