@@ -5,8 +5,7 @@ namespace dsv4::server {
 Generation::Generation(const GenerationSpec& spec, ResponseMeta meta, int64_t prompt_tokens,
                        int32_t eos_token, const Tokenizer& tokenizer,
                        std::shared_ptr<Channel> channel, EngineLoop& loop, Metrics& metrics)
-    : spec_(spec),
-      meta_(std::move(meta)),
+    : meta_(std::move(meta)),
       prompt_tokens_(prompt_tokens),
       eos_(eos_token),
       output_(tokenizer, spec),
@@ -77,6 +76,11 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
     return done_;
 }
 
+std::optional<ApiError> Generation::failure() const {
+    if (error_.empty()) return std::nullopt;
+    return server_error(shutdown_ ? 503 : 500, error_, shutdown_ ? "shutting_down" : "engine_error");
+}
+
 ApiResult<chat::Json> Generation::collect() {
     std::vector<ChannelEvent> events;
     StreamDelta ignored;  // the whole message is made from the whole turn at the end
@@ -84,8 +88,7 @@ ApiResult<chat::Json> Generation::collect() {
         events.clear();
         if (channel_->wait(events, std::chrono::milliseconds(1000))) apply(events, ignored);
     }
-    if (!error_.empty())
-        return server_error(shutdown_ ? 503 : 500, error_, shutdown_ ? "shutting_down" : "engine_error");
+    if (auto f = failure()) return *f;
     const auto usage = usage_json(prompt_tokens_, completion_tokens_);
     chat::Json message;
     const char* reason = finish_reason_;
@@ -96,7 +99,7 @@ ApiResult<chat::Json> Generation::collect() {
     return full_response(meta_, message, output_.text(), reason, usage);
 }
 
-bool Generation::pump(std::string& out, std::chrono::milliseconds wait) {
+bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
     if (first_chunk_) {
         // The role first, as OpenAI does, so a client sees the stream start at once.
         out += sse_event(stream_chunk(meta_, {}, true, nullptr));
@@ -105,31 +108,83 @@ bool Generation::pump(std::string& out, std::chrono::milliseconds wait) {
     }
     if (done_) return false;
     std::vector<ChannelEvent> events;
-    if (!channel_->wait(events, wait)) {
-        out += ": keep-alive\n\n";
-        return true;
-    }
+    if (!channel_->wait(events, wait)) return false;
     StreamDelta delta;
     apply(events, delta);
     if (!delta.empty()) out += sse_event(stream_chunk(meta_, delta, false, nullptr));
-    if (!done_) return true;
-    if (!error_.empty()) {
-        ApiError e = server_error(shutdown_ ? 503 : 500, error_,
-                                  shutdown_ ? "shutting_down" : "engine_error");
-        out += sse_event(error_json(e));
-    } else {
-        out += sse_event(stream_chunk(meta_, {}, false, finish_reason_));
-        if (spec_.include_usage)
-            out += sse_event(usage_chunk(meta_, usage_json(prompt_tokens_, completion_tokens_)));
-    }
-    out += kSseDone;
-    return true;  // the next call reports the end
+    if (done_ && error_.empty()) out += sse_event(stream_chunk(meta_, {}, false, finish_reason_));
+    return !delta.empty() || done_;
 }
 
 void Generation::abandon() {
     if (done_) return;
     cancel_engine_request();
     end("cancelled");
+}
+
+Choices::Choices(std::vector<std::shared_ptr<Generation>> choices,
+                 std::shared_ptr<Notifier> notifier, const GenerationSpec& spec,
+                 int64_t prompt_tokens)
+    : choices_(std::move(choices)),
+      notifier_(std::move(notifier)),
+      include_usage_(spec.include_usage),
+      prompt_tokens_(prompt_tokens) {
+    DSV4_ASSERT(!choices_.empty(), "a response without choices");
+}
+
+ApiResult<chat::Json> Choices::collect() {
+    chat::Json all;
+    int64_t completion_tokens = 0;
+    for (auto& c : choices_) {
+        auto one = c->collect();
+        if (!one) {
+            abandon();
+            return one.error();
+        }
+        completion_tokens += c->completion_tokens();
+        if (all.is_null()) {
+            all = std::move(*one);
+        } else {
+            all["choices"].push_back(std::move((*one)["choices"][0]));
+        }
+    }
+    all["usage"] = usage_json(prompt_tokens_, completion_tokens);
+    return all;
+}
+
+bool Choices::pump(std::string& out, std::chrono::milliseconds wait) {
+    if (ended_) return false;
+    const uint64_t seen = notifier_->count();
+    bool any = false;
+    for (auto& c : choices_) any = c->stream_part(out, std::chrono::milliseconds(0)) || any;
+    bool all_done = true;
+    int64_t completion_tokens = 0;
+    for (auto& c : choices_) {
+        if (auto f = c->failure()) {
+            abandon();
+            out += sse_event(error_json(*f));
+            out += kSseDone;
+            ended_ = true;
+            return true;  // the next call reports the end
+        }
+        all_done = all_done && c->done();
+        completion_tokens += c->completion_tokens();
+    }
+    if (all_done) {
+        if (include_usage_) {
+            const ResponseMeta& meta = choices_.front()->meta();
+            out += sse_event(usage_chunk(meta, usage_json(prompt_tokens_, completion_tokens)));
+        }
+        out += kSseDone;
+        ended_ = true;
+        return true;
+    }
+    if (!any && !notifier_->wait_after(seen, wait)) out += ": keep-alive\n\n";
+    return true;
+}
+
+void Choices::abandon() {
+    for (auto& c : choices_) c->abandon();
 }
 
 }  // namespace dsv4::server

@@ -330,9 +330,8 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
     if (model == nullptr) return invalid_request("model is required", "model");
     r.string("model", spec.model);
     int64_t n = 1;
-    if (const Json* v = r.get("n"); v != nullptr && (!v->is_number_integer() || *v != 1))
-        return invalid_request("n must be 1 (one choice per request)", "n");
-    r.integer("n", 1, 1, n);
+    r.integer("n", 1, kMaxChoices, n);
+    spec.n = static_cast<int>(n);
     int64_t max_tokens = 0;
     r.integer("max_tokens", 1, INT32_MAX, max_tokens);
     r.integer("max_completion_tokens", 1, INT32_MAX, max_tokens);

@@ -32,7 +32,12 @@ struct GenerationSpec {
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;
+    // Choices (`n`): each its own engine request, choice i sampled with seed + i.
+    int n = 1;
 };
+
+// The most choices a request may ask for (`n`): each takes a slot of the batch or the queue.
+inline constexpr int kMaxChoices = 16;
 
 // Parses and validates a request body. `encoding` is the chat encoding the server follows.
 ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,

@@ -34,7 +34,7 @@ Json full_response(const ResponseMeta& meta, const Json& message, const std::str
                    const char* finish_reason, const Json& usage) {
     Json r = envelope(meta, false);
     Json choice = Json::object();
-    choice["index"] = 0;
+    choice["index"] = meta.choice;
     if (meta.endpoint == Endpoint::kChat) {
         choice["message"] = message;
     } else {
@@ -51,7 +51,7 @@ Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
                   const char* finish_reason) {
     Json r = envelope(meta, true);
     Json choice = Json::object();
-    choice["index"] = 0;
+    choice["index"] = meta.choice;
     if (meta.endpoint == Endpoint::kChat) {
         Json delta = Json::object();
         if (first) delta["role"] = "assistant";

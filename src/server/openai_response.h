@@ -16,7 +16,13 @@ struct ResponseMeta {
     std::string id;  // chatcmpl-N / cmpl-N
     int64_t created = 0;
     std::string model;
-    std::string tool_call_prefix() const { return "call_" + id.substr(id.find('-') + 1) + "_"; }
+    int choice = 0;   // this choice's index
+    int choices = 1;  // the request's `n`
+    // Tool call ids: call_<N>_<i>, and call_<N>_<choice>_<i> when a request has several choices.
+    std::string tool_call_prefix() const {
+        std::string p = "call_" + id.substr(id.find('-') + 1) + "_";
+        return choices > 1 ? p + std::to_string(choice) + "_" : p;
+    }
 };
 
 chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);

@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <optional>
+#include <vector>
 
 #include "server/generation.h"
 #include "server/prompt.h"
@@ -52,23 +54,42 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     auto prompt = build_prompt(*spec, ctx.tokenizer, ctx.info);
     if (!prompt) return fail(prompt.error());
 
-    auto channel = std::make_shared<Channel>();
+    // A request a choice, choice i sampled with seed + i (so choice 0 is what n = 1 gives).
     const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
-    Request request;
-    request.prompt = std::move(prompt->ids);
-    request.max_tokens = prompt->max_tokens;
-    request.sampling = spec->sampling;
-    request.speculative = ctx.speculative;
-    request.draft_tokens = ctx.draft_tokens;
-    ctx.loop.post(Job{std::move(request), channel, std::chrono::steady_clock::now()});
-    std::vector<ChannelEvent> first;
-    while (!channel->wait(first, std::chrono::milliseconds(1000))) {
+    auto notifier = std::make_shared<Notifier>();
+    std::vector<std::shared_ptr<Channel>> channels;
+    for (int i = 0; i < spec->n; ++i) {
+        channels.push_back(std::make_shared<Channel>(notifier));
+        Request request;
+        request.prompt = prompt->ids;
+        request.max_tokens = prompt->max_tokens;
+        request.sampling = spec->sampling;
+        request.sampling.seed += static_cast<uint64_t>(i);
+        request.speculative = ctx.speculative;
+        request.draft_tokens = ctx.draft_tokens;
+        ctx.loop.post(Job{std::move(request), channels.back(), std::chrono::steady_clock::now()});
     }
-    if (first.front().kind == ChannelEvent::Kind::kRejected) return fail(first.front().rejection);
-    DSV4_ASSERT(first.front().kind == ChannelEvent::Kind::kAccepted, "no acceptance first");
+    // Every choice accepted, or the request refused as a whole: the choices already accepted
+    // are cancelled (nothing of them was sent).
+    std::optional<ApiError> refused;
+    for (auto& channel : channels) {
+        std::vector<ChannelEvent> first;
+        while (!channel->wait(first, std::chrono::milliseconds(1000))) {
+        }
+        if (first.front().kind == ChannelEvent::Kind::kRejected) {
+            if (!refused) refused = first.front().rejection;
+            continue;
+        }
+        DSV4_ASSERT(first.front().kind == ChannelEvent::Kind::kAccepted, "no acceptance first");
+        // Events that came with the acceptance go back in front of the channel's next ones.
+        for (size_t i = 1; i < first.size(); ++i) channel->push(std::move(first[i]));
+    }
+    if (refused) {
+        for (auto& channel : channels) channel->cancel();
+        ctx.loop.wake();
+        return fail(*refused);
+    }
     ctx.metrics.count_request(label, 200);
-    // Events that came with the acceptance go back in front of the channel's next ones.
-    for (size_t i = 1; i < first.size(); ++i) channel->push(std::move(first[i]));
 
     ResponseMeta meta;
     meta.endpoint = ep;
@@ -78,8 +99,15 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
     meta.model = ctx.model_name;
-    auto gen = std::make_shared<Generation>(*spec, meta, prompt_tokens, ctx.info.eos_token_id,
-                                            ctx.tokenizer, channel, ctx.loop, ctx.metrics);
+    meta.choices = spec->n;
+    std::vector<std::shared_ptr<Generation>> gens;
+    for (int i = 0; i < spec->n; ++i) {
+        meta.choice = i;
+        gens.push_back(std::make_shared<Generation>(
+            *spec, meta, prompt_tokens, ctx.info.eos_token_id, ctx.tokenizer,
+            channels[static_cast<size_t>(i)], ctx.loop, ctx.metrics));
+    }
+    auto gen = std::make_shared<Choices>(std::move(gens), notifier, *spec, prompt_tokens);
     if (!spec->stream) {
         InFlight guard(ctx.in_flight);
         auto body = gen->collect();

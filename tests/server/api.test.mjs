@@ -166,7 +166,46 @@ test('completions: text, token-id prompts, streaming', async () => {
   assert.deepEqual(usage, r.usage);
 });
 
-test('400: malformed JSON, wrong types, missing fields, n > 1, long prompts', async () => {
+test('n choices: choice i is the request alone with seed + i; streamed by index; usage adds up', async () => {
+  const base = { model: MODEL, prompt: 'Once upon a time', max_tokens: 10, temperature: 0.9, seed: 41 };
+  const many = await client.completions.create({ ...base, n: 3 });
+  assert.deepEqual(many.choices.map((c) => c.index), [0, 1, 2]);
+  let completion = 0;
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ ...base, seed: 41 + i });
+    assert.equal(many.choices[i].text, one.choices[0].text, `choice ${i}`);
+    assert.equal(many.choices[i].finish_reason, one.choices[0].finish_reason, `choice ${i}`);
+    assert.equal(many.usage.prompt_tokens, one.usage.prompt_tokens);
+    completion += one.usage.completion_tokens;
+  }
+  assert.equal(many.usage.completion_tokens, completion);
+  assert.equal(new Set(many.choices.map((c) => c.text)).size, 3, 'three samples, not one thrice');
+
+  const texts = ['', '', ''];
+  const finishes = [0, 0, 0];
+  let usage = null;
+  for await (const c of await client.completions.create({ ...base, n: 3, stream: true, stream_options: { include_usage: true } })) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      texts[ch.index] += ch.text ?? '';
+      if (ch.finish_reason) finishes[ch.index]++;
+    }
+  }
+  assert.deepEqual(texts, many.choices.map((c) => c.text));
+  assert.deepEqual(finishes, [1, 1, 1]);
+  assert.deepEqual(usage, many.usage);
+
+  const chat = await client.chat.completions.create({ model: MODEL, messages: user('Hello'), max_tokens: 6, temperature: 0, n: 2 });
+  assert.deepEqual(chat.choices.map((c) => c.index), [0, 1]);
+  assert.equal(chat.choices[0].message.content, chat.choices[1].message.content, 'greedy: the same twice');
+  const roles = [0, 0];
+  for await (const c of await client.chat.completions.create({ model: MODEL, messages: user('Hello'), max_tokens: 6, temperature: 0, n: 2, stream: true })) {
+    for (const ch of c.choices) if (ch.delta?.role) roles[ch.index]++;
+  }
+  assert.deepEqual(roles, [1, 1], 'each choice opens with its role');
+});
+
+test('400: malformed JSON, wrong types, missing fields, n out of range, long prompts', async () => {
   const url = `${srv.url}/v1/chat/completions`;
   const auth = { Authorization: `Bearer ${KEY}` };
   for (const body of ['{"model": "dsv4-test", "messages": [', 'null', '[]', '"text"', '{"model": 1e999999}',
@@ -184,7 +223,8 @@ test('400: malformed JSON, wrong types, missing fields, n > 1, long prompts', as
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), temperature: 3 }), 400, 'temperature');
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), max_tokens: 0 }), 400, 'max_tokens');
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), stream: 'yes' }), 400, 'stream');
-  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 2 }), 400, 'n');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 0 }), 400, 'n');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 17 }), 400, 'n');
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), logprobs: true }), 400, 'logprobs');
   await rejects(client.completions.create({ model: MODEL, prompt: ['a', 'b'] }), 400, 'prompt');
   await rejects(client.completions.create({ model: MODEL, prompt: [0, 9999] }), 400, 'prompt');

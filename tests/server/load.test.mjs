@@ -119,3 +119,24 @@ test('429 with Retry-After when the queue is full', async () => {
     assert.equal(await srv.stop(), 0);
   }
 });
+
+test('n choices that cannot all wait: 429 for the request, its accepted choices cancelled', async () => {
+  const srv = await startServer(['--max-batch', '1', '--max-queue', '2']);
+  try {
+    const client = srv.client();
+    // One running and two waiting at most: four choices never fit.
+    const refused = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 50, n: 4 }).then((r) => r, (e) => e);
+    assert.equal(refused.status, 429, String(refused));
+    let m = await settled(srv.url);
+    assert.equal(m['dsv4_requests_total{endpoint="completions",status="429"}'], 1);
+    assert.equal(m['dsv4_requests_total{endpoint="completions",status="200"}'] ?? 0, 0);
+    // Two choices fit (one runs, one waits for it).
+    const two = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 3, n: 2, temperature: 0.8 });
+    assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+    assert.ok(two.usage.completion_tokens >= 2 && two.usage.completion_tokens <= 6, JSON.stringify(two.usage));
+    m = await settled(srv.url);
+    assert.equal(m['dsv4_requests_total{endpoint="completions",status="200"}'], 1);
+  } finally {
+    assert.equal(await srv.stop(), 0);
+  }
+});

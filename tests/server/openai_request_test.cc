@@ -24,12 +24,13 @@ TEST(OpenAIRequest, DefaultsAndMappedFields) {
     EXPECT_EQ(r->max_tokens, 0);
     EXPECT_EQ(r->sampling.temperature, 0.0f);
     EXPECT_FALSE(r->stream);
+    EXPECT_EQ(r->n, 1);
     EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kChat);
 
     r = chat(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                 {"type": "text", "text": "b"}]}], "max_completion_tokens": 7, "top_k": -1, "top_p": 0.5,
                 "temperature": 0.7, "seed": -3, "stop": "END", "stream": true,
-                "stream_options": {"include_usage": true}, "reasoning_effort": "max"})");
+                "stream_options": {"include_usage": true}, "reasoning_effort": "max", "n": 16})");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->messages[0]["content"], "ab");
     EXPECT_EQ(r->max_tokens, 7);
@@ -39,6 +40,7 @@ TEST(OpenAIRequest, DefaultsAndMappedFields) {
     EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
     EXPECT_TRUE(r->stream && r->include_usage);
     EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kThinking);
+    EXPECT_EQ(r->n, 16);
     EXPECT_EQ(r->encode.reasoning_effort, chat::ReasoningEffort::kMax);
 }
 
@@ -71,7 +73,9 @@ TEST(OpenAIRequest, MistakesName400Params) {
     EXPECT_EQ(param_of("{" + m + R"("messages": [{"role": "user"}]})"), "messages[0].content");
     EXPECT_EQ(param_of("{" + m + R"("messages": [{"role": "assistant", "tool_calls": [{}]}]})"),
               "messages[0].tool_calls[0]");
-    EXPECT_EQ(param_of("{" + m + msgs + R"(, "n": 3})"), "n");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "n": 0})"), "n");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "n": 17})"), "n");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "n": 2.5})"), "n");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "top_p": 0})"), "top_p");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "max_tokens": 1.5})"), "max_tokens");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "max_tokens": 99999999999})"), "max_tokens");
