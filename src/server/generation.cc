@@ -78,7 +78,8 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
 
 std::optional<ApiError> Generation::failure() const {
     if (error_.empty()) return std::nullopt;
-    return server_error(shutdown_ ? 503 : 500, error_, shutdown_ ? "shutting_down" : "engine_error");
+    return server_error(shutdown_ ? 503 : 500, error_,
+                        shutdown_ ? "shutting_down" : "engine_error");
 }
 
 ApiResult<chat::Json> Generation::collect() {

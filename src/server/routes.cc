@@ -58,15 +58,16 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     const int64_t prompt_tokens = static_cast<int64_t>(prompt->ids.size());
     auto notifier = std::make_shared<Notifier>();
     std::vector<std::shared_ptr<Channel>> channels;
+    Request base;
+    base.prompt = std::move(prompt->ids);
+    base.max_tokens = prompt->max_tokens;
+    base.sampling = spec->sampling;
+    base.speculative = ctx.speculative;
+    base.draft_tokens = ctx.draft_tokens;
     for (int i = 0; i < spec->n; ++i) {
         channels.push_back(std::make_shared<Channel>(notifier));
-        Request request;
-        request.prompt = prompt->ids;
-        request.max_tokens = prompt->max_tokens;
-        request.sampling = spec->sampling;
+        Request request = base;
         request.sampling.seed += static_cast<uint64_t>(i);
-        request.speculative = ctx.speculative;
-        request.draft_tokens = ctx.draft_tokens;
         ctx.loop.post(Job{std::move(request), channels.back(), std::chrono::steady_clock::now()});
     }
     // Every choice accepted, or the request refused as a whole: the choices already accepted

@@ -27,7 +27,8 @@ TEST(OpenAIRequest, DefaultsAndMappedFields) {
     EXPECT_EQ(r->n, 1);
     EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kChat);
 
-    r = chat(R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+    r = chat(
+        R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                 {"type": "text", "text": "b"}]}], "max_completion_tokens": 7, "top_k": -1, "top_p": 0.5,
                 "temperature": 0.7, "seed": -3, "stop": "END", "stream": true,
                 "stream_options": {"include_usage": true}, "reasoning_effort": "max", "n": 16})");
