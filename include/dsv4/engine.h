@@ -212,7 +212,7 @@ class Engine {
     // produced tokens and finished requests to `events`.
     Status step(std::vector<TokenEvent>* events);
     bool idle() const;      // nothing queued or running
-    size_t queued() const;  // waiting for a slot
+    size_t queued() const;  // waiting for a slot (not cancelled)
     size_t running() const;
     int free_slots() const;
     // Bytes allocated through the backend (weights it copied, cache pool, workspaces).

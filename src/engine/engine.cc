@@ -144,6 +144,12 @@ struct Engine::Impl {
     std::unique_ptr<CachePool> pool;
     ModelInfo info;
     std::deque<Running> waiting;
+    // The waiting requests not cancelled: a cancelled one ends at the next step without taking
+    // a slot, so it no longer holds a place in the queue.
+    size_t waiting_for_slots() const {
+        return static_cast<size_t>(std::count_if(waiting.begin(), waiting.end(),
+                                                 [](const Running& w) { return !w.cancelled; }));
+    }
     std::map<RequestId, Running> running;  // admission order = id order
     RequestId next_id = 1;
 
@@ -622,7 +628,7 @@ Expected<RequestId> Engine::submit(Request r) {
         return error("a request is already running on this session");
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
 
-    if (e.waiting.size() >= static_cast<size_t>(e.options.max_queue))
+    if (e.waiting_for_slots() >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
     Running q;
     q.id = e.next_id++;
@@ -950,7 +956,7 @@ bool Engine::idle() const {
     return impl_->waiting.empty() && impl_->running.empty();
 }
 size_t Engine::queued() const {
-    return impl_->waiting.size();
+    return impl_->waiting_for_slots();
 }
 size_t Engine::running() const {
     return impl_->running.size();

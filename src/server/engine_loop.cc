@@ -206,9 +206,12 @@ void EngineLoop::run() {
             if (stopping) stopped_ = true;  // post() refuses from now on
             woken_ = false;
         }
-        admit(jobs, stopping);
+        // Cancellations first: a cancelled request gives up its place in the queue before the
+        // new jobs are judged against it (a request of several choices refused as a whole
+        // cancels the ones already accepted, and the client may retry at once).
         for (auto& [id, a] : active_)
             if (stopping || a.channel->cancelled()) cancel(id);
+        admit(jobs, stopping);
         if (engine_.idle()) {
             publish_gauges();
             if (stopping) return;

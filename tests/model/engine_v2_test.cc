@@ -304,6 +304,8 @@ TEST(SessionChurn, RequestsWaitForSlotsAndCancelFreesThem) {
     EXPECT_EQ(e.queued(), 2u);
     e.cancel(ids[0]);  // running: ends at the next step, its slot goes to the next request
     e.cancel(ids[2]);  // still queued: never takes a slot
+    // nor a place in the queue:
+    EXPECT_EQ(e.queued(), 1u);
     std::map<RequestId, FinishReason> finished;
     std::map<RequestId, int> tokens;
     for (int guard = 0; !e.idle() && guard < 100; ++guard) {
