@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,9 @@ struct Request {
     // n-gram's 4). MTP drafts after the first come from the block applied to its own output.
     // The cache rings may allow fewer (EngineInfo::max_draft_tokens).
     int draft_tokens = 0;
+    // Log-probabilities with each generated token (dsv4/sampling.h): -1 none; 0 to
+    // kMaxTopLogprobs the token's own and this many of the most likely tokens.
+    int logprobs = -1;
 };
 inline constexpr int kMaxDraftTokens = 4;
 
@@ -176,6 +180,8 @@ const char* finish_reason_name(FinishReason r);
 struct TokenEvent {
     RequestId id = 0;
     int32_t token = -1;  // -1: none in this event
+    // With a token of a request that asked for logprobs (top_n: the request's count).
+    std::optional<TokenLogprobs> logprobs;
     FinishReason finish = FinishReason::kNone;
     std::string error;  // with kError
     // With the finish of a speculative request: drafts fed and drafts accepted, in all and by

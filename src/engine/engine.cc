@@ -63,6 +63,9 @@ struct Running {
     int generated = 0;
     bool cancelled = false;
     int32_t sampled = -1;  // this step's output
+    // Requests with logprobs: the step's log-probabilities of each sample (one, or one a fed
+    // token with speculative drafts).
+    std::vector<TokenLogprobs> logprobs;
     // Speculative decoding: the MTP's drafts of the tokens after `pending` (empty: none), this
     // step's fed tokens and samples after each, and the counts reported at the finish.
     std::vector<int32_t> mtp_drafts;
@@ -248,10 +251,25 @@ struct Engine::Impl {
     }
 
     void finish(Running& q, FinishReason why, std::vector<TokenEvent>* events, int32_t token = -1,
-                std::string err = {}) {
-        events->push_back(
-            {q.id, token, why, std::move(err), q.drafted, q.accepted, q.drafted_at, q.accepted_at});
+                std::string err = {}, const TokenLogprobs* lp = nullptr) {
+        TokenEvent& ev = events->emplace_back();
+        ev.id = q.id;
+        ev.token = token;
+        ev.finish = why;
+        ev.error = std::move(err);
+        ev.drafted = q.drafted;
+        ev.accepted = q.accepted;
+        ev.drafted_at = q.drafted_at;
+        ev.accepted_at = q.accepted_at;
+        if (lp != nullptr) set_logprobs(q, *lp, ev);
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
+    }
+    // A generated token's log-probabilities, as the request asked (Request::logprobs).
+    static void set_logprobs(const Running& q, const TokenLogprobs& lp, TokenEvent& ev) {
+        if (q.r.logprobs < 0) return;
+        ev.logprobs = lp;
+        ev.logprobs->top_n = q.r.logprobs;
+        std::fill(ev.logprobs->top.begin() + q.r.logprobs, ev.logprobs->top.end(), TokenLogprob{});
     }
 
     Status step(std::vector<TokenEvent>* events);
@@ -615,6 +633,10 @@ Expected<RequestId> Engine::submit(Request r) {
     Impl& e = *impl_;
     if (r.prompt.empty()) return error("the prompt has no tokens");
     if (r.max_tokens < 0) return error("max_tokens must be >= 0, got ", r.max_tokens);
+    if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
+        return error("logprobs must be -1 (none) or 0 to ", kMaxTopLogprobs, ", got ", r.logprobs);
+    if (r.logprobs >= 0 && !e.backend->has_logprobs())
+        return error("logprobs are not available on the ", e.backend->name(), " backend yet");
     for (size_t i = 0; i < r.prompt.size(); ++i)
         if (r.prompt[i] < 0 || r.prompt[i] >= e.info.vocab_size)
             return error("token id ", r.prompt[i], " at index ", i,
@@ -719,6 +741,8 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         r.sample_all = spec;
         q.spec_out.assign(len, -1);
         r.sampled_out = spec ? q.spec_out.data() : &q.sampled;
+        q.logprobs.resize(q.r.logprobs >= 0 ? len : 0);
+        r.logprobs_out = q.r.logprobs >= 0 ? q.logprobs.data() : nullptr;
         // The sample after each fed token verifies the draft that follows it (exact under
         // temperature too: each is kept with the model's probability given the drafts before).
         q.spec_drafts.assign(len, -1);
@@ -741,6 +765,8 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         r.sample = last && q.r.max_tokens > 0;
         r.sampling = q.r.sampling;
         r.sampled_out = &q.sampled;
+        q.logprobs.resize(q.r.logprobs >= 0 ? 1 : 0);
+        r.logprobs_out = q.r.logprobs >= 0 ? q.logprobs.data() : nullptr;
         owners.push_back(&q);
         starts.push_back(at);
         at += c;
@@ -835,12 +861,17 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
                 why = FinishReason::kEos;
             else if (q.generated >= q.r.max_tokens || (!fed && q.pos >= max_context))
                 why = FinishReason::kLength;  // or no room to feed the token: the context is full
+            // (produced[k] is the sample after fed token k: its log-probabilities' place)
+            const TokenLogprobs* lp = k < q.logprobs.size() ? &q.logprobs[k] : nullptr;
             if (why != FinishReason::kNone) {
-                finish(q, why, events, tok);
+                finish(q, why, events, tok, {}, lp);
                 done = true;
                 break;
             }
-            events->push_back({id, tok, FinishReason::kNone, {}});
+            TokenEvent& ev = events->emplace_back();
+            ev.id = id;
+            ev.token = tok;
+            if (lp != nullptr) set_logprobs(q, *lp, ev);
             if (q.r.speculative == Speculation::kNgram) q.history.push_back(tok);
         }
         if (done) {

@@ -99,6 +99,9 @@ Status Model::make_workspace(int capacity) {
     i32(&ws->sample_slot, T);
     i32(&ws->sample_draft, T);
     i32(&ws->sampled, T);
+    f(&ws->logprob, T);
+    i32(&ws->top_id, T * kMaxTopLogprobs);
+    f(&ws->top_logprob, T * kMaxTopLogprobs);
     f(&ws->streams, T * n * D);
     f(&ws->streams_next, T * n * D);
     f(&ws->y, T * D);
@@ -208,11 +211,12 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     // reads the first Rs), then every other token whose logits are asked for.
     host_.clear();
     std::vector<int32_t> logit_idx, sample_slot, sample_draft;
-    bool any_draft = false;
+    bool any_draft = false, any_logprobs = false;
     std::vector<SamplingParams> sampling;
     for (const StepRow& r : rows) {
         const int32_t start = host_.T();
         host_.add_row(r.slot, r.pos0, r.len, r.ids);
+        any_logprobs = any_logprobs || (r.sample && r.logprobs_out != nullptr);
         if (r.sample)
             for (int32_t t = r.sample_all ? 0 : r.len - 1; t < r.len; ++t) {
                 logit_idx.push_back(start + t);
@@ -241,8 +245,8 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         mtp_host_.add_row(rows[i].slot, rows[i].pos0, rows[i].len, rows[i].mtp_next);
         for (int32_t t = 0; t < rows[i].len; ++t) mtp_src.push_back(host_.row_start[i] + t);
     }
-    const Dims d{host_.T(), host_.B(),     static_cast<int>(logit_idx.size()),
-                 Rs,        mtp_host_.T(), mtp_host_.B()};
+    const Dims d{host_.T(),     host_.B(),   static_cast<int>(logit_idx.size()), Rs, mtp_host_.T(),
+                 mtp_host_.B(), any_logprobs};
     const Workspace* ws = nullptr;
     for (const auto& b : buckets_)
         if (b->capacity >= d.T) {
@@ -288,6 +292,16 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     }
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
+    std::vector<float> logprob, top_logprob;
+    std::vector<int32_t> top_id;
+    if (any_logprobs) {
+        logprob.resize(Rs);
+        top_id.resize(Rs * kMaxTopLogprobs);
+        top_logprob.resize(Rs * kMaxTopLogprobs);
+        backend_.download(logprob.data(), ws->logprob, Rs * sizeof(float));
+        backend_.download(top_id.data(), ws->top_id, top_id.size() * sizeof(int32_t));
+        backend_.download(top_logprob.data(), ws->top_logprob, top_logprob.size() * sizeof(float));
+    }
     for (size_t i = 0; i < rows.size(); ++i) {
         const StepRow& r = rows[i];
         if (logits_at[i] < 0 || r.logits_out == nullptr) continue;
@@ -322,6 +336,14 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         const int n = rows[i].sample_all ? rows[i].len : 1;
         if (rows[i].sampled_out)
             std::copy(sampled.begin() + s, sampled.begin() + s + n, rows[i].sampled_out);
+        if (TokenLogprobs* out = rows[i].logprobs_out; out != nullptr)
+            for (int j = 0; j < n; ++j) {
+                out[j].logprob = logprob[s + j];
+                out[j].top_n = kMaxTopLogprobs;
+                for (int k = 0; k < kMaxTopLogprobs; ++k)
+                    out[j].top[k] = {top_id[(s + j) * kMaxTopLogprobs + k],
+                                     top_logprob[(s + j) * kMaxTopLogprobs + k]};
+            }
         s += n;
     }
     last_ws_ = ws;
@@ -341,7 +363,7 @@ Status Model::run_forward(const Workspace& ws, const CachePool& pool, const Dims
         forward(ws, pool, d, nullptr, verify_drafts);
         return Status::ok();
     }
-    const StepKey key{&ws, &pool, d.T, d.B, d.R, d.Rs, d.Tm, d.Bm, verify_drafts};
+    const StepKey key{&ws, &pool, d.T, d.B, d.R, d.Rs, d.Tm, d.Bm, verify_drafts, d.logprobs};
     auto it = recorded_.find(key);
     if (it == recorded_.end() || (it->second == nullptr && recorded_count_ >= kMaxRecorded)) {
         // First sight of this shape: run it directly (one-off prefill shapes never record).
@@ -502,6 +524,9 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
         if (d.Rs > 0)
             b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
                       c.vocab_size, verify_drafts ? ws.sample_draft : nullptr});
+        if (d.Rs > 0 && d.logprobs)
+            b.logprobs({ws.logits, ws.sampled, ws.logprob, ws.top_id, ws.top_logprob, d.Rs,
+                        c.vocab_size, kMaxTopLogprobs});
     }
     if (d.Tm > 0) mtp_forward(ws, pool, d);
 }

@@ -5,6 +5,7 @@
 // rows), never on positions: those are in the step descriptor in backend memory.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,6 +46,9 @@ struct StepRow {
     bool sample = false;                       // sample a token after the last position
     SamplingParams sampling;
     int32_t* sampled_out = nullptr;  // receives the sampled token when sample
+    // Receives each sample's log-probabilities, the kMaxTopLogprobs most likely tokens (as
+    // many as sampled_out's tokens), or nullptr.
+    TokenLogprobs* logprobs_out = nullptr;
     // Sample after every position of the row (speculative verification), not only the last:
     // sampled_out then receives len tokens.
     bool sample_all = false;
@@ -117,6 +121,7 @@ class Model {
     struct Dims {
         int T = 0, B = 0, R = 0, Rs = 0;
         int Tm = 0, Bm = 0;  // MTP tokens and rows
+        bool logprobs = false;  // the sampled rows' log-probabilities too
     };
 
   private:
@@ -182,6 +187,10 @@ class Model {
         int32_t* sample_slot;      // [T]
         int32_t* sample_draft;     // [T] per sampled row, -1 = none
         int32_t* sampled;          // [T]
+        // The sampled rows' log-probabilities (ops::LogprobsArgs, n = kMaxTopLogprobs).
+        float* logprob;            // [T]
+        int32_t* top_id;           // [T, kMaxTopLogprobs]
+        float* top_logprob;        // [T, kMaxTopLogprobs]
         float* streams;            // [T, n, D]
         float* streams_next;       // [T, n, D]
         float* y;                  // [T, D] collapsed sub-block input
@@ -226,7 +235,7 @@ class Model {
     // Recorded steps by shape: the workspace and pool they point into, the Dims, draft
     // verification. A null entry: the shape was seen once (recorded on its next step).
     using StepKey =
-        std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int, bool>;
+        std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int, bool, bool>;
     std::map<StepKey, std::unique_ptr<RecordedStep>> recorded_;
     int recorded_count_ = 0;
     bool record_steps_ = true;

@@ -34,6 +34,21 @@ struct SampleArgs {
     const int32_t* draft = nullptr;          // [R] draft to verify, -1 none; nullptr: none
 };
 
+// Log-probabilities of sampled rows (Request::logprobs): the log-softmax of each row's logits
+// (temperature 1, every token) at its sampled id, and the row's n most likely ids (largest logit
+// first, ties to the lower id) with theirs. log p(i) = l_i - (m + log(sum_j exp(l_j - m))), m
+// the row's largest logit, the sum in double. A row whose sample is -1 (non-finite logits) gets
+// NaN and ids -1. Runs only in steps where some request asks for them.
+struct LogprobsArgs {
+    const float* logits = nullptr;     // [R, V]
+    const int32_t* sampled = nullptr;  // [R] the sampling op's output
+    float* logprob = nullptr;          // [R]
+    int32_t* top_id = nullptr;         // [R, n]
+    float* top_logprob = nullptr;      // [R, n]
+    int64_t R = 0, V = 0;
+    int n = 0;  // 1..kMaxTopLogprobs
+};
+
 // The generator state for `seed` (splitmix64 expansion), written into a slot at admission.
 inline void seed_rng(uint64_t seed, uint64_t state[4]) {
     for (int i = 0; i < 4; ++i) {

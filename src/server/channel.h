@@ -24,6 +24,7 @@ struct ChannelEvent {
     enum class Kind : uint8_t { kAccepted, kRejected, kToken, kFinished };
     Kind kind = Kind::kToken;
     int32_t token = -1;                         // kToken, or kFinished with the last token
+    std::optional<TokenLogprobs> logprobs;      // the token's, when the request asked
     FinishReason finish = FinishReason::kNone;  // kFinished
     std::string error;                          // kFinished with kError
     ApiError rejection;                         // kRejected

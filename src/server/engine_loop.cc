@@ -129,6 +129,7 @@ void EngineLoop::deliver(const TokenEvent& ev) {
     Active& a = it->second;
     ChannelEvent out;
     out.token = ev.token;
+    out.logprobs = ev.logprobs;
     if (ev.token >= 0) {
         const Clock::time_point now = Clock::now();
         metrics_.add_generated_tokens(1);

@@ -8,7 +8,9 @@ Generation::Generation(const GenerationSpec& spec, ResponseMeta meta, int64_t pr
     : meta_(std::move(meta)),
       prompt_tokens_(prompt_tokens),
       eos_(eos_token),
+      tokenizer_(tokenizer),
       output_(tokenizer, spec),
+      want_logprobs_(spec.logprobs >= 0),
       channel_(std::move(channel)),
       loop_(loop),
       metrics_(metrics) {}
@@ -43,8 +45,14 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
                     "a second acceptance on one channel");
         if (ev.token >= 0) {
             ++completion_tokens_;
-            // EOS ends the turn; its text is not output.
-            if (!(ev.finish == FinishReason::kEos && ev.token == eos_)) append(output_.push(ev.token));
+            // EOS ends the turn; its text is not output (nor its log-probability).
+            if (!(ev.finish == FinishReason::kEos && ev.token == eos_)) {
+                if (ev.logprobs) {
+                    logged_.push_back({ev.token, *ev.logprobs, logged_bytes_});
+                    logged_bytes_ += static_cast<int64_t>(tokenizer_.token_bytes(ev.token).size());
+                }
+                append(output_.push(ev.token));
+            }
             if (output_.stopped()) {
                 cancel_engine_request();
                 append(output_.finish());
@@ -76,6 +84,13 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
     return done_;
 }
 
+chat::Json Generation::unsent_logprobs() {
+    if (logged_sent_ == logged_.size()) return chat::Json();
+    const auto unsent = std::span<const LoggedToken>(logged_).subspan(logged_sent_);
+    logged_sent_ = logged_.size();
+    return logprobs_json(meta_.endpoint, tokenizer_, unsent);
+}
+
 std::optional<ApiError> Generation::failure() const {
     if (error_.empty()) return std::nullopt;
     return server_error(shutdown_ ? 503 : 500, error_,
@@ -97,7 +112,9 @@ ApiResult<chat::Json> Generation::collect() {
         message = output_.message(meta_.tool_call_prefix());
         if (message.contains("tool_calls") && reason != std::string("length")) reason = "tool_calls";
     }
-    return full_response(meta_, message, output_.text(), reason, usage);
+    const chat::Json logprobs =
+        want_logprobs_ ? logprobs_json(meta_.endpoint, tokenizer_, logged_) : chat::Json();
+    return full_response(meta_, message, output_.text(), reason, usage, logprobs);
 }
 
 bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
@@ -112,8 +129,12 @@ bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
     if (!channel_->wait(events, wait)) return false;
     StreamDelta delta;
     apply(events, delta);
-    if (!delta.empty()) out += sse_event(stream_chunk(meta_, delta, false, nullptr));
-    if (done_ && error_.empty()) out += sse_event(stream_chunk(meta_, {}, false, finish_reason_));
+    // A token's log-probabilities go with the first chunk after it (its text may be held back
+    // while a stop string could begin there), the finish chunk at the latest.
+    if (!delta.empty())
+        out += sse_event(stream_chunk(meta_, delta, false, nullptr, unsent_logprobs()));
+    if (done_ && error_.empty())
+        out += sse_event(stream_chunk(meta_, {}, false, finish_reason_, unsent_logprobs()));
     return !delta.empty() || done_;
 }
 

@@ -41,6 +41,8 @@ class Generation {
   private:
     // Applies channel events; true once the output is complete.
     bool apply(const std::vector<ChannelEvent>& events, StreamDelta& delta);
+    // The log-probabilities of the output tokens not yet sent (null when none).
+    chat::Json unsent_logprobs();
     void end(const char* reason);
     void cancel_engine_request();
 
@@ -48,7 +50,13 @@ class Generation {
     int64_t prompt_tokens_;
     int64_t completion_tokens_ = 0;
     int32_t eos_;
+    const Tokenizer& tokenizer_;
     OutputStream output_;
+    // With logprobs asked for: every output token's, in order (the stream sends each once).
+    bool want_logprobs_;
+    std::vector<LoggedToken> logged_;
+    size_t logged_sent_ = 0;
+    int64_t logged_bytes_ = 0;  // the output's bytes so far (text offsets)
     std::shared_ptr<Channel> channel_;
     EngineLoop& loop_;
     Metrics& metrics_;

@@ -295,18 +295,9 @@ std::optional<ApiError> read_completion_prompt(const Json& body, GenerationSpec&
 // Fields that would change the output in ways this server does not implement.
 std::optional<ApiError> refuse_unsupported(const Json& body) {
     FieldReader r(body, "");
-    bool logprobs = false;
-    if (const Json* v = r.get("logprobs"); v != nullptr && !v->is_boolean()) {
-        // /v1/completions takes an integer count.
-        if (!v->is_number_integer() || v->get<int64_t>() != 0)
-            return invalid_request("logprobs is not supported", "logprobs");
-    } else {
-        r.boolean("logprobs", logprobs);
-    }
     bool echo = false;
     r.boolean("echo", echo);
     if (!r.ok()) return r.error();
-    if (logprobs) return invalid_request("logprobs is not supported", "logprobs");
     if (echo) return invalid_request("echo is not supported", "echo");
     for (const char* key : {"presence_penalty", "frequency_penalty"}) {
         float x = 0;
@@ -367,6 +358,29 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
     return refuse_unsupported(body);
 }
 
+// Log-probabilities (GenerationSpec::logprobs). Chat: `logprobs` true, with `top_logprobs`
+// alternatives (0-20; only with logprobs true, as OpenAI requires). Completions: `logprobs`
+// the number of alternatives (0-20; OpenAI's legacy API allows 5, vLLM 20).
+std::optional<ApiError> read_logprobs(const Json& body, Endpoint endpoint, GenerationSpec& spec) {
+    FieldReader r(body, "");
+    if (endpoint == Endpoint::kChat) {
+        bool on = false;
+        int64_t top = 0;
+        r.boolean("logprobs", on);
+        r.integer("top_logprobs", 0, kMaxTopLogprobs, top);
+        if (!r.ok()) return r.error();
+        if (!on && r.get("top_logprobs") != nullptr)
+            return invalid_request("top_logprobs needs logprobs set to true", "top_logprobs");
+        spec.logprobs = on ? static_cast<int>(top) : -1;
+    } else {
+        int64_t top = -1;
+        r.integer("logprobs", 0, kMaxTopLogprobs, top);
+        if (!r.ok()) return r.error();
+        spec.logprobs = static_cast<int>(top);
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,
@@ -379,6 +393,7 @@ ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::strin
     spec.endpoint = endpoint;
     spec.encode.version = encoding;
     if (auto e = read_common(*parsed, spec)) return *e;
+    if (auto e = read_logprobs(*parsed, endpoint, spec)) return *e;
     if (endpoint == Endpoint::kChat) {
         if (auto e = read_chat(*parsed, spec)) return *e;
     } else {

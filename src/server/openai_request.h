@@ -1,6 +1,6 @@
 // The OpenAI request bodies (/v1/chat/completions, /v1/completions) read and validated into
 // one GenerationSpec: every field checked for type and range, anything this server cannot honour
-// (n > 1, logprobs, penalties, forced tool choice...) refused with a 400 that names the field.
+// (echo, penalties, logit_bias, forced tool choice...) refused with a 400 that names the field.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,9 @@ struct GenerationSpec {
     bool include_usage = false;
     // Choices (`n`): each its own engine request, choice i sampled with seed + i.
     int n = 1;
+    // Log-probabilities with each token (Request::logprobs): -1 none, else the number of most
+    // likely alternatives (0 to kMaxTopLogprobs).
+    int logprobs = -1;
 };
 
 // The most choices a request may ask for (`n`): each takes a slot of the batch or the queue.

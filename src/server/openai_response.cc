@@ -30,8 +30,52 @@ Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
     return u;
 }
 
+Json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer,
+                   std::span<const LoggedToken> tokens) {
+    auto text = [&](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); };
+    auto bytes = [&](int32_t id) {
+        Json b = Json::array();
+        for (const char c : tokenizer.token_bytes(id)) b.push_back(static_cast<uint8_t>(c));
+        return b;
+    };
+    Json r = Json::object();
+    if (endpoint == Endpoint::kChat) {
+        Json content = Json::array();
+        for (const LoggedToken& t : tokens) {
+            Json top = Json::array();
+            for (int j = 0; j < t.logprobs.top_n; ++j) {
+                const TokenLogprob& a = t.logprobs.top[j];
+                top.push_back(
+                    {{"token", text(a.token)}, {"logprob", a.logprob}, {"bytes", bytes(a.token)}});
+            }
+            content.push_back({{"token", text(t.token)},
+                               {"logprob", t.logprobs.logprob},
+                               {"bytes", bytes(t.token)},
+                               {"top_logprobs", std::move(top)}});
+        }
+        r["content"] = std::move(content);
+        return r;
+    }
+    Json toks = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+    for (const LoggedToken& t : tokens) {
+        toks.push_back(text(t.token));
+        lps.push_back(t.logprobs.logprob);
+        Json top = Json::object();
+        for (int j = 0; j < t.logprobs.top_n; ++j)
+            top.emplace(text(t.logprobs.top[j].token), t.logprobs.top[j].logprob);
+        top.emplace(text(t.token), t.logprobs.logprob);  // (no-op when already among them)
+        tops.push_back(std::move(top));
+        offsets.push_back(t.text_offset);
+    }
+    r["tokens"] = std::move(toks);
+    r["token_logprobs"] = std::move(lps);
+    r["top_logprobs"] = std::move(tops);
+    r["text_offset"] = std::move(offsets);
+    return r;
+}
+
 Json full_response(const ResponseMeta& meta, const Json& message, const std::string& text,
-                   const char* finish_reason, const Json& usage) {
+                   const char* finish_reason, const Json& usage, const Json& logprobs) {
     Json r = envelope(meta, false);
     Json choice = Json::object();
     choice["index"] = meta.choice;
@@ -40,7 +84,7 @@ Json full_response(const ResponseMeta& meta, const Json& message, const std::str
     } else {
         choice["text"] = text;
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = logprobs;
     choice["finish_reason"] = reason_or_null(finish_reason);
     r["choices"] = Json::array({std::move(choice)});
     r["usage"] = usage;
@@ -48,7 +92,7 @@ Json full_response(const ResponseMeta& meta, const Json& message, const std::str
 }
 
 Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
-                  const char* finish_reason) {
+                  const char* finish_reason, const Json& logprobs) {
     Json r = envelope(meta, true);
     Json choice = Json::object();
     choice["index"] = meta.choice;
@@ -79,7 +123,7 @@ Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
     } else {
         choice["text"] = d.content;
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = logprobs;
     choice["finish_reason"] = reason_or_null(finish_reason);
     r["choices"] = Json::array({std::move(choice)});
     return r;

@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "dsv4/chat.h"
+#include "dsv4/sampling.h"
+#include "dsv4/tokenizer.h"
 #include "server/dsml_stream.h"
 #include "server/openai_request.h"
 
@@ -27,15 +30,30 @@ struct ResponseMeta {
 
 chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
+// An output token with its log-probabilities, and where its bytes start in the output text.
+struct LoggedToken {
+    int32_t token = -1;
+    TokenLogprobs logprobs;
+    int64_t text_offset = 0;
+};
+// A choice's (or a chunk's) `logprobs` for `tokens`. Chat: {"content": [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}]}. Completions (OpenAI's legacy form): {tokens,
+// token_logprobs, top_logprobs: [{token: logprob} with the token itself among them, as vLLM
+// gives], text_offset (bytes)}. A token's text is its decoded string (U+FFFD where it holds part
+// of a UTF-8 character; `bytes` has the exact bytes).
+chat::Json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer,
+                         std::span<const LoggedToken> tokens);
+
 // A whole response. Chat: `message` from OutputStream::message; completions: `text`.
+// `logprobs`: logprobs_json's, or null.
 chat::Json full_response(const ResponseMeta& meta, const chat::Json& message,
                          const std::string& text, const char* finish_reason,
-                         const chat::Json& usage);
+                         const chat::Json& usage, const chat::Json& logprobs = chat::Json());
 
-// One streamed chunk: `delta` (role "assistant" on the first), and the finish reason on the
-// last (null otherwise).
+// One streamed chunk: `delta` (role "assistant" on the first), the finish reason on the last
+// (null otherwise), and the log-probabilities of the tokens it brings (null: none).
 chat::Json stream_chunk(const ResponseMeta& meta, const StreamDelta& delta, bool first,
-                        const char* finish_reason);
+                        const char* finish_reason, const chat::Json& logprobs = chat::Json());
 // The last chunk with stream_options.include_usage: no choices, the usage.
 chat::Json usage_chunk(const ResponseMeta& meta, const chat::Json& usage);
 

@@ -31,7 +31,8 @@ json request_json(const Request& r) {
             {"seed", r.sampling.seed},
             {"stop_at_eos", r.stop_at_eos},
             {"speculative", static_cast<int>(r.speculative)},
-            {"draft_tokens", r.draft_tokens}};
+            {"draft_tokens", r.draft_tokens},
+            {"logprobs", r.logprobs}};
 }
 
 Request request_from(const json& j) {
@@ -48,6 +49,7 @@ Request request_from(const json& j) {
         throw std::out_of_range("speculative " + std::to_string(spec));
     r.speculative = static_cast<Speculation>(spec);
     r.draft_tokens = j.at("draft_tokens").get<int>();
+    r.logprobs = j.at("logprobs").get<int>();  // (the engine checks the range at submit)
     return r;
 }
 

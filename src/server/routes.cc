@@ -62,6 +62,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     base.prompt = std::move(prompt->ids);
     base.max_tokens = prompt->max_tokens;
     base.sampling = spec->sampling;
+    base.logprobs = spec->logprobs;
     base.speculative = ctx.speculative;
     base.draft_tokens = ctx.draft_tokens;
     for (int i = 0; i < spec->n; ++i) {

@@ -205,6 +205,53 @@ test('n choices: choice i is the request alone with seed + i; streamed by index;
   assert.deepEqual(roles, [1, 1], 'each choice opens with its role');
 });
 
+test('logprobs: chat and completions, whole and streamed; greedy tokens are their top choice', async () => {
+  const plain = await client.chat.completions.create({ model: MODEL, messages: user('Hello'), max_tokens: 4, temperature: 0 });
+  assert.equal(plain.choices[0].logprobs, null, 'null unless asked for');
+  const body = { model: MODEL, messages: user('Hello'), max_tokens: 10, temperature: 0, logprobs: true, top_logprobs: 3 };
+  const whole = await client.chat.completions.create(body);
+  const content = whole.choices[0].logprobs.content;
+  assert.ok(content.length >= 1 && content.length <= whole.usage.completion_tokens, 'a token each (not EOS)');
+  for (const t of content) {
+    assert.equal(typeof t.token, 'string');
+    assert.ok(Array.isArray(t.bytes), 'bytes (none for the random model\'s ids past the tokenizer\'s)');
+    assert.ok(t.logprob <= 0);
+    assert.equal(t.top_logprobs.length, 3);
+    assert.deepEqual(t.top_logprobs[0], { token: t.token, logprob: t.logprob, bytes: t.bytes }, 'greedy: the most likely token');
+    for (let j = 1; j < 3; ++j) assert.ok(t.top_logprobs[j].logprob <= t.top_logprobs[j - 1].logprob, 'most likely first');
+  }
+  // Streamed: the chunks' entries, in order, are the whole response's.
+  const streamed = [];
+  for await (const c of await client.chat.completions.create({ ...body, stream: true })) {
+    for (const ch of c.choices) if (ch.logprobs) streamed.push(...ch.logprobs.content);
+  }
+  assert.deepEqual(streamed, content);
+  // Sampled, without alternatives.
+  const sampled = await client.chat.completions.create({ ...body, temperature: 1, seed: 3, top_logprobs: 0 });
+  for (const t of sampled.choices[0].logprobs.content) assert.deepEqual(t.top_logprobs, []);
+
+  // Completions: OpenAI's legacy form (alternatives by their text, so tokens of the same text
+  // share an entry).
+  const cbody = { model: MODEL, prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 2 };
+  const c = await client.completions.create(cbody);
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, c.usage.completion_tokens);
+  for (const k of ['token_logprobs', 'top_logprobs', 'text_offset']) assert.equal(lp[k].length, lp.tokens.length, k);
+  for (let i = 0; i < lp.tokens.length; ++i) {
+    const top = lp.top_logprobs[i];
+    assert.ok(Object.keys(top).length <= 3 && top[lp.tokens[i]] === lp.token_logprobs[i], 'the token among its alternatives');
+    assert.equal(Math.max(...Object.values(top)), lp.token_logprobs[i], 'greedy: the largest');
+    if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+  }
+  assert.equal(lp.text_offset[0], 0);
+  const merged = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  for await (const chunk of await client.completions.create({ ...cbody, stream: true })) {
+    const l = chunk.choices[0]?.logprobs;
+    if (l) for (const k of Object.keys(merged)) merged[k].push(...l[k]);
+  }
+  assert.deepEqual(merged, lp);
+});
+
 test('400: malformed JSON, wrong types, missing fields, n out of range, long prompts', async () => {
   const url = `${srv.url}/v1/chat/completions`;
   const auth = { Authorization: `Bearer ${KEY}` };
@@ -225,7 +272,9 @@ test('400: malformed JSON, wrong types, missing fields, n out of range, long pro
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), stream: 'yes' }), 400, 'stream');
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 0 }), 400, 'n');
   await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), n: 17 }), 400, 'n');
-  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), logprobs: true }), 400, 'logprobs');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), top_logprobs: 2 }), 400, 'top_logprobs');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), logprobs: true, top_logprobs: 21 }), 400, 'top_logprobs');
+  await rejects(client.completions.create({ model: MODEL, prompt: 'x', logprobs: 21 }), 400, 'logprobs');
   await rejects(client.completions.create({ model: MODEL, prompt: ['a', 'b'] }), 400, 'prompt');
   await rejects(client.completions.create({ model: MODEL, prompt: [0, 9999] }), 400, 'prompt');
   // The context is 2048 tokens; the byte-level tokenizer makes one token per byte.

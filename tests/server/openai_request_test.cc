@@ -97,6 +97,43 @@ TEST(OpenAIRequest, MistakesName400Params) {
     EXPECT_NE(bad.error().message.find("not valid JSON"), std::string::npos);
 }
 
+// Log-probabilities: chat's logprobs + top_logprobs, completions' integer count (-1: none).
+TEST(OpenAIRequest, Logprobs) {
+    const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}])";
+    auto r = chat(head + "}");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->logprobs, -1);
+    r = chat(head + R"(, "logprobs": true})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->logprobs, 0);
+    r = chat(head + R"(, "logprobs": true, "top_logprobs": 20})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->logprobs, 20);
+    r = chat(head + R"(, "logprobs": false})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->logprobs, -1);
+    EXPECT_EQ(param_of(head + R"(, "top_logprobs": 2})"), "top_logprobs");
+    EXPECT_EQ(param_of(head + R"(, "logprobs": true, "top_logprobs": 21})"), "top_logprobs");
+    EXPECT_EQ(param_of(head + R"(, "logprobs": 3})"), "logprobs");
+    auto c = [](const std::string& extra) {
+        return parse_generation_request(Endpoint::kCompletions,
+                                        R"({"model": "m", "prompt": "a")" + extra + "}",
+                                        chat::EncodingVersion::kV4);
+    };
+    auto k = c(R"(, "logprobs": 5)");
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->logprobs, 5);
+    k = c(R"(, "logprobs": null)");
+    ASSERT_TRUE(k);
+    EXPECT_EQ(k->logprobs, -1);
+    for (const char* bad :
+         {R"(, "logprobs": 21)", R"(, "logprobs": -1)", R"(, "logprobs": true)"}) {
+        k = c(bad);
+        ASSERT_FALSE(k) << bad;
+        EXPECT_EQ(k.error().param, "logprobs") << bad;
+    }
+}
+
 TEST(OpenAIRequest, CompletionPrompts) {
     auto parse = [](const std::string& body) {
         return parse_generation_request(Endpoint::kCompletions, body, chat::EncodingVersion::kV4);

@@ -18,6 +18,7 @@ TEST(RankCommands, EveryCommandRoundTrips) {
     r.stop_at_eos = false;
     r.speculative = Speculation::kNgram;
     r.draft_tokens = 3;
+    r.logprobs = 4;
     auto s = decode_rank_command(encode_rank_command(RankCommand::submit(42, r)));
     ASSERT_TRUE(s) << s.status().message();
     EXPECT_EQ(s->op, RankCommand::Op::kSubmit);
@@ -31,6 +32,7 @@ TEST(RankCommands, EveryCommandRoundTrips) {
     EXPECT_FALSE(s->request.stop_at_eos);
     EXPECT_EQ(s->request.speculative, Speculation::kNgram);
     EXPECT_EQ(s->request.draft_tokens, 3);
+    EXPECT_EQ(s->request.logprobs, 4);
     auto c = decode_rank_command(encode_rank_command(RankCommand::cancel(7)));
     ASSERT_TRUE(c);
     EXPECT_EQ(c->op, RankCommand::Op::kCancel);

@@ -212,5 +212,41 @@ TEST(Sampler, SpeculativeVerificationKeepsTheDistribution) {
     EXPECT_EQ(cpu_ref::sample_row(logits.data(), 6, SamplingParams{}, s, 3), 3);
 }
 
+// The log-probabilities op: the sampled id's log-softmax at temperature 1 and the n most likely
+// ids (ties to the lower id) with theirs, against a direct computation; a row whose sample is
+// -1 reports NaN and ids -1; n above the vocabulary pads with -1.
+TEST(Sampler, LogprobsOp) {
+    const int64_t V = 6;
+    const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 2.0f,   // row 0
+                                       0.0f, 0.0f, 0.0f,  0.0f, 0.0f, 0.0f};  // row 1 (uniform)
+    const std::vector<int32_t> sampled = {4, -1};
+    const int n = 4;
+    std::vector<float> lp(2), top(2 * n);
+    std::vector<int32_t> top_id(2 * n);
+    cpu_ref::logprobs(
+        {logits.data(), sampled.data(), lp.data(), top_id.data(), top.data(), 2, V, n});
+    double z = 0;
+    for (int i = 0; i < V; ++i) z += std::exp(static_cast<double>(logits[i]));
+    auto want = [&](int i) { return static_cast<float>(logits[i] - std::log(z)); };
+    EXPECT_FLOAT_EQ(lp[0], want(4));
+    EXPECT_EQ(std::vector<int32_t>(top_id.begin(), top_id.begin() + n),
+              (std::vector<int32_t>{1, 3, 5, 0}));
+    for (int j = 0; j < n; ++j) EXPECT_FLOAT_EQ(top[j], want(top_id[j]));
+    EXPECT_TRUE(std::isnan(lp[1]));
+    for (int j = 0; j < n; ++j) {
+        EXPECT_EQ(top_id[n + j], -1);
+        EXPECT_TRUE(std::isnan(top[n + j]));
+    }
+    // n larger than the vocabulary: the whole vocabulary, then -1.
+    const std::vector<float> small = {0.25f, -1.0f};
+    const std::vector<int32_t> one = {0};
+    std::vector<float> lp1(1), top1(3);
+    std::vector<int32_t> id1(3);
+    cpu_ref::logprobs({small.data(), one.data(), lp1.data(), id1.data(), top1.data(), 1, 2, 3});
+    EXPECT_EQ(id1, (std::vector<int32_t>{0, 1, -1}));
+    EXPECT_NEAR(std::exp(top1[0]) + std::exp(top1[1]), 1.0, 1e-6);
+    EXPECT_EQ(lp1[0], top1[0]);
+}
+
 }  // namespace
 }  // namespace dsv4

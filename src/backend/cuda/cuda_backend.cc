@@ -1285,6 +1285,12 @@ class CudaBackend final : public Backend {
         const auto prof = profile_.scope("sample", recording_);
         cuda::launch_sample(a, sample_ws_, cur());
     }
+    // The logprobs kernel has not run on a GPU yet (docs/server.md): Engine::submit refuses
+    // requests for them here, so this is never called.
+    bool has_logprobs() const override { return false; }
+    void logprobs(const ops::LogprobsArgs&) override {
+        DSV4_ASSERT(false, "the CUDA backend has no logprobs op yet");
+    }
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }
 
     cudaStream_t stream() const { return stream_.get(); }

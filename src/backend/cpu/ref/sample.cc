@@ -84,4 +84,35 @@ void sample(const ops::SampleArgs& a) {
     }
 }
 
+void logprobs(const ops::LogprobsArgs& a) {
+    thread_local std::vector<int32_t> order;
+    for (int64_t r = 0; r < a.R; ++r) {
+        const float* logits = a.logits + r * a.V;
+        float* top = a.top_logprob + r * a.n;
+        int32_t* top_id = a.top_id + r * a.n;
+        if (a.sampled[r] < 0) {  // non-finite logits: nothing to report
+            a.logprob[r] = NAN;
+            std::fill(top, top + a.n, NAN);
+            std::fill(top_id, top_id + a.n, -1);
+            continue;
+        }
+        const double mx = *std::max_element(logits, logits + a.V);
+        double sum = 0;
+        for (int64_t i = 0; i < a.V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+        const double lse = mx + std::log(sum);
+        auto lp = [&](int64_t i) { return static_cast<float>(logits[i] - lse); };
+        a.logprob[r] = lp(a.sampled[r]);
+        order.resize(a.V);
+        std::iota(order.begin(), order.end(), 0);
+        const int64_t n = std::min<int64_t>(a.n, a.V);
+        std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t x, int32_t y) {
+            return logits[x] > logits[y] || (logits[x] == logits[y] && x < y);
+        });
+        for (int j = 0; j < a.n; ++j) {
+            top_id[j] = j < n ? order[j] : -1;
+            top[j] = j < n ? lp(order[j]) : NAN;
+        }
+    }
+}
+
 }  // namespace dsv4::cpu_ref
