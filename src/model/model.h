@@ -120,7 +120,7 @@ class Model {
     // descriptor holds the step (written by run_step).
     struct Dims {
         int T = 0, B = 0, R = 0, Rs = 0;
-        int Tm = 0, Bm = 0;  // MTP tokens and rows
+        int Tm = 0, Bm = 0;     // MTP tokens and rows
         bool logprobs = false;  // the sampled rows' log-probabilities too
     };
 
@@ -187,8 +187,7 @@ class Model {
         int32_t* sample_slot;      // [T]
         int32_t* sample_draft;     // [T] per sampled row, -1 = none
         int32_t* sampled;          // [T]
-        // The sampled rows' log-probabilities (ops::LogprobsArgs, n = kMaxTopLogprobs).
-        float* logprob;            // [T]
+        float* logprob;            // [T] the sampled rows' log-probabilities (ops::LogprobsArgs)
         int32_t* top_id;           // [T, kMaxTopLogprobs]
         float* top_logprob;        // [T, kMaxTopLogprobs]
         float* streams;            // [T, n, D]

@@ -11,11 +11,14 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "fixture_util.h"
 #include "model/model.h"
 #include "recording_backend.h"
 
 namespace dsv4 {
 namespace {
+
+using test::random_ids;
 
 std::string fixture(const char* name) {
     return std::string(DSV4_GOLDEN_DIR) + "/" + name;
@@ -33,13 +36,6 @@ std::unique_ptr<Engine> make_engine(const char* name, int64_t context, int seqs,
     auto engine = Engine::create(o);
     EXPECT_TRUE(engine.has_value()) << (engine ? "" : engine.status().message());
     return engine ? std::move(*engine) : nullptr;
-}
-
-std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    return ids;
 }
 
 TEST(GraphReady, DecodeStepArgumentsAreTheSameAtEveryPosition) {

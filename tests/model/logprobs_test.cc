@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "fixture_util.h"
 
 namespace dsv4 {
 namespace logprobs_test {  // (named: the unity build joins the tests' anonymous namespaces)
@@ -27,13 +26,6 @@ std::unique_ptr<Engine> make_engine(int seqs, std::string dir = std::string(DSV4
     auto e = Engine::create(o);
     EXPECT_TRUE(e.has_value()) << (e ? "" : e.status().message());
     return e ? std::move(*e) : nullptr;
-}
-
-std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> ids(n);
-    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-    return ids;
 }
 
 // Every request's token events (those with a token), in submit order.
@@ -75,7 +67,7 @@ TEST(Logprobs, MatchTheSessionsLogitsAndTheGreedyChoice) {
     Engine& e = *engine;
     const int V = e.info().vocab_size;
     Request greedy;
-    greedy.prompt = random_ids(21, V, 5);  // two prompt chunks, then decode steps
+    greedy.prompt = test::random_ids(21, V, 5);  // two prompt chunks, then decode steps
     greedy.max_tokens = 7;
     greedy.stop_at_eos = false;
     greedy.logprobs = 5;
