@@ -635,8 +635,6 @@ Expected<RequestId> Engine::submit(Request r) {
     if (r.max_tokens < 0) return error("max_tokens must be >= 0, got ", r.max_tokens);
     if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
         return error("logprobs must be -1 (none) or 0 to ", kMaxTopLogprobs, ", got ", r.logprobs);
-    if (r.logprobs >= 0 && !e.backend->has_logprobs())
-        return error("logprobs are not available on the ", e.backend->name(), " backend yet");
     for (size_t i = 0; i < r.prompt.size(); ++i)
         if (r.prompt[i] < 0 || r.prompt[i] >= e.info.vocab_size)
             return error("token id ", r.prompt[i], " at index ", i,

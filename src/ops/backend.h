@@ -200,8 +200,6 @@ class Backend {
     virtual void gather_rows(const ops::GatherRowsArgs& a) = 0;
     virtual void sample(const ops::SampleArgs& a) = 0;
     virtual void logprobs(const ops::LogprobsArgs& a) = 0;
-    // Whether logprobs() runs here; Engine::submit refuses Request::logprobs where it does not.
-    virtual bool has_logprobs() const { return true; }
     virtual void round_trip(const ops::RoundTripArgs& a) = 0;
     // x *= s (n elements).
     virtual void scale(float* x, float s, int64_t n) = 0;

@@ -1285,11 +1285,9 @@ class CudaBackend final : public Backend {
         const auto prof = profile_.scope("sample", recording_);
         cuda::launch_sample(a, sample_ws_, cur());
     }
-    // The logprobs kernel has not run on a GPU yet (docs/server.md): Engine::submit refuses
-    // requests for them here, so this is never called.
-    bool has_logprobs() const override { return false; }
-    void logprobs(const ops::LogprobsArgs&) override {
-        DSV4_ASSERT(false, "the CUDA backend has no logprobs op yet");
+    void logprobs(const ops::LogprobsArgs& a) override {
+        const auto prof = profile_.scope("logprobs", recording_);
+        cuda::launch_logprobs(a, cur());
     }
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }
 

@@ -29,4 +29,9 @@ SampleScratch sample_scratch(void* p, int sm_count);
 inline constexpr int64_t kSampleSplitMinV = 2048;
 void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream_t stream);
 
+// The log-probabilities op (ops/sample.h): one block a row, reading the row three times (the
+// largest logit, the sum of exponentials in double, the top-n radix select) and once more for
+// the top n's ids. n <= kMaxTopLogprobs.
+void launch_logprobs(const ops::LogprobsArgs& a, cudaStream_t stream);
+
 }  // namespace dsv4::cuda

@@ -473,6 +473,61 @@ __global__ void __launch_bounds__(kThreads)
     a.out[r] = id_at(0);
 }
 
+// The log-probabilities of row r (launch_logprobs): the best key by the first pass's scan (its
+// logit is the maximum), the exponentials' sum in double (each thread's share in index order,
+// then the block's sum: the order, not the terms, differs from the reference's sequential sum),
+// the top n by the block radix select, sorted by one thread (n <= kMaxTopLogprobs).
+__global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a) {
+    dev::pdl_enter();
+    __shared__ int red[32];
+    __shared__ double red_d[32];
+    __shared__ unsigned hist[256];
+    __shared__ unsigned long long best_s;
+    __shared__ uint64_t cand[kMaxTopLogprobs];
+    const int64_t r = blockIdx.x;
+    const float* logits = a.logits + r * a.V;
+    const int32_t sampled = a.sampled[r];
+    if (sampled < 0) {  // non-finite logits (the sampling op's -1)
+        for (int j = threadIdx.x; j < a.n; j += blockDim.x) {
+            a.top_id[r * a.n + j] = -1;
+            a.top_logprob[r * a.n + j] = NAN;
+        }
+        if (threadIdx.x == 0) a.logprob[r] = NAN;
+        return;
+    }
+    if (threadIdx.x == 0) best_s = 0;
+    int bad = 0;
+    unsigned long long mine = 0;
+    scan_logits(logits, a.V, 0, a.V, bad, mine);
+    const double mx = logits[key_id(block_bad_and_best(bad, mine, red, &best_s).best)];
+    double part = 0;
+    for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x)
+        part = __dadd_rn(part, exp(__dsub_rn(static_cast<double>(logits[i]), mx)));
+    const double lse = __dadd_rn(mx, log(dev::block_sum(part, red_d)));
+    auto lp = [&](int32_t i) {
+        return __double2float_rn(__dsub_rn(static_cast<double>(logits[i]), lse));
+    };
+    const int keep = static_cast<int>(a.V < a.n ? a.V : a.n);
+    auto key = [&](int64_t i) { return dev::order_key(logits[i]); };
+    int64_t above = 0;
+    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, hist, red, &above);
+    dev::block_topk_collect(key, a.V, thr, above, keep, red,
+                            [&](int64_t i, int64_t rank) { cand[rank] = cand_key(key(i), i); });
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int i = 1; i < keep; ++i)  // insertion sort, descending (keys are distinct)
+        for (int j = i; j > 0 && cand[j] > cand[j - 1]; --j) {
+            const uint64_t t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+        }
+    a.logprob[r] = lp(sampled);
+    for (int j = 0; j < a.n; ++j) {
+        a.top_id[r * a.n + j] = j < keep ? key_id(cand[j]) : -1;
+        a.top_logprob[r * a.n + j] = j < keep ? lp(key_id(cand[j])) : NAN;
+    }
+}
+
 // (row, slice) entries the scratch holds, four a SM: launch_sample gives each row as many
 // slices as fit, at most kMaxSlices.
 int sample_parts(int sm_count) {
@@ -507,6 +562,13 @@ void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream
                    dim3(static_cast<unsigned>(slices), static_cast<unsigned>(a.R)), kScanThreads, 0,
                    stream, 1, a, ws, slices);
     launch_pdl(sample_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a, ws, slices);
+}
+
+void launch_logprobs(const ops::LogprobsArgs& a, cudaStream_t stream) {
+    DSV4_ASSERT(a.V >= 1 && a.V <= 0x7fffffff && a.n >= 1 && a.n <= kMaxTopLogprobs, "logprobs: V ",
+                a.V, ", n ", a.n);
+    if (a.R == 0) return;
+    launch_pdl(logprobs_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda
