@@ -88,7 +88,7 @@ struct PreWait {
     const dev::RopeCs* out_table = nullptr;  // likewise the output's
 
     static __device__ __forceinline__ bool tabled(const ops::FusedRope& r, int H) {
-        return r.inv_freq != nullptr && r.rope_dim / 2 <= kRopeTable && r.heads == H;
+        return dev::rope_fits(r, kRopeTable) && r.heads == H;
     }
     // Every thread calls it: the sinks by threads [0, kHeads), each table that fits into q_cs /
     // out_cs ([kRopeTable] each) by rope_table's threads. q_on: the kernel norms the queries.

@@ -57,9 +57,11 @@ constexpr int kNormThreadsMax = 1024;
 // the one round trip left; the weights and the positions after the sum were two more.
 constexpr int kNormRopeTable = 128;  // pairs (V4: 32); wider ropes compute theirs after the wait
 
-__device__ __forceinline__ void rms_norm_vec_pre(const ops::RmsNormArgs& a, const ops::FusedRope& r,
-                                                 int64_t row, float4 (&w)[kNormVec],
-                                                 dev::RopeCs* table) {
+// Returns the table when filled, else null (rope_float4_from computes the cos / sin then).
+__device__ __forceinline__ const dev::RopeCs* rms_norm_vec_pre(const ops::RmsNormArgs& a,
+                                                               const ops::FusedRope& r, int64_t row,
+                                                               float4 (&w)[kNormVec],
+                                                               dev::RopeCs* table) {
     const float4* w4 = reinterpret_cast<const float4*>(a.weight);
     const int n4 = a.dim / 4;
 #pragma unroll
@@ -67,14 +69,15 @@ __device__ __forceinline__ void rms_norm_vec_pre(const ops::RmsNormArgs& a, cons
         const int i = threadIdx.x + j * blockDim.x;
         w[j] = w4 != nullptr && i < n4 ? w4[i] : make_float4(1.f, 1.f, 1.f, 1.f);
     }
-    if (r.inv_freq != nullptr && r.rope_dim / 2 <= kNormRopeTable)
-        dev::rope_table(r, r.pos[row / r.heads], table);
+    if (!dev::rope_fits(r, kNormRopeTable)) return nullptr;
+    dev::rope_table(r, r.pos[row / r.heads], table);
+    return table;
 }
 
-// (The table is read after block_sum's barriers.)
+// (cs, rms_norm_vec_pre's table or null, is read after block_sum's barriers.)
 __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, const ops::FusedRope& r,
                                                  int64_t row, const float4 (&w)[kNormVec],
-                                                 const dev::RopeCs* table) {
+                                                 const dev::RopeCs* cs) {
     __shared__ double red[32];
     const float4* x = reinterpret_cast<const float4*>(a.x + row * a.dim);
     float4* y = reinterpret_cast<float4*>(a.out + row * a.dim);
@@ -88,8 +91,6 @@ __device__ __forceinline__ void rms_norm_vec_row(const ops::RmsNormArgs& a, cons
         ss = dev::add_squares(ss, v[j]);
     }
     const float inv = dev::rms_inv(dev::block_sum(ss, red), a.dim, a.eps);
-    const dev::RopeCs* cs =
-        r.inv_freq != nullptr && r.rope_dim / 2 <= kNormRopeTable ? table : nullptr;
 #pragma unroll
     for (int j = 0; j < kNormVec; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
@@ -113,13 +114,13 @@ __global__ void __launch_bounds__(kNormThreadsMax)
     float4 w[kNormVec];
     // (Two calls, not a reference to either parameter: that would copy both to local memory.)
     if (row < a.rows) {
-        rms_norm_vec_pre(a, r, row, w, table);
+        const dev::RopeCs* cs = rms_norm_vec_pre(a, r, row, w, table);
         dev::pdl_enter();
-        rms_norm_vec_row(a, r, row, w, table);
+        rms_norm_vec_row(a, r, row, w, cs);
     } else {
-        rms_norm_vec_pre(b, rb, row - a.rows, w, table);
+        const dev::RopeCs* cs = rms_norm_vec_pre(b, rb, row - a.rows, w, table);
         dev::pdl_enter();
-        rms_norm_vec_row(b, rb, row - a.rows, w, table);
+        rms_norm_vec_row(b, rb, row - a.rows, w, cs);
     }
 }
 

@@ -83,4 +83,10 @@ __device__ __forceinline__ void rope_table(const ops::FusedRope& r, int64_t pos,
         cs[i] = rope_cos_sin(pos, r.inv_freq[i], r.scale, r.inverse);
 }
 
+// Whether r is a rope whose table fits cap pairs (kernels with a table of that size fill it
+// before their wait; wider ropes compute their cos / sin where they rotate).
+__device__ __forceinline__ bool rope_fits(const ops::FusedRope& r, int cap) {
+    return r.inv_freq != nullptr && r.rope_dim / 2 <= cap;
+}
+
 }  // namespace dsv4::cuda::dev
