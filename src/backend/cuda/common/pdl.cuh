@@ -9,8 +9,9 @@
 // the kernel just before them has passed its own wait, anything written two grids back or
 // earlier (the compressor's state of earlier tokens). The weight GEMV streams weights there
 // (gemv_kernel_sm90.cuh); hc_pre copies its mixing weights; the norm kernel loads its weights
-// and rope table, attention its sinks and rope tables, and the compressor's decode pooling
-// everything but the token's own row (each a global round trip less after the wait).
+// and rope table, attention its sinks and rope tables, the compressor's decode pooling
+// everything but the token's own row, and a hash-routed layer's routing its tid2eid row (each a
+// global round trip less after the wait).
 #pragma once
 
 #include <cuda_runtime.h>

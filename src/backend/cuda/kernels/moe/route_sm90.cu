@@ -32,6 +32,7 @@ __device__ __forceinline__ float softplus_ref(float x) {
 }
 
 constexpr int kWarps = kThreads / 32;
+static_assert(kRouteMaxK <= kThreads, "a thread a hash-routed slot");
 // Keys the threshold selection holds (at least the fallback's kWarps * kRouteMaxK).
 constexpr int kCandCap = kWarps * kRouteMaxK;
 
@@ -78,6 +79,11 @@ __device__ void clear_prep(const MoePrep& p, int64_t T) {
 
 __global__ void __launch_bounds__(kThreads)
     route_kernel(ops::RouteArgs a, RouterGate g, MoePrep prep) {
+    // A hash-routed layer's experts, the tid2eid row of the token's id (a weight and the step
+    // descriptor: pdl.cuh), read before the wait; they were two round trips after it.
+    int hashed = 0;
+    if (a.tid2eid != nullptr && blockIdx.x < a.T && threadIdx.x < a.k)
+        hashed = a.tid2eid[static_cast<int64_t>(a.ids[blockIdx.x]) * a.k + threadIdx.x];
     dev::pdl_enter();
     if (blockIdx.x >= a.T) {
         clear_prep(prep, a.T);
@@ -116,8 +122,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     if (a.tid2eid != nullptr) {
-        for (int j = threadIdx.x; j < a.k; j += blockDim.x)
-            sel_s[j] = a.tid2eid[static_cast<int64_t>(a.ids[t]) * a.k + j];
+        if (threadIdx.x < a.k) sel_s[threadIdx.x] = hashed;  // (k <= kRouteMaxK < kThreads)
     } else {
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         auto key = [&](int e) { return dev::cand_key(dev::order_key(biased[e]), e); };
