@@ -219,6 +219,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     PreWait pre{pre_sink};
     pre.load(a, qn.on, qn.rope, rope, t, h0, pre_q_cs, pre_out_cs);
+
+    // The block's keys: from the step descriptor (pdl.cuh), its loads two dependent round trips
+    // that go before the wait. (The first tile's rows that earlier steps wrote staged before the
+    // wait too, session 42, made sliding and HCA attention ~2.6 us slower: loads issued under the
+    // previous GEMV's stream.)
+    const KeyList kl = key_list(a, kr, t);
+    const int64_t per = (kl.n_total + S - 1) / S;
+    const int64_t j_begin = s * per < kl.n_total ? s * per : kl.n_total;
+    const int64_t j_end = j_begin + per < kl.n_total ? j_begin + per : kl.n_total;
     dev::pdl_enter();
 
     // The fused ring write (a step of one token a row: the launcher's condition): token t's K=V
@@ -244,11 +253,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         else
             f4(sq + h * hdp + d) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-
-    const KeyList kl = key_list(a, kr, t);
-    const int64_t per = (kl.n_total + S - 1) / S;
-    const int64_t j_begin = s * per < kl.n_total ? s * per : kl.n_total;
-    const int64_t j_end = j_begin + per < kl.n_total ? j_begin + per : kl.n_total;
 
     const int quad = warp & 1;              // score and value passes: heads 4 quad .. + 3
     const int oct = warp >> 1;              // score pass: keys 8 oct .. + 7 of the tile
