@@ -1,13 +1,21 @@
 #include "server/generation.h"
 
+#include <algorithm>
+
 namespace dsv4::server {
 
-Generation::Generation(const GenerationSpec& spec, ResponseMeta meta, int64_t prompt_tokens,
-                       int32_t eos_token, const Tokenizer& tokenizer,
-                       std::shared_ptr<Channel> channel, EngineLoop& loop, Metrics& metrics)
+Generation::Generation(const GenerationSpec& spec, ResponseMeta meta,
+                       std::span<const int32_t> prompt, int32_t eos_token,
+                       const Tokenizer& tokenizer, std::shared_ptr<Channel> channel,
+                       EngineLoop& loop, Metrics& metrics)
     : meta_(std::move(meta)),
-      prompt_tokens_(prompt_tokens),
+      prompt_tokens_(static_cast<int64_t>(prompt.size())),
       eos_(eos_token),
+      stop_ids_(spec.stop_token_ids.begin(), spec.stop_token_ids.end()),
+      // (A text prompt as given, without the BOS the server put in front.)
+      echo_(!spec.echo           ? std::string()
+            : spec.prompt_is_ids ? tokenizer.decode(prompt)
+                                 : spec.prompt_text),
       tokenizer_(tokenizer),
       output_(tokenizer, spec),
       want_logprobs_(spec.logprobs >= 0),
@@ -45,8 +53,16 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
                     "a second acceptance on one channel");
         if (ev.token >= 0) {
             ++completion_tokens_;
-            // EOS ends the turn; its text is not output (nor its log-probability).
-            if (!(ev.finish == FinishReason::kEos && ev.token == eos_)) {
+            // A stop token id ends the output like a stop string: its text left out.
+            if (std::find(stop_ids_.begin(), stop_ids_.end(), ev.token) != stop_ids_.end()) {
+                if (ev.kind != ChannelEvent::Kind::kFinished) cancel_engine_request();
+                append(output_.finish());
+                end("stop");
+                break;
+            }
+            // EOS ends the turn (or, ignore_eos, is generated past): its text is not output (nor
+            // its log-probability).
+            if (ev.token != eos_) {
                 if (ev.logprobs) {
                     logged_.push_back({ev.token, *ev.logprobs, logged_bytes_});
                     logged_bytes_ += static_cast<int64_t>(tokenizer_.token_bytes(ev.token).size());
@@ -114,13 +130,16 @@ ApiResult<chat::Json> Generation::collect() {
     }
     const chat::Json logprobs =
         want_logprobs_ ? logprobs_json(meta_.endpoint, tokenizer_, logged_) : chat::Json();
-    return full_response(meta_, message, output_.text(), reason, usage, logprobs);
+    return full_response(meta_, message, echo_ + output_.text(), reason, usage, logprobs);
 }
 
 bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
     if (first_chunk_) {
-        // The role first, as OpenAI does, so a client sees the stream start at once.
-        out += sse_event(stream_chunk(meta_, {}, true, nullptr));
+        // The role first, as OpenAI does, so a client sees the stream start at once (and a
+        // completion's echoed prompt).
+        StreamDelta echo;
+        echo.content = echo_;
+        out += sse_event(stream_chunk(meta_, echo, true, nullptr));
         first_chunk_ = false;
         return true;
     }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,8 @@ namespace dsv4::server {
 
 class Generation {
   public:
-    Generation(const GenerationSpec& spec, ResponseMeta meta, int64_t prompt_tokens,
+    // prompt: the engine's prompt ids (echo's text when the request gave ids).
+    Generation(const GenerationSpec& spec, ResponseMeta meta, std::span<const int32_t> prompt,
                int32_t eos_token, const Tokenizer& tokenizer, std::shared_ptr<Channel> channel,
                EngineLoop& loop, Metrics& metrics);
     // Not streaming: waits for the end. The response with this choice alone, or an error (the
@@ -50,6 +52,8 @@ class Generation {
     int64_t prompt_tokens_;
     int64_t completion_tokens_ = 0;
     int32_t eos_;
+    std::vector<int32_t> stop_ids_;  // GenerationSpec::stop_token_ids
+    std::string echo_;               // the prompt's text in front of a completion (echo)
     const Tokenizer& tokenizer_;
     OutputStream output_;
     // With logprobs asked for: every output token's, in order (the stream sends each once).

@@ -295,10 +295,6 @@ std::optional<ApiError> read_completion_prompt(const Json& body, GenerationSpec&
 // Fields that would change the output in ways this server does not implement.
 std::optional<ApiError> refuse_unsupported(const Json& body) {
     FieldReader r(body, "");
-    bool echo = false;
-    r.boolean("echo", echo);
-    if (!r.ok()) return r.error();
-    if (echo) return invalid_request("echo is not supported", "echo");
     for (const char* key : {"presence_penalty", "frequency_penalty"}) {
         float x = 0;
         r.number(key, -2, 2, x);
@@ -355,7 +351,39 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
             spec.stop.push_back(s.get<std::string>());
         }
     }
+    r.boolean("ignore_eos", spec.ignore_eos);
+    if (!r.ok()) return r.error();
+    if (const Json* ids = r.get("stop_token_ids"); ids != nullptr && !ids->is_null()) {
+        if (!ids->is_array() || ids->size() > static_cast<size_t>(kMaxStopTokenIds))
+            return invalid_request("stop_token_ids must be a list of at most " +
+                                       std::to_string(kMaxStopTokenIds) + " token ids",
+                                   "stop_token_ids");
+        for (const Json& id : *ids) {
+            if (!id.is_number_integer() ||
+                (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX))
+                return invalid_request("stop_token_ids must hold token ids (integers)",
+                                       "stop_token_ids");
+            spec.stop_token_ids.push_back(id.get<int64_t>());
+        }
+    }
     return refuse_unsupported(body);
+}
+
+// echo: completions only, and not with logprobs (the prompt's own log-probabilities, which
+// OpenAI's echo returns with them, are not computed).
+std::optional<ApiError> read_echo(const Json& body, GenerationSpec& spec) {
+    FieldReader r(body, "");
+    r.boolean("echo", spec.echo);
+    if (!r.ok()) return r.error();
+    if (!spec.echo) return std::nullopt;
+    if (spec.endpoint == Endpoint::kChat)
+        return invalid_request("echo is not supported on chat completions", "echo");
+    if (spec.logprobs >= 0)
+        return invalid_request(
+            "echo with logprobs is not supported (the prompt's log-probabilities are not "
+            "computed)",
+            "echo");
+    return std::nullopt;
 }
 
 // Log-probabilities (GenerationSpec::logprobs). Chat: `logprobs` true, with `top_logprobs`
@@ -394,6 +422,7 @@ ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::strin
     spec.encode.version = encoding;
     if (auto e = read_common(*parsed, spec)) return *e;
     if (auto e = read_logprobs(*parsed, endpoint, spec)) return *e;
+    if (auto e = read_echo(*parsed, spec)) return *e;
     if (endpoint == Endpoint::kChat) {
         if (auto e = read_chat(*parsed, spec)) return *e;
     } else {

@@ -1,6 +1,6 @@
 // The OpenAI request bodies (/v1/chat/completions, /v1/completions) read and validated into
 // one GenerationSpec: every field checked for type and range, anything this server cannot honour
-// (echo, penalties, logit_bias, forced tool choice...) refused with a 400 that names the field.
+// (penalties, logit_bias, forced tool choice...) refused with a 400 that names the field.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,16 @@ struct GenerationSpec {
     // Log-probabilities with each token (Request::logprobs): -1 none, else the number of most
     // likely alternatives (0 to kMaxTopLogprobs).
     int logprobs = -1;
+    // vLLM's extensions: generate past EOS (to max_tokens; EOS tokens add no text), and token
+    // ids that end the output like a stop string (the token's text left out).
+    bool ignore_eos = false;
+    std::vector<int64_t> stop_token_ids;
+    // Completions: the prompt's text in front of the output (not with logprobs).
+    bool echo = false;
 };
+
+// The most stop_token_ids a request may give.
+inline constexpr int kMaxStopTokenIds = 64;
 
 // The most choices a request may ask for (`n`): each takes a slot of the batch or the queue.
 inline constexpr int kMaxChoices = 16;

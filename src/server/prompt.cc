@@ -29,6 +29,14 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
         const auto rest = tokenizer.encode(spec.prompt_text, /*parse_special=*/true);
         p.ids.insert(p.ids.end(), rest.begin(), rest.end());
     }
+    for (size_t i = 0; i < spec.stop_token_ids.size(); ++i) {
+        const int64_t id = spec.stop_token_ids[i];
+        if (id < 0 || id >= info.vocab_size)
+            return invalid_request(
+                "stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
+                    " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")",
+                "stop_token_ids");
+    }
     for (int32_t id : p.ids) {
         // Only a tokenizer larger than the model gets here (the server checks at start-up).
         if (id < 0 || id >= info.vocab_size)

@@ -1,6 +1,7 @@
 // A validated request's prompt as token ids: chat messages through the V4 encoding and the
-// tokenizer, completion text after BOS, or the ids given; checked against the vocabulary and
-// the context (prompt + max_tokens must fit, as OpenAI's context_length_exceeded).
+// tokenizer, completion text after BOS, or the ids given; checked against the vocabulary (the
+// stop_token_ids too) and the context (prompt + max_tokens must fit, as OpenAI's
+// context_length_exceeded).
 #pragma once
 
 #include <cstdint>

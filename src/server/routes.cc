@@ -63,6 +63,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     base.max_tokens = prompt->max_tokens;
     base.sampling = spec->sampling;
     base.logprobs = spec->logprobs;
+    base.stop_at_eos = !spec->ignore_eos;
     base.speculative = ctx.speculative;
     base.draft_tokens = ctx.draft_tokens;
     for (int i = 0; i < spec->n; ++i) {
@@ -105,9 +106,9 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     std::vector<std::shared_ptr<Generation>> gens;
     for (int i = 0; i < spec->n; ++i) {
         meta.choice = i;
-        gens.push_back(std::make_shared<Generation>(
-            *spec, meta, prompt_tokens, ctx.info.eos_token_id, ctx.tokenizer,
-            channels[static_cast<size_t>(i)], ctx.loop, ctx.metrics));
+        gens.push_back(std::make_shared<Generation>(*spec, meta, base.prompt, ctx.info.eos_token_id,
+                                                    ctx.tokenizer, channels[static_cast<size_t>(i)],
+                                                    ctx.loop, ctx.metrics));
     }
     auto gen = std::make_shared<Choices>(std::move(gens), notifier, *spec, prompt_tokens);
     if (!spec->stream) {

@@ -3,6 +3,7 @@
 // status. The model is random, so the checks are about the protocol, not the text.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import OpenAI from 'openai';
 import { MODEL, collectChat, metrics, post, startServer } from './harness.mjs';
 
@@ -250,6 +251,67 @@ test('logprobs: chat and completions, whole and streamed; greedy tokens are thei
     if (l) for (const k of Object.keys(merged)) merged[k].push(...l[k]);
   }
   assert.deepEqual(merged, lp);
+});
+
+// The test tokenizer's id of a one-byte token: its vocabulary spells byte b as GPT-2's
+// byte-to-unicode character of b.
+function byteTokenId(b) {
+  const tok = JSON.parse(fs.readFileSync(process.env.DSV4_TEST_TOKENIZER, 'utf8'));
+  const printable = (c) => (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174;
+  let extra = 0;
+  let ch = null;
+  for (let c = 0; c < 256; ++c) {
+    const u = printable(c) ? c : 256 + extra++;
+    if (c === b) ch = String.fromCodePoint(u);
+  }
+  const id = tok.model.vocab[ch];
+  assert.ok(Number.isInteger(id), `byte ${b} in the vocabulary`);
+  return id;
+}
+
+test('vLLM extensions: stop_token_ids end the output, ignore_eos runs to max_tokens; completions echo', async () => {
+  const body = { model: MODEL, prompt: 'The quick brown fox', max_tokens: 16, temperature: 0 };
+  const full = (await client.completions.create({ ...body, logprobs: 0 })).choices[0];
+  const tokens = full.logprobs.tokens;
+  // The first ASCII token that does not repeat an earlier one: the output stops right before
+  // it, as the same request with max_tokens there ends.
+  const ascii = (t) => t.length === 1 && t.charCodeAt(0) < 128;
+  let at = 1;
+  while (at < tokens.length && !(ascii(tokens[at]) && !tokens.slice(0, at).includes(tokens[at]))) ++at;
+  assert.ok(at < tokens.length, `an ASCII token that does not repeat an earlier one (${JSON.stringify(tokens)})`);
+  const stopId = byteTokenId(tokens[at].charCodeAt(0));
+  const before = (await client.completions.create({ ...body, max_tokens: at })).choices[0].text;
+  const cut = await client.completions.create({ ...body, stop_token_ids: [stopId] });
+  assert.equal(cut.choices[0].text, before);
+  assert.equal(cut.choices[0].finish_reason, 'stop');
+  assert.equal(cut.usage.completion_tokens, at + 1, 'the stop token counts as generated');
+  let streamed = '';
+  let reason = null;
+  for await (const c of await client.completions.create({ ...body, stop_token_ids: [stopId], stream: true })) {
+    streamed += c.choices[0]?.text ?? '';
+    reason = c.choices[0]?.finish_reason ?? reason;
+  }
+  assert.equal(streamed, cut.choices[0].text);
+  assert.equal(reason, 'stop');
+
+  // (The random model hardly ever samples EOS, so this shows the field accepted and the length
+  // reached; the engine's stop_at_eos = false is the engine tests'.)
+  const long = await client.completions.create({ ...body, max_tokens: 40, ignore_eos: true });
+  assert.equal(long.usage.completion_tokens, 40);
+  assert.equal(long.choices[0].finish_reason, 'length');
+
+  const echoed = await client.completions.create({ ...body, echo: true });
+  assert.equal(echoed.choices[0].text, body.prompt + full.text);
+  let echoStream = '';
+  for await (const c of await client.completions.create({ ...body, echo: true, stream: true }))
+    echoStream += c.choices[0]?.text ?? '';
+  assert.equal(echoStream, echoed.choices[0].text);
+  const idsEcho = await client.completions.create({ model: MODEL, prompt: [byteTokenId(72), byteTokenId(105)], max_tokens: 2, echo: true });
+  assert.ok(idsEcho.choices[0].text.startsWith('Hi'), JSON.stringify(idsEcho.choices[0].text));
+  await rejects(client.completions.create({ ...body, echo: true, logprobs: 1 }), 400, 'echo');
+  await rejects(client.chat.completions.create({ model: MODEL, messages: user('x'), echo: true }), 400, 'echo');
+  await rejects(client.completions.create({ ...body, stop_token_ids: [100000] }), 400, 'stop_token_ids');
+  await rejects(client.completions.create({ ...body, stop_token_ids: 'x' }), 400, 'stop_token_ids');
 });
 
 test('400: malformed JSON, wrong types, missing fields, n out of range, long prompts', async () => {

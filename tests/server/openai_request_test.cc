@@ -11,6 +11,13 @@ ApiResult<GenerationSpec> chat(const std::string& body) {
     return parse_generation_request(Endpoint::kChat, body, chat::EncodingVersion::kV4);
 }
 
+// A completions body: prompt "a" and the `extra` fields (", \"key\": value...").
+ApiResult<GenerationSpec> completion(const std::string& extra) {
+    return parse_generation_request(Endpoint::kCompletions,
+                                    R"({"model": "m", "prompt": "a")" + extra + "}",
+                                    chat::EncodingVersion::kV4);
+}
+
 std::string param_of(const std::string& body) {
     auto r = chat(body);
     if (r) return "(accepted)";
@@ -115,20 +122,15 @@ TEST(OpenAIRequest, Logprobs) {
     EXPECT_EQ(param_of(head + R"(, "top_logprobs": 2})"), "top_logprobs");
     EXPECT_EQ(param_of(head + R"(, "logprobs": true, "top_logprobs": 21})"), "top_logprobs");
     EXPECT_EQ(param_of(head + R"(, "logprobs": 3})"), "logprobs");
-    auto c = [](const std::string& extra) {
-        return parse_generation_request(Endpoint::kCompletions,
-                                        R"({"model": "m", "prompt": "a")" + extra + "}",
-                                        chat::EncodingVersion::kV4);
-    };
-    auto k = c(R"(, "logprobs": 5)");
+    auto k = completion(R"(, "logprobs": 5)");
     ASSERT_TRUE(k);
     EXPECT_EQ(k->logprobs, 5);
-    k = c(R"(, "logprobs": null)");
+    k = completion(R"(, "logprobs": null)");
     ASSERT_TRUE(k);
     EXPECT_EQ(k->logprobs, -1);
     for (const char* bad :
          {R"(, "logprobs": 21)", R"(, "logprobs": -1)", R"(, "logprobs": true)"}) {
-        k = c(bad);
+        k = completion(bad);
         ASSERT_FALSE(k) << bad;
         EXPECT_EQ(k.error().param, "logprobs") << bad;
     }
@@ -147,8 +149,43 @@ TEST(OpenAIRequest, CompletionPrompts) {
     EXPECT_EQ(r->prompt_ids.size(), 3u);
     EXPECT_FALSE(parse(R"({"model": "m", "prompt": ["a", "b"]})"));
     EXPECT_FALSE(parse(R"({"model": "m", "prompt": [1, "b"]})"));
-    EXPECT_FALSE(parse(R"({"model": "m", "prompt": "x", "echo": true})"));
     EXPECT_FALSE(parse(R"({"model": "m"})"));
+}
+
+// vLLM's extensions ignore_eos and stop_token_ids (both endpoints), and completions' echo.
+TEST(OpenAIRequest, IgnoreEosStopTokenIdsEcho) {
+    const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}])";
+    auto r = chat(head + "}");
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->ignore_eos);
+    EXPECT_TRUE(r->stop_token_ids.empty());
+    EXPECT_FALSE(r->echo);
+    r = chat(head + R"(, "ignore_eos": true, "stop_token_ids": [1, 7, 129279]})");
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->ignore_eos);
+    EXPECT_EQ(r->stop_token_ids, (std::vector<int64_t>{1, 7, 129279}));
+    r = chat(head + R"(, "stop_token_ids": null})");
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->stop_token_ids.empty());
+    EXPECT_EQ(param_of(head + R"(, "ignore_eos": 1})"), "ignore_eos");
+    EXPECT_EQ(param_of(head + R"(, "stop_token_ids": 3})"), "stop_token_ids");
+    EXPECT_EQ(param_of(head + R"(, "stop_token_ids": [1.5]})"), "stop_token_ids");
+    EXPECT_EQ(param_of(head + R"(, "stop_token_ids": ["1"]})"), "stop_token_ids");
+    std::string many = head + R"(, "stop_token_ids": [0)";
+    for (int i = 1; i <= kMaxStopTokenIds; ++i) many += ", " + std::to_string(i);
+    EXPECT_EQ(param_of(many + "]}"), "stop_token_ids");
+    // (Ids outside the vocabulary are build_prompt's to refuse: it knows the vocabulary.)
+    EXPECT_EQ(param_of(head + R"(, "echo": true})"), "echo");  // chat: not supported
+
+    auto k = completion(R"(, "echo": true)");
+    ASSERT_TRUE(k);
+    EXPECT_TRUE(k->echo);
+    k = completion(R"(, "echo": true, "logprobs": 2)");
+    ASSERT_FALSE(k);
+    EXPECT_EQ(k.error().param, "echo");
+    k = completion(R"(, "echo": "yes")");
+    ASSERT_FALSE(k);
+    EXPECT_EQ(k.error().param, "echo");
 }
 
 }  // namespace
