@@ -4,15 +4,15 @@
 
 namespace dsv4::server {
 
-ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
-                               const ModelInfo& info) {
-    Prompt p;
+ApiResult<std::vector<int32_t>> prompt_ids(const GenerationSpec& spec, const Tokenizer& tokenizer,
+                                           const ModelInfo& info, bool add_bos) {
+    std::vector<int32_t> ids;
     const char* param = spec.endpoint == Endpoint::kChat ? "messages" : "prompt";
     if (spec.endpoint == Endpoint::kChat) {
         auto text = chat::encode_messages(spec.messages, spec.encode);
         if (!text) return invalid_request("messages: " + text.status().message(), "messages");
         // The encoding writes BOS and the role / think / DSML markers as text.
-        p.ids = tokenizer.encode(*text, /*parse_special=*/true);
+        ids = tokenizer.encode(*text, /*parse_special=*/true);
     } else if (spec.prompt_is_ids) {
         for (size_t i = 0; i < spec.prompt_ids.size(); ++i) {
             const int64_t id = spec.prompt_ids[i];
@@ -21,14 +21,31 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
                                            " is outside the vocabulary [0, " +
                                            std::to_string(info.vocab_size) + ")",
                                        "prompt");
-            p.ids.push_back(static_cast<int32_t>(id));
+            ids.push_back(static_cast<int32_t>(id));
         }
     } else {
         // Text prompts start with BOS, as DeepSeek's tokenizer adds it.
-        p.ids.push_back(info.bos_token_id);
+        if (add_bos) ids.push_back(info.bos_token_id);
         const auto rest = tokenizer.encode(spec.prompt_text, /*parse_special=*/true);
-        p.ids.insert(p.ids.end(), rest.begin(), rest.end());
+        ids.insert(ids.end(), rest.begin(), rest.end());
     }
+    for (int32_t id : ids) {
+        // Only a tokenizer larger than the model gets here (the server checks at start-up).
+        if (id < 0 || id >= info.vocab_size)
+            return invalid_request("the prompt has token id " + std::to_string(id) +
+                                       ", outside the model's vocabulary",
+                                   param);
+    }
+    return ids;
+}
+
+ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
+                               const ModelInfo& info) {
+    Prompt p;
+    const char* param = spec.endpoint == Endpoint::kChat ? "messages" : "prompt";
+    auto ids = prompt_ids(spec, tokenizer, info);
+    if (!ids) return ids.error();
+    p.ids = std::move(*ids);
     for (size_t i = 0; i < spec.stop_token_ids.size(); ++i) {
         const int64_t id = spec.stop_token_ids[i];
         if (id < 0 || id >= info.vocab_size)
@@ -36,13 +53,6 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
                 "stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
                     " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")",
                 "stop_token_ids");
-    }
-    for (int32_t id : p.ids) {
-        // Only a tokenizer larger than the model gets here (the server checks at start-up).
-        if (id < 0 || id >= info.vocab_size)
-            return invalid_request("the prompt has token id " + std::to_string(id) +
-                                       ", outside the model's vocabulary",
-                                   param);
     }
     const int64_t n = static_cast<int64_t>(p.ids.size());
     ApiError too_long = invalid_request("", param);

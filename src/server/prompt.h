@@ -22,4 +22,9 @@ struct Prompt {
 ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
                                const ModelInfo& info);
 
+// The prompt's ids alone, checked against the vocabulary but not the context (/tokenize).
+// add_bos: a completion text prompt gets BOS in front (false: the text's tokens only).
+ApiResult<std::vector<int32_t>> prompt_ids(const GenerationSpec& spec, const Tokenizer& tokenizer,
+                                           const ModelInfo& info, bool add_bos = true);
+
 }  // namespace dsv4::server

@@ -132,6 +132,82 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
         [gen, guard](bool) { gen->abandon(); });
 }
 
+// The body's "model" (given: it must be the served one; absent: the served one is meant), for
+// the utility endpoints where OpenAI-style clients may leave it out.
+std::optional<ApiError> check_model(const RouteContext& ctx, Json& body) {
+    const auto m = body.find("model");
+    if (m == body.end() || m->is_null()) {
+        body["model"] = ctx.model_name;
+        return std::nullopt;
+    }
+    if (!m->is_string()) return invalid_request("model must be a string", "model");
+    if (*m == ctx.model_name) return std::nullopt;
+    ApiError e = not_found("the model '" + m->get<std::string>() +
+                               "' does not exist; this server serves '" + ctx.model_name + "'",
+                           "model_not_found");
+    e.param = "model";
+    return e;
+}
+
+// A utility endpoint's body: a JSON object, its model checked (check_model).
+ApiResult<Json> utility_body(const RouteContext& ctx, const std::string& text) {
+    auto parsed = chat::parse_json(text);
+    if (!parsed || !parsed->is_object()) return invalid_request("the body must be a JSON object");
+    Json body = std::move(*parsed);
+    if (auto e = check_model(ctx, body)) return *e;
+    return body;
+}
+
+// POST /tokenize (vLLM's): a completions `prompt` (text, with BOS unless add_special_tokens is
+// false, or ids) or chat `messages` (the chat endpoint's encoding and options) to
+// {count, max_model_len, tokens}. The context is not checked: the count says whether it fits.
+void tokenize(RouteContext& ctx, const httplib::Request& req, httplib::Response& res) {
+    auto body = utility_body(ctx, req.body);
+    if (!body) return send_error(res, body.error());
+    bool add_special = true;
+    if (const auto a = body->find("add_special_tokens"); a != body->end()) {
+        if (!a->is_boolean())
+            return send_error(
+                res, invalid_request("add_special_tokens must be a boolean", "add_special_tokens"));
+        add_special = a->get<bool>();
+        body->erase(a);
+    }
+    const Endpoint ep = body->contains("messages") ? Endpoint::kChat : Endpoint::kCompletions;
+    auto spec = parse_generation_request(ep, dump(*body), ctx.encoding);
+    if (!spec) return send_error(res, spec.error());
+    auto ids = prompt_ids(*spec, ctx.tokenizer, ctx.info, add_special);
+    if (!ids) return send_error(res, ids.error());
+    Json r = Json::object();
+    r["count"] = ids->size();
+    r["max_model_len"] = ctx.info.max_context;
+    r["tokens"] = std::move(*ids);
+    send_json(res, 200, r);
+}
+
+// POST /detokenize (vLLM's): {tokens: [ids]} to {prompt: text} (the ids decoded as the output
+// is: added tokens verbatim).
+void detokenize(RouteContext& ctx, const httplib::Request& req, httplib::Response& res) {
+    auto body = utility_body(ctx, req.body);
+    if (!body) return send_error(res, body.error());
+    const auto t = body->find("tokens");
+    if (t == body->end() || !t->is_array())
+        return send_error(res, invalid_request("tokens must be a list of token ids", "tokens"));
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < t->size(); ++i) {
+        const Json& id = (*t)[i];
+        if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+            id.get<int64_t>() >= ctx.info.vocab_size ||
+            (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX))
+            return send_error(res,
+                              invalid_request("tokens[" + std::to_string(i) +
+                                                  "] is not a token id of the vocabulary [0, " +
+                                                  std::to_string(ctx.info.vocab_size) + ")",
+                                              "tokens"));
+        ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    send_json(res, 200, Json{{"prompt", ctx.tokenizer.decode(ids)}});
+}
+
 bool authorized(const RouteContext& ctx, const httplib::Request& req) {
     if (ctx.api_key.empty()) return true;
     return req.get_header_value("Authorization") == "Bearer " + ctx.api_key;
@@ -141,10 +217,12 @@ bool authorized(const RouteContext& ctx, const httplib::Request& req) {
 
 void install_routes(httplib::Server& http, RouteContext& ctx) {
     http.set_payload_max_length(ctx.max_body_bytes);
-    // /health and /metrics stay open (probes and scrapers carry no key); /v1/* needs it.
+    // /health and /metrics stay open (probes and scrapers carry no key); /v1/*, /tokenize and
+    // /detokenize need it.
     http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-        if (req.path.rfind("/v1/", 0) != 0 || authorized(ctx, req))
-            return httplib::Server::HandlerResponse::Unhandled;
+        const bool api =
+            req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+        if (!api || authorized(ctx, req)) return httplib::Server::HandlerResponse::Unhandled;
         ApiError e = invalid_request("missing or wrong API key (Authorization: Bearer <key>)");
         e.status = 401;
         e.code = "invalid_api_key";
@@ -156,6 +234,12 @@ void install_routes(httplib::Server& http, RouteContext& ctx) {
     });
     http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
         generate(ctx, Endpoint::kCompletions, req, res);
+    });
+    http.Post("/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        tokenize(ctx, req, res);
+    });
+    http.Post("/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+        detokenize(ctx, req, res);
     });
     auto model_json = [&ctx] {
         Json m = Json::object();

@@ -314,6 +314,48 @@ test('vLLM extensions: stop_token_ids end the output, ignore_eos runs to max_tok
   await rejects(client.completions.create({ ...body, stop_token_ids: 'x' }), 400, 'stop_token_ids');
 });
 
+test('tokenize / detokenize: the prompts the endpoints build, and back to text', async () => {
+  const auth = { Authorization: `Bearer ${KEY}` };
+  const call = async (route, body, headers = auth) => post(`${srv.url}/${route}`, JSON.stringify(body), headers);
+  // A text prompt: BOS, then one token a byte (the test tokenizer); what completions count.
+  const text = 'Hello, world';
+  const t = await call('tokenize', { model: MODEL, prompt: text });
+  assert.equal(t.status, 200, t.text);
+  assert.equal(t.json.count, text.length + 1);
+  assert.equal(t.json.tokens.length, t.json.count);
+  assert.equal(t.json.max_model_len, 2048);
+  const done = await client.completions.create({ model: MODEL, prompt: text, max_tokens: 1 });
+  assert.equal(done.usage.prompt_tokens, t.json.count);
+  const bare = await call('tokenize', { prompt: text, add_special_tokens: false });  // (model left out)
+  assert.deepEqual(bare.json.tokens, t.json.tokens.slice(1));
+  const back = await call('detokenize', { model: MODEL, tokens: bare.json.tokens });
+  assert.equal(back.status, 200, back.text);
+  assert.equal(back.json.prompt, text);
+  // Chat messages: the chat endpoint's prompt.
+  const msgs = { messages: user('hi there') };
+  const c = await call('tokenize', { model: MODEL, ...msgs });
+  const chatDone = await client.chat.completions.create({ model: MODEL, ...msgs, max_tokens: 1 });
+  assert.equal(c.json.count, chatDone.usage.prompt_tokens);
+  // Token ids pass through.
+  const ids = await call('tokenize', { model: MODEL, prompt: [0, 70, 80] });
+  assert.deepEqual(ids.json.tokens, [0, 70, 80]);
+  // Mistakes: a 400 naming the field, 404 for another model, 401 without the key.
+  for (const [route, body, status, param] of [
+    ['detokenize', { tokens: [1, 100000] }, 400, 'tokens'],
+    ['detokenize', { tokens: 'x' }, 400, 'tokens'],
+    ['detokenize', { tokens: [1.5] }, 400, 'tokens'],
+    ['tokenize', { prompt: 5 }, 400, 'prompt'],
+    ['tokenize', { prompt: 'x', add_special_tokens: 'no' }, 400, 'add_special_tokens'],
+    ['tokenize', { model: 'gpt-4o', prompt: 'x' }, 404, 'model'],
+  ]) {
+    const r = await call(route, body);
+    assert.equal(r.status, status, `${route} ${JSON.stringify(body)}: ${r.text}`);
+    assertErrorShape(r.json, status, param);
+  }
+  assert.equal((await call('tokenize', { prompt: 'x' }, {})).status, 401);
+  assert.equal((await call('detokenize', { tokens: [] }, {})).status, 401);
+});
+
 test('400: malformed JSON, wrong types, missing fields, n out of range, long prompts', async () => {
   const url = `${srv.url}/v1/chat/completions`;
   const auth = { Authorization: `Bearer ${KEY}` };
