@@ -19,6 +19,8 @@ namespace dsv4 {
 namespace {
 
 using test::random_ids;
+using test::run_requests;
+using test::tokens_of;
 
 std::string fixture(const char* name) {
     return std::string(DSV4_GOLDEN_DIR) + "/" + name;
@@ -189,27 +191,6 @@ TEST(BatchInvariance, EightSequencesInMixedStepsAreBitIdenticalToAlone) {
     }
 }
 
-std::map<RequestId, std::vector<int32_t>> run_all(Engine& e, std::vector<RequestId>* ids,
-                                                  const std::vector<Request>& reqs) {
-    for (const Request& r : reqs) {
-        auto id = e.submit(r);
-        EXPECT_TRUE(id.has_value()) << id.status().message();
-        if (id) ids->push_back(*id);
-    }
-    std::map<RequestId, std::vector<int32_t>> out;
-    std::vector<TokenEvent> events;
-    for (int guard = 0; !e.idle() && guard < 10000; ++guard) {
-        events.clear();
-        EXPECT_TRUE(e.step(&events).is_ok());
-        for (const TokenEvent& ev : events) {
-            EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
-            if (ev.token >= 0) out[ev.id].push_back(ev.token);
-        }
-    }
-    EXPECT_TRUE(e.idle());
-    return out;
-}
-
 TEST(BatchInvariance, RequestsGiveTheSameTokensAloneOrAmongOthers) {
     // 9 requests (greedy and seeded sampling) on 4 slots with 16-token prompt chunks: requests
     // wait for slots, prompts are chunked next to running decode rows.
@@ -225,14 +206,11 @@ TEST(BatchInvariance, RequestsGiveTheSameTokensAloneOrAmongOthers) {
         if (i % 3 == 2) r.sampling = {0.9f, 20, 0.95f, static_cast<uint64_t>(i)};
         reqs.push_back(r);
     }
-    std::vector<RequestId> together_ids;
-    auto together = run_all(e, &together_ids, reqs);
+    const auto together = run_requests(e, reqs);
     for (int i = 0; i < 9; ++i) {
-        std::vector<RequestId> id;
-        auto alone = run_all(e, &id, {reqs[i]});
-        ASSERT_EQ(id.size(), 1u);
-        EXPECT_EQ(alone[id[0]], together[together_ids[i]]) << "request " << i;
-        EXPECT_EQ(alone[id[0]].size(), static_cast<size_t>(reqs[i].max_tokens));
+        const auto alone = tokens_of(run_requests(e, {reqs[i]})[0]);
+        EXPECT_EQ(alone, tokens_of(together[i])) << "request " << i;
+        EXPECT_EQ(alone.size(), static_cast<size_t>(reqs[i].max_tokens));
     }
 }
 
@@ -246,10 +224,7 @@ TEST(BatchInvariance, StepsThatSampleNothing) {
     r.prompt = random_ids(50, engine->info().vocab_size, 7);
     r.max_tokens = 2;
     r.stop_at_eos = false;
-    std::vector<RequestId> ids;
-    auto out = run_all(*engine, &ids, {r});
-    ASSERT_EQ(ids.size(), 1u);
-    EXPECT_EQ(out[ids[0]].size(), 2u);
+    EXPECT_EQ(tokens_of(run_requests(*engine, {r})[0]).size(), 2u);
 }
 
 TEST(SessionChurn, TenThousandSessionsThroughABoundedPool) {

@@ -1,15 +1,17 @@
-// Helpers the model tests share: a golden fixture's prompt, random prompts, and the largest
-// difference between two logit vectors.
+// Helpers the model tests share: a golden fixture's prompt, random prompts, the largest
+// difference between two logit vectors, and running requests through an engine to their ends.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "dsv4/engine.h"
 #include "formats/safetensors.h"
 
 namespace dsv4::test {
@@ -38,6 +40,43 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
     for (size_t i = 0; i < a.size() && i < b.size(); ++i)
         m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
     return m;
+}
+
+// Submits the requests, then steps the engine until it is idle: each request's events (token
+// and finish events alike), in submit order. A refused request, a failed step, an error event
+// or an engine still busy after max_steps steps is a failed expectation (a refused request's
+// events: none).
+inline std::vector<std::vector<TokenEvent>> run_requests(Engine& e,
+                                                         const std::vector<Request>& reqs,
+                                                         int max_steps = 10000) {
+    std::vector<RequestId> ids;
+    for (const Request& r : reqs) {
+        auto id = e.submit(r);
+        EXPECT_TRUE(id.has_value()) << id.status().message();
+        ids.push_back(id ? *id : 0);
+    }
+    std::map<RequestId, std::vector<TokenEvent>> by_id;
+    std::vector<TokenEvent> events;
+    for (int step = 0; !e.idle() && step < max_steps; ++step) {
+        events.clear();
+        EXPECT_TRUE(e.step(&events).is_ok());
+        for (TokenEvent& ev : events) {
+            EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
+            by_id[ev.id].push_back(std::move(ev));
+        }
+    }
+    EXPECT_TRUE(e.idle()) << "still busy after " << max_steps << " steps";
+    std::vector<std::vector<TokenEvent>> out;
+    for (RequestId id : ids) out.push_back(id != 0 ? by_id[id] : std::vector<TokenEvent>{});
+    return out;
+}
+
+// The tokens among a request's events.
+inline std::vector<int32_t> tokens_of(const std::vector<TokenEvent>& events) {
+    std::vector<int32_t> t;
+    for (const TokenEvent& ev : events)
+        if (ev.token >= 0) t.push_back(ev.token);
+    return t;
 }
 
 }  // namespace dsv4::test

@@ -28,28 +28,19 @@ std::unique_ptr<Engine> make_engine(int seqs, std::string dir = std::string(DSV4
     return e ? std::move(*e) : nullptr;
 }
 
-// Every request's token events (those with a token), in submit order.
+// Every request's token events (those with a token), in submit order; drafted: the drafts fed
+// (the finish events' counts), summed.
 std::vector<std::vector<TokenEvent>> run(Engine& e, const std::vector<Request>& reqs,
                                          int* drafted = nullptr) {
-    std::vector<RequestId> ids;
-    for (const Request& r : reqs) {
-        auto id = e.submit(r);
-        EXPECT_TRUE(id.has_value()) << id.status().message();
-        ids.push_back(id ? *id : 0);
-    }
-    std::map<RequestId, std::vector<TokenEvent>> by_id;
-    std::vector<TokenEvent> events;
-    for (int guard = 0; !e.idle() && guard < 1000; ++guard) {
-        events.clear();
-        EXPECT_TRUE(e.step(&events).is_ok());
-        for (const TokenEvent& ev : events) {
-            EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
-            if (ev.token >= 0) by_id[ev.id].push_back(ev);
-            if (ev.finish != FinishReason::kNone && drafted != nullptr) *drafted += ev.drafted;
-        }
-    }
     std::vector<std::vector<TokenEvent>> out;
-    for (RequestId id : ids) out.push_back(by_id[id]);
+    for (auto& events : test::run_requests(e, reqs, 1000)) {
+        std::vector<TokenEvent> with_token;
+        for (TokenEvent& ev : events) {
+            if (ev.finish != FinishReason::kNone && drafted != nullptr) *drafted += ev.drafted;
+            if (ev.token >= 0) with_token.push_back(std::move(ev));
+        }
+        out.push_back(std::move(with_token));
+    }
     return out;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dsv4/engine.h"
+#include "fixture_util.h"
 #include "formats/safetensors.h"
 
 namespace dsv4 {
@@ -43,32 +44,20 @@ struct Outcome {
     FinishReason finish = FinishReason::kNone;
 };
 std::vector<Outcome> run(Engine& e, const std::vector<Request>& reqs) {
-    std::vector<RequestId> ids;
-    for (const Request& r : reqs) {
-        auto id = e.submit(r);
-        EXPECT_TRUE(id.has_value()) << id.status().message();
-        ids.push_back(id ? *id : 0);
-    }
-    std::map<RequestId, Outcome> by_id;
-    std::vector<TokenEvent> events;
-    for (int guard = 0; !e.idle() && guard < 1000; ++guard) {
-        events.clear();
-        EXPECT_TRUE(e.step(&events).is_ok());
-        for (const TokenEvent& ev : events) {
-            EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
-            Outcome& o = by_id[ev.id];
-            if (ev.token >= 0) o.tokens.push_back(ev.token);
-            if (ev.finish != FinishReason::kNone) {
-                o.finish = ev.finish;
-                o.drafted = ev.drafted;
-                o.accepted = ev.accepted;
-                o.drafted_at = ev.drafted_at;
-                o.accepted_at = ev.accepted_at;
-            }
-        }
-    }
     std::vector<Outcome> out;
-    for (RequestId id : ids) out.push_back(by_id[id]);
+    for (const auto& events : test::run_requests(e, reqs, 1000)) {
+        Outcome o;
+        o.tokens = test::tokens_of(events);
+        for (const TokenEvent& ev : events) {
+            if (ev.finish == FinishReason::kNone) continue;
+            o.finish = ev.finish;
+            o.drafted = ev.drafted;
+            o.accepted = ev.accepted;
+            o.drafted_at = ev.drafted_at;
+            o.accepted_at = ev.accepted_at;
+        }
+        out.push_back(std::move(o));
+    }
     return out;
 }
 
