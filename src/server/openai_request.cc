@@ -351,6 +351,7 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
             spec.stop.push_back(s.get<std::string>());
         }
     }
+    r.boolean("include_stop_str_in_output", spec.include_stop_str_in_output);
     r.boolean("ignore_eos", spec.ignore_eos);
     if (!r.ok()) return r.error();
     if (const Json* ids = r.get("stop_token_ids"); ids != nullptr && !ids->is_null()) {

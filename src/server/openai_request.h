@@ -30,6 +30,7 @@ struct GenerationSpec {
     int max_tokens = 0;  // 0: as many as the context leaves
     SamplingParams sampling;
     std::vector<std::string> stop;
+    bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
     bool stream = false;
     bool include_usage = false;
     // Choices (`n`): each its own engine request, choice i sampled with seed + i.

@@ -9,6 +9,7 @@ OutputStream::OutputStream(const Tokenizer& tokenizer, const GenerationSpec& spe
       chat_(spec.endpoint == Endpoint::kChat),
       thinking_(chat_ && spec.encode.thinking_mode == chat::ThinkingMode::kThinking),
       stop_(spec.stop),
+      include_stop_(spec.include_stop_str_in_output),
       parser_(thinking_) {}
 
 StreamDelta OutputStream::release(std::string_view text) {
@@ -28,7 +29,8 @@ StreamDelta OutputStream::push(int32_t token) {
     const Found f = find_first(held_, stop_);
     if (f.found()) {
         stopped_ = true;
-        StreamDelta d = release(std::string_view(held_).substr(0, f.pos));
+        const size_t end = f.pos + (include_stop_ ? f.marker.size() : 0);
+        StreamDelta d = release(std::string_view(held_).substr(0, end));
         held_.clear();
         return d;
     }

@@ -1,5 +1,6 @@
 // What one request generated, token by token: bytes to whole UTF-8 text, stop strings (text
-// that may start one is held back until decided), and for chat the streaming DSML parse into
+// that may start one is held back until decided; the match left out, or kept with
+// include_stop_str_in_output), and for chat the streaming DSML parse into
 // reasoning / content / tool-call deltas. The final chat message comes from
 // chat::parse_completion over the whole turn, or from the streaming parse when the turn is
 // not well formed (cut by max_tokens, or a model that broke the format).
@@ -26,7 +27,7 @@ class OutputStream {
     // A stop string matched: the output ends there and later tokens are ignored.
     bool stopped() const { return stopped_; }
     bool has_tool_calls() const { return !parser_.turn().tool_calls.empty(); }
-    // The generated text up to a stop string (completions).
+    // The generated text up to a stop string (and the string, include_stop_str_in_output).
     const std::string& text() const { return text_; }
     // {"role": "assistant", "content", ["reasoning_content"], ["tool_calls"]} with tool-call ids
     // "<id_prefix><index>" (the same ones the stream gave).
@@ -39,6 +40,7 @@ class OutputStream {
     bool chat_;
     bool thinking_;
     std::vector<std::string> stop_;
+    bool include_stop_;  // GenerationSpec::include_stop_str_in_output
     std::string held_;  // text that may be the start of a stop string
     std::string text_;  // released text
     bool stopped_ = false;

@@ -103,6 +103,9 @@ test('stop strings end the output before the match', async () => {
   for await (const c of await client.completions.create({ ...body, stop, stream: true }))
     streamed += c.choices[0]?.text ?? '';
   assert.equal(streamed, cut.choices[0].text);
+  const kept = await client.completions.create({ ...body, stop: [stop], include_stop_str_in_output: true });
+  assert.equal(kept.choices[0].text, full.slice(0, full.indexOf(stop) + stop.length));
+  assert.equal(kept.choices[0].finish_reason, 'stop');
 });
 
 test('tools: schemas, assistant tool_calls and tool results reach the prompt', async () => {

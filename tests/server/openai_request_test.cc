@@ -152,8 +152,9 @@ TEST(OpenAIRequest, CompletionPrompts) {
     EXPECT_FALSE(parse(R"({"model": "m"})"));
 }
 
-// vLLM's extensions ignore_eos and stop_token_ids (both endpoints), and completions' echo.
-TEST(OpenAIRequest, IgnoreEosStopTokenIdsEcho) {
+// vLLM's extensions ignore_eos, stop_token_ids and include_stop_str_in_output (both endpoints),
+// and completions' echo.
+TEST(OpenAIRequest, VllmExtensionsAndEcho) {
     const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}])";
     auto r = chat(head + "}");
     ASSERT_TRUE(r);
@@ -164,6 +165,12 @@ TEST(OpenAIRequest, IgnoreEosStopTokenIdsEcho) {
     ASSERT_TRUE(r);
     EXPECT_TRUE(r->ignore_eos);
     EXPECT_EQ(r->stop_token_ids, (std::vector<int64_t>{1, 7, 129279}));
+    EXPECT_FALSE(r->include_stop_str_in_output);
+    r = chat(head + R"(, "include_stop_str_in_output": true})");
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->include_stop_str_in_output);
+    EXPECT_EQ(param_of(head + R"(, "include_stop_str_in_output": "y"})"),
+              "include_stop_str_in_output");
     r = chat(head + R"(, "stop_token_ids": null})");
     ASSERT_TRUE(r);
     EXPECT_TRUE(r->stop_token_ids.empty());

@@ -96,6 +96,11 @@ TEST(OutputStream, StopStringsCutAcrossTokens) {
     const Output c = run(chat, "para one\n\npara two");
     EXPECT_EQ(c.joined.content, "para one");
     EXPECT_EQ(c.message["content"], "para one");
+    // include_stop_str_in_output: the output ends with the match (the earliest one).
+    spec.include_stop_str_in_output = true;
+    EXPECT_EQ(run(spec, "one two STOP three zz").joined.content, "one two STOP");
+    chat.include_stop_str_in_output = true;
+    EXPECT_EQ(run(chat, "para one\n\npara two").message["content"], "para one\n\n");
 }
 
 }  // namespace
