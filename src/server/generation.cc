@@ -19,6 +19,7 @@ Generation::Generation(const GenerationSpec& spec, ResponseMeta meta,
       tokenizer_(tokenizer),
       output_(tokenizer, spec),
       want_logprobs_(spec.logprobs >= 0),
+      continuous_usage_(spec.stream && spec.continuous_usage),
       channel_(std::move(channel)),
       loop_(loop),
       metrics_(metrics) {}
@@ -107,6 +108,10 @@ chat::Json Generation::unsent_logprobs() {
     return logprobs_json(meta_.endpoint, tokenizer_, unsent);
 }
 
+chat::Json Generation::chunk_usage() const {
+    return continuous_usage_ ? usage_json(prompt_tokens_, completion_tokens_) : chat::Json();
+}
+
 std::optional<ApiError> Generation::failure() const {
     if (error_.empty()) return std::nullopt;
     return server_error(shutdown_ ? 503 : 500, error_,
@@ -139,7 +144,7 @@ bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
         // completion's echoed prompt).
         StreamDelta echo;
         echo.content = echo_;
-        out += sse_event(stream_chunk(meta_, echo, true, nullptr));
+        out += sse_event(stream_chunk(meta_, echo, true, nullptr, chat::Json(), chunk_usage()));
         first_chunk_ = false;
         return true;
     }
@@ -151,9 +156,11 @@ bool Generation::stream_part(std::string& out, std::chrono::milliseconds wait) {
     // A token's log-probabilities go with the first chunk after it (its text may be held back
     // while a stop string could begin there), the finish chunk at the latest.
     if (!delta.empty())
-        out += sse_event(stream_chunk(meta_, delta, false, nullptr, unsent_logprobs()));
+        out +=
+            sse_event(stream_chunk(meta_, delta, false, nullptr, unsent_logprobs(), chunk_usage()));
     if (done_ && error_.empty())
-        out += sse_event(stream_chunk(meta_, {}, false, finish_reason_, unsent_logprobs()));
+        out += sse_event(
+            stream_chunk(meta_, {}, false, finish_reason_, unsent_logprobs(), chunk_usage()));
     return !delta.empty() || done_;
 }
 

@@ -45,6 +45,8 @@ class Generation {
     bool apply(const std::vector<ChannelEvent>& events, StreamDelta& delta);
     // The log-probabilities of the output tokens not yet sent (null when none).
     chat::Json unsent_logprobs();
+    // A chunk's usage: the counts so far with continuous_usage_stats, else null.
+    chat::Json chunk_usage() const;
     void end(const char* reason);
     void cancel_engine_request();
 
@@ -58,6 +60,7 @@ class Generation {
     OutputStream output_;
     // With logprobs asked for: every output token's, in order (the stream sends each once).
     bool want_logprobs_;
+    bool continuous_usage_;  // every chunk with the usage so far
     std::vector<LoggedToken> logged_;
     size_t logged_sent_ = 0;
     int64_t logged_bytes_ = 0;  // the output's bytes so far (text offsets)

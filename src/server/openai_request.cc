@@ -339,6 +339,7 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
         if (!so->is_object()) return invalid_request("stream_options must be an object", "stream_options");
         FieldReader sr(*so, "stream_options.");
         sr.boolean("include_usage", spec.include_usage);
+        sr.boolean("continuous_usage_stats", spec.continuous_usage);
         if (!sr.ok()) return sr.error();
     }
     if (const Json* stop = r.get("stop")) {

@@ -33,6 +33,7 @@ struct GenerationSpec {
     bool include_stop_str_in_output = false;  // vLLM's: the matched stop string ends the text
     bool stream = false;
     bool include_usage = false;
+    bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats
     // Choices (`n`): each its own engine request, choice i sampled with seed + i.
     int n = 1;
     // Log-probabilities with each token (Request::logprobs): -1 none, else the number of most

@@ -92,7 +92,7 @@ Json full_response(const ResponseMeta& meta, const Json& message, const std::str
 }
 
 Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
-                  const char* finish_reason, const Json& logprobs) {
+                  const char* finish_reason, const Json& logprobs, const Json& usage) {
     Json r = envelope(meta, true);
     Json choice = Json::object();
     choice["index"] = meta.choice;
@@ -126,6 +126,7 @@ Json stream_chunk(const ResponseMeta& meta, const StreamDelta& d, bool first,
     choice["logprobs"] = logprobs;
     choice["finish_reason"] = reason_or_null(finish_reason);
     r["choices"] = Json::array({std::move(choice)});
+    if (!usage.is_null()) r["usage"] = usage;
     return r;
 }
 

@@ -51,9 +51,11 @@ chat::Json full_response(const ResponseMeta& meta, const chat::Json& message,
                          const chat::Json& usage, const chat::Json& logprobs = chat::Json());
 
 // One streamed chunk: `delta` (role "assistant" on the first), the finish reason on the last
-// (null otherwise), and the log-probabilities of the tokens it brings (null: none).
+// (null otherwise), the log-probabilities of the tokens it brings (null: none), and `usage`
+// when given (continuous_usage_stats: the counts so far).
 chat::Json stream_chunk(const ResponseMeta& meta, const StreamDelta& delta, bool first,
-                        const char* finish_reason, const chat::Json& logprobs = chat::Json());
+                        const char* finish_reason, const chat::Json& logprobs = chat::Json(),
+                        const chat::Json& usage = chat::Json());
 // The last chunk with stream_options.include_usage: no choices, the usage.
 chat::Json usage_chunk(const ResponseMeta& meta, const chat::Json& usage);
 

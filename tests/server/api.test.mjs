@@ -80,6 +80,19 @@ test('chat stream: chunks reassemble to the whole answer (greedy), usage last', 
   assert.equal(s.finishes, 1, 'one finish_reason');
   assert.deepEqual(s.usage, whole.usage);
   assert.ok(s.chunks >= 3, 'role, content, finish and usage chunks');
+  // vLLM's continuous_usage_stats: every chunk with the counts so far, the last ones final.
+  let last = null;
+  let chunks = 0;
+  for await (const c of await client.chat.completions.create({
+    ...body, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true },
+  })) {
+    ++chunks;
+    assert.ok(c.usage, `chunk ${chunks} has usage`);
+    assert.equal(c.usage.prompt_tokens, whole.usage.prompt_tokens);
+    if (last) assert.ok(c.usage.completion_tokens >= last.completion_tokens, 'counts only grow');
+    last = c.usage;
+  }
+  assert.deepEqual(last, whole.usage);
 });
 
 test('sampling parameters: a seed repeats, top_k / top_p / temperature accepted', async () => {

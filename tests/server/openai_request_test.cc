@@ -47,6 +47,7 @@ TEST(OpenAIRequest, DefaultsAndMappedFields) {
     EXPECT_EQ(r->sampling.seed, static_cast<uint64_t>(-3));
     EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
     EXPECT_TRUE(r->stream && r->include_usage);
+    EXPECT_FALSE(r->continuous_usage);
     EXPECT_EQ(r->encode.thinking_mode, chat::ThinkingMode::kThinking);
     EXPECT_EQ(r->n, 16);
     EXPECT_EQ(r->encode.reasoning_effort, chat::ReasoningEffort::kMax);
@@ -166,6 +167,11 @@ TEST(OpenAIRequest, VllmExtensionsAndEcho) {
     EXPECT_TRUE(r->ignore_eos);
     EXPECT_EQ(r->stop_token_ids, (std::vector<int64_t>{1, 7, 129279}));
     EXPECT_FALSE(r->include_stop_str_in_output);
+    r = chat(head + R"(, "stream_options": {"continuous_usage_stats": true}})");
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->continuous_usage);
+    EXPECT_EQ(param_of(head + R"(, "stream_options": {"continuous_usage_stats": 1}})"),
+              "stream_options.continuous_usage_stats");
     r = chat(head + R"(, "include_stop_str_in_output": true})");
     ASSERT_TRUE(r);
     EXPECT_TRUE(r->include_stop_str_in_output);
