@@ -26,10 +26,11 @@ test('64 concurrent streams, 16 disconnecting: every request ends, metrics agree
     const disconnected = [];
     const jobs = Array.from({ length: 64 }, async (_, i) => {
       const hangUp = i % 4 === 3;
-      // Hang-ups ask for many tokens so they are surely still running when they leave.
+      // Hang-ups ask for many tokens, past EOS, so they are surely still running when they
+      // leave (a sampled EOS once ended one first: "stop" instead of "cancelled").
       const stream = await client.chat.completions.create({
         model: MODEL, messages: prompt, stream: true, stream_options: { include_usage: true },
-        max_tokens: hangUp ? 400 : 16, temperature: 0.8, seed: i,
+        max_tokens: hangUp ? 400 : 16, temperature: 0.8, seed: i, ignore_eos: hangUp,
       });
       if (hangUp) {
         let n = 0;
