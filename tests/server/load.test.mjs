@@ -18,7 +18,8 @@ async function settled(url) {
 }
 
 test('64 concurrent streams, 16 disconnecting: every request ends, metrics agree', async () => {
-  const srv = await startServer(['--max-batch', '16', '--max-queue', '256', '--http-threads', '160']);
+  const srv = await startServer(['--max-batch', '16', '--max-queue', '256', '--http-threads', '160'],
+                                { context: 2048 });
   try {
     const client = srv.client();
     const prompt = user('Count to ten.');
@@ -27,10 +28,11 @@ test('64 concurrent streams, 16 disconnecting: every request ends, metrics agree
     const jobs = Array.from({ length: 64 }, async (_, i) => {
       const hangUp = i % 4 === 3;
       // Hang-ups ask for many tokens, past EOS, so they are surely still running when they
-      // leave (a sampled EOS once ended one first: "stop" instead of "cancelled").
+      // leave (a sampled EOS once ended one first: "stop" instead of "cancelled"; and a loaded
+      // CI machine may serve its HTTP slower than the engine steps).
       const stream = await client.chat.completions.create({
         model: MODEL, messages: prompt, stream: true, stream_options: { include_usage: true },
-        max_tokens: hangUp ? 400 : 16, temperature: 0.8, seed: i, ignore_eos: hangUp,
+        max_tokens: hangUp ? 1900 : 16, temperature: 0.8, seed: i, ignore_eos: hangUp,
       });
       if (hangUp) {
         let n = 0;
@@ -95,11 +97,12 @@ test('batching invariance: a greedy request alone and among 16 others gives the 
 });
 
 test('429 with Retry-After when the queue is full', async () => {
-  const srv = await startServer(['--max-batch', '1', '--max-queue', '1']);
+  const srv = await startServer(['--max-batch', '1', '--max-queue', '1'], { context: 8192 });
   try {
     const client = srv.client();
-    // One request holds the only slot...
-    const holder = await client.chat.completions.create({ model: MODEL, messages: user('hold'), max_tokens: 400, stream: true });
+    // One request holds the only slot (seconds of tokens, past EOS: 400 tokens once ended
+    // before the two below reached a loaded CI machine's engine)...
+    const holder = await client.chat.completions.create({ model: MODEL, messages: user('hold'), max_tokens: 8000, ignore_eos: true, stream: true });
     const it = holder[Symbol.asyncIterator]();
     await it.next();
     await it.next();

@@ -6,10 +6,12 @@ import OpenAI from 'openai';
 import { MODEL, startServer } from './harness.mjs';
 
 test('graceful shutdown on SIGTERM', async () => {
-  const srv = await startServer(['--max-batch', '1']);
+  const srv = await startServer(['--max-batch', '1'], { context: 8192 });
   const client = srv.client();
+  // Seconds of tokens, past EOS, so the stream is surely running at the signal.
   const stream = await client.chat.completions.create({
-    model: MODEL, messages: [{ role: 'user', content: 'long' }], max_tokens: 500, stream: true,
+    model: MODEL, messages: [{ role: 'user', content: 'long' }], max_tokens: 8000, ignore_eos: true,
+    stream: true,
   });
   const it = stream[Symbol.asyncIterator]();
   await it.next();
