@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +10,22 @@
 #include "model/rope_table.h"
 
 namespace dsv4 {
+
+namespace {
+
+// The logprobs op's outputs for a step's Rs sampled rows, back to back in Workspace::logprobs
+// so that one download brings them: logprob [Rs], top_id [Rs, kMaxTopLogprobs], top_logprob
+// [Rs, kMaxTopLogprobs] (offsets in 4-byte words). Rs is in the step key, so a recorded step's
+// pointers stay its own.
+struct LogprobsLayout {
+    int64_t top_id, top_logprob, words;
+    explicit LogprobsLayout(int64_t Rs)
+        : top_id(Rs),
+          top_logprob(Rs + Rs * kMaxTopLogprobs),
+          words(Rs + 2 * Rs * kMaxTopLogprobs) {}
+};
+
+}  // namespace
 
 Model::Model(ModelConfig cfg, TensorStore store, Backend& backend)
     : cfg_(std::move(cfg)), store_(std::move(store)), backend_(backend) {}
@@ -99,9 +116,7 @@ Status Model::make_workspace(int capacity) {
     i32(&ws->sample_slot, T);
     i32(&ws->sample_draft, T);
     i32(&ws->sampled, T);
-    f(&ws->logprob, T);
-    i32(&ws->top_id, T * kMaxTopLogprobs);
-    f(&ws->top_logprob, T * kMaxTopLogprobs);
+    f(&ws->logprobs, LogprobsLayout(T).words);
     f(&ws->streams, T * n * D);
     f(&ws->streams_next, T * n * D);
     f(&ws->y, T * D);
@@ -292,15 +307,11 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     }
     std::vector<int32_t> sampled(Rs);
     if (Rs > 0) backend_.download(sampled.data(), ws->sampled, Rs * sizeof(int32_t));
-    std::vector<float> logprob, top_logprob;
-    std::vector<int32_t> top_id;
+    const LogprobsLayout lo(Rs);
+    std::vector<uint32_t> lp_words;  // (floats and ids: LogprobsLayout)
     if (any_logprobs) {
-        logprob.resize(Rs);
-        top_id.resize(Rs * kMaxTopLogprobs);
-        top_logprob.resize(Rs * kMaxTopLogprobs);
-        backend_.download(logprob.data(), ws->logprob, Rs * sizeof(float));
-        backend_.download(top_id.data(), ws->top_id, top_id.size() * sizeof(int32_t));
-        backend_.download(top_logprob.data(), ws->top_logprob, top_logprob.size() * sizeof(float));
+        lp_words.resize(static_cast<size_t>(lo.words));
+        backend_.download(lp_words.data(), ws->logprobs, lp_words.size() * sizeof(uint32_t));
     }
     for (size_t i = 0; i < rows.size(); ++i) {
         const StepRow& r = rows[i];
@@ -338,11 +349,13 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
             std::copy(sampled.begin() + s, sampled.begin() + s + n, rows[i].sampled_out);
         if (TokenLogprobs* out = rows[i].logprobs_out; out != nullptr)
             for (int j = 0; j < n; ++j) {
-                out[j].logprob = logprob[s + j];
+                out[j].logprob = std::bit_cast<float>(lp_words[s + j]);
                 out[j].top_n = kMaxTopLogprobs;
-                for (int k = 0; k < kMaxTopLogprobs; ++k)
-                    out[j].top[k] = {top_id[(s + j) * kMaxTopLogprobs + k],
-                                     top_logprob[(s + j) * kMaxTopLogprobs + k]};
+                for (int k = 0; k < kMaxTopLogprobs; ++k) {
+                    const int64_t at = int64_t{s + j} * kMaxTopLogprobs + k;
+                    out[j].top[k] = {static_cast<int32_t>(lp_words[lo.top_id + at]),
+                                     std::bit_cast<float>(lp_words[lo.top_logprob + at])};
+                }
             }
         s += n;
     }
@@ -524,9 +537,12 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
         if (d.Rs > 0)
             b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
                       c.vocab_size, verify_drafts ? ws.sample_draft : nullptr});
-        if (d.Rs > 0 && d.logprobs)
-            b.logprobs({ws.logits, ws.sampled, ws.logprob, ws.top_id, ws.top_logprob, d.Rs,
-                        c.vocab_size, kMaxTopLogprobs});
+        if (d.Rs > 0 && d.logprobs) {
+            const LogprobsLayout lo(d.Rs);
+            b.logprobs({ws.logits, ws.sampled, ws.logprobs,
+                        reinterpret_cast<int32_t*>(ws.logprobs + lo.top_id),
+                        ws.logprobs + lo.top_logprob, d.Rs, c.vocab_size, kMaxTopLogprobs});
+        }
     }
     if (d.Tm > 0) mtp_forward(ws, pool, d);
 }

@@ -187,9 +187,7 @@ class Model {
         int32_t* sample_slot;      // [T]
         int32_t* sample_draft;     // [T] per sampled row, -1 = none
         int32_t* sampled;          // [T]
-        float* logprob;            // [T] the sampled rows' log-probabilities (ops::LogprobsArgs)
-        int32_t* top_id;           // [T, kMaxTopLogprobs]
-        float* top_logprob;        // [T, kMaxTopLogprobs]
+        float* logprobs;           // [T * (1 + 2 kMaxTopLogprobs)] words: LogprobsArgs' outputs
         float* streams;            // [T, n, D]
         float* streams_next;       // [T, n, D]
         float* y;                  // [T, D] collapsed sub-block input
