@@ -252,24 +252,29 @@ struct Engine::Impl {
 
     void finish(Running& q, FinishReason why, std::vector<TokenEvent>* events, int32_t token = -1,
                 std::string err = {}, const TokenLogprobs* lp = nullptr) {
-        TokenEvent& ev = events->emplace_back();
-        ev.id = q.id;
-        ev.token = token;
+        TokenEvent& ev = token_event(q, token, lp, events);
         ev.finish = why;
         ev.error = std::move(err);
         ev.drafted = q.drafted;
         ev.accepted = q.accepted;
         ev.drafted_at = q.drafted_at;
         ev.accepted_at = q.accepted_at;
-        if (lp != nullptr) set_logprobs(q, *lp, ev);
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
     }
-    // A generated token's log-probabilities, as the request asked (Request::logprobs).
-    static void set_logprobs(const Running& q, const TokenLogprobs& lp, TokenEvent& ev) {
-        if (q.r.logprobs < 0) return;
-        ev.logprobs = lp;
-        ev.logprobs->top_n = q.r.logprobs;
-        std::fill(ev.logprobs->top.begin() + q.r.logprobs, ev.logprobs->top.end(), TokenLogprob{});
+    // An event with a token (or none: -1) and its log-probabilities, as the request asked
+    // (Request::logprobs; lp: the step's, or nullptr).
+    static TokenEvent& token_event(const Running& q, int32_t token, const TokenLogprobs* lp,
+                                   std::vector<TokenEvent>* events) {
+        TokenEvent& ev = events->emplace_back();
+        ev.id = q.id;
+        ev.token = token;
+        if (lp != nullptr && q.r.logprobs >= 0) {
+            ev.logprobs = *lp;
+            ev.logprobs->top_n = q.r.logprobs;
+            std::fill(ev.logprobs->top.begin() + q.r.logprobs, ev.logprobs->top.end(),
+                      TokenLogprob{});
+        }
+        return ev;
     }
 
     Status step(std::vector<TokenEvent>* events);
@@ -866,10 +871,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
                 done = true;
                 break;
             }
-            TokenEvent& ev = events->emplace_back();
-            ev.id = id;
-            ev.token = tok;
-            if (lp != nullptr) set_logprobs(q, *lp, ev);
+            token_event(q, tok, lp, events);
             if (q.r.speculative == Speculation::kNgram) q.history.push_back(tok);
         }
         if (done) {

@@ -54,23 +54,19 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
                     "a second acceptance on one channel");
         if (ev.token >= 0) {
             ++completion_tokens_;
-            // A stop token id ends the output like a stop string: its text left out.
-            if (std::find(stop_ids_.begin(), stop_ids_.end(), ev.token) != stop_ids_.end()) {
-                if (ev.kind != ChannelEvent::Kind::kFinished) cancel_engine_request();
-                append(output_.finish());
-                end("stop");
-                break;
-            }
-            // EOS ends the turn (or, ignore_eos, is generated past): its text is not output (nor
-            // its log-probability).
-            if (ev.token != eos_) {
+            // A stop token id ends the output like a stop string, its text left out. EOS ends
+            // the turn (or, ignore_eos, is generated past): its text is not output either. Nor
+            // are their log-probabilities.
+            const bool stop_id =
+                std::find(stop_ids_.begin(), stop_ids_.end(), ev.token) != stop_ids_.end();
+            if (!stop_id && ev.token != eos_) {
                 if (ev.logprobs) {
                     logged_.push_back({ev.token, *ev.logprobs, logged_bytes_});
                     logged_bytes_ += static_cast<int64_t>(tokenizer_.token_bytes(ev.token).size());
                 }
                 append(output_.push(ev.token));
             }
-            if (output_.stopped()) {
+            if (stop_id || output_.stopped()) {
                 cancel_engine_request();
                 append(output_.finish());
                 end("stop");

@@ -276,16 +276,11 @@ std::optional<ApiError> read_completion_prompt(const Json& body, GenerationSpec&
         return std::nullopt;
     }
     if (p.is_array() && !p.empty()) {
-        for (const Json& id : p) {
-            if (!id.is_number_integer())
-                return invalid_request(
-                    "prompt must be a string, a list of token ids, or a list with one of these "
-                    "(one prompt per request)",
-                    "prompt");
-            spec.prompt_ids.push_back(id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX
-                                          ? INT64_MAX
-                                          : id.get<int64_t>());
-        }
+        if (!read_token_ids(p, spec.prompt_ids))
+            return invalid_request(
+                "prompt must be a string, a list of token ids, or a list with one of these "
+                "(one prompt per request)",
+                "prompt");
         spec.prompt_is_ids = true;
         return std::nullopt;
     }
@@ -356,17 +351,11 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
     r.boolean("ignore_eos", spec.ignore_eos);
     if (!r.ok()) return r.error();
     if (const Json* ids = r.get("stop_token_ids"); ids != nullptr && !ids->is_null()) {
-        if (!ids->is_array() || ids->size() > static_cast<size_t>(kMaxStopTokenIds))
+        if (!ids->is_array() || ids->size() > static_cast<size_t>(kMaxStopTokenIds) ||
+            !read_token_ids(*ids, spec.stop_token_ids))
             return invalid_request("stop_token_ids must be a list of at most " +
                                        std::to_string(kMaxStopTokenIds) + " token ids",
                                    "stop_token_ids");
-        for (const Json& id : *ids) {
-            if (!id.is_number_integer() ||
-                (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX))
-                return invalid_request("stop_token_ids must hold token ids (integers)",
-                                       "stop_token_ids");
-            spec.stop_token_ids.push_back(id.get<int64_t>());
-        }
     }
     return refuse_unsupported(body);
 }
@@ -412,6 +401,17 @@ std::optional<ApiError> read_logprobs(const Json& body, Endpoint endpoint, Gener
 }
 
 }  // namespace
+
+bool read_token_ids(const Json& list, std::vector<int64_t>& out) {
+    if (!list.is_array()) return false;
+    for (const Json& id : list) {
+        if (!id.is_number_integer()) return false;
+        out.push_back(id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX
+                          ? INT64_MAX
+                          : id.get<int64_t>());
+    }
+    return true;
+}
 
 ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,
                                                    chat::EncodingVersion encoding) {

@@ -53,6 +53,10 @@ inline constexpr int kMaxStopTokenIds = 64;
 // The most choices a request may ask for (`n`): each takes a slot of the batch or the queue.
 inline constexpr int kMaxChoices = 16;
 
+// A JSON list of token ids into `out` (ids above INT64_MAX become INT64_MAX, outside every
+// vocabulary: the vocabulary check names them). False when `list` is not a list of integers.
+bool read_token_ids(const chat::Json& list, std::vector<int64_t>& out);
+
 // Parses and validates a request body. `encoding` is the chat encoding the server follows.
 ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,
                                                    chat::EncodingVersion encoding);

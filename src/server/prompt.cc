@@ -4,6 +4,17 @@
 
 namespace dsv4::server {
 
+std::optional<ApiError> check_vocab(std::span<const int64_t> ids, const char* param,
+                                    int64_t vocab) {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return invalid_request(
+                std::string(param) + "[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                    " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                param);
+    return std::nullopt;
+}
+
 ApiResult<std::vector<int32_t>> prompt_ids(const GenerationSpec& spec, const Tokenizer& tokenizer,
                                            const ModelInfo& info, bool add_bos) {
     std::vector<int32_t> ids;
@@ -14,15 +25,8 @@ ApiResult<std::vector<int32_t>> prompt_ids(const GenerationSpec& spec, const Tok
         // The encoding writes BOS and the role / think / DSML markers as text.
         ids = tokenizer.encode(*text, /*parse_special=*/true);
     } else if (spec.prompt_is_ids) {
-        for (size_t i = 0; i < spec.prompt_ids.size(); ++i) {
-            const int64_t id = spec.prompt_ids[i];
-            if (id < 0 || id >= info.vocab_size)
-                return invalid_request("prompt[" + std::to_string(i) + "] = " + std::to_string(id) +
-                                           " is outside the vocabulary [0, " +
-                                           std::to_string(info.vocab_size) + ")",
-                                       "prompt");
-            ids.push_back(static_cast<int32_t>(id));
-        }
+        if (auto e = check_vocab(spec.prompt_ids, "prompt", info.vocab_size)) return *e;
+        ids.assign(spec.prompt_ids.begin(), spec.prompt_ids.end());
     } else {
         // Text prompts start with BOS, as DeepSeek's tokenizer adds it.
         if (add_bos) ids.push_back(info.bos_token_id);
@@ -46,14 +50,7 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
     auto ids = prompt_ids(spec, tokenizer, info);
     if (!ids) return ids.error();
     p.ids = std::move(*ids);
-    for (size_t i = 0; i < spec.stop_token_ids.size(); ++i) {
-        const int64_t id = spec.stop_token_ids[i];
-        if (id < 0 || id >= info.vocab_size)
-            return invalid_request(
-                "stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(id) +
-                    " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")",
-                "stop_token_ids");
-    }
+    if (auto e = check_vocab(spec.stop_token_ids, "stop_token_ids", info.vocab_size)) return *e;
     const int64_t n = static_cast<int64_t>(p.ids.size());
     ApiError too_long = invalid_request("", param);
     too_long.code = "context_length_exceeded";

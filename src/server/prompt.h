@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "dsv4/engine.h"
@@ -21,6 +23,9 @@ struct Prompt {
 
 ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& tokenizer,
                                const ModelInfo& info);
+
+// A 400 naming `param`[i] for the first id outside [0, vocab), if any.
+std::optional<ApiError> check_vocab(std::span<const int64_t> ids, const char* param, int64_t vocab);
 
 // The prompt's ids alone, checked against the vocabulary but not the context (/tokenize).
 // add_bos: a completion text prompt gets BOS in front (false: the text's tokens only).

@@ -29,6 +29,15 @@ const char* endpoint_label(Endpoint ep) {
     return ep == Endpoint::kChat ? "chat" : "completions";
 }
 
+// A 404 for a body naming another model than the served one.
+ApiError unknown_model(const RouteContext& ctx, const std::string& name) {
+    ApiError e = not_found(
+        "the model '" + name + "' does not exist; this server serves '" + ctx.model_name + "'",
+        "model_not_found");
+    e.param = "model";
+    return e;
+}
+
 // Keeps RouteContext::in_flight right however a response ends (shutdown waits for it).
 struct InFlight {
     explicit InFlight(std::atomic<int>& n) : n_(n) { ++n_; }
@@ -44,13 +53,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     };
     auto spec = parse_generation_request(ep, req.body, ctx.encoding);
     if (!spec) return fail(spec.error());
-    if (spec->model != ctx.model_name) {
-        ApiError e = not_found("the model '" + spec->model +
-                                   "' does not exist; this server serves '" + ctx.model_name + "'",
-                               "model_not_found");
-        e.param = "model";
-        return fail(e);
-    }
+    if (spec->model != ctx.model_name) return fail(unknown_model(ctx, spec->model));
     auto prompt = build_prompt(*spec, ctx.tokenizer, ctx.info);
     if (!prompt) return fail(prompt.error());
 
@@ -142,11 +145,7 @@ std::optional<ApiError> check_model(const RouteContext& ctx, Json& body) {
     }
     if (!m->is_string()) return invalid_request("model must be a string", "model");
     if (*m == ctx.model_name) return std::nullopt;
-    ApiError e = not_found("the model '" + m->get<std::string>() +
-                               "' does not exist; this server serves '" + ctx.model_name + "'",
-                           "model_not_found");
-    e.param = "model";
-    return e;
+    return unknown_model(ctx, m->get<std::string>());
 }
 
 // A utility endpoint's body: a JSON object, its model checked (check_model).
@@ -170,7 +169,6 @@ void tokenize(RouteContext& ctx, const httplib::Request& req, httplib::Response&
             return send_error(
                 res, invalid_request("add_special_tokens must be a boolean", "add_special_tokens"));
         add_special = a->get<bool>();
-        body->erase(a);
     }
     const Endpoint ep = body->contains("messages") ? Endpoint::kChat : Endpoint::kCompletions;
     auto spec = parse_generation_request(ep, dump(*body), ctx.encoding);
@@ -190,22 +188,12 @@ void detokenize(RouteContext& ctx, const httplib::Request& req, httplib::Respons
     auto body = utility_body(ctx, req.body);
     if (!body) return send_error(res, body.error());
     const auto t = body->find("tokens");
-    if (t == body->end() || !t->is_array())
+    std::vector<int64_t> ids;
+    if (t == body->end() || !read_token_ids(*t, ids))
         return send_error(res, invalid_request("tokens must be a list of token ids", "tokens"));
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < t->size(); ++i) {
-        const Json& id = (*t)[i];
-        if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-            id.get<int64_t>() >= ctx.info.vocab_size ||
-            (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX))
-            return send_error(res,
-                              invalid_request("tokens[" + std::to_string(i) +
-                                                  "] is not a token id of the vocabulary [0, " +
-                                                  std::to_string(ctx.info.vocab_size) + ")",
-                                              "tokens"));
-        ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
-    send_json(res, 200, Json{{"prompt", ctx.tokenizer.decode(ids)}});
+    if (auto e = check_vocab(ids, "tokens", ctx.info.vocab_size)) return send_error(res, *e);
+    const std::vector<int32_t> ids32(ids.begin(), ids.end());
+    send_json(res, 200, Json{{"prompt", ctx.tokenizer.decode(ids32)}});
 }
 
 bool authorized(const RouteContext& ctx, const httplib::Request& req) {
