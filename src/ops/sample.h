@@ -30,7 +30,7 @@ struct SampleArgs {
     const int32_t* slot = nullptr;           // [R] cache slot of each row (its generator)
     uint64_t* rng = nullptr;                 // [S, 4] generator state per slot
     int32_t* out = nullptr;                  // [R] sampled ids
-    int64_t R = 0, V = 0;
+    int64_t R = 0, V = 0;                    // rows, vocabulary
     const int32_t* draft = nullptr;          // [R] draft to verify, -1 none; nullptr: none
 };
 
@@ -45,8 +45,8 @@ struct LogprobsArgs {
     float* logprob = nullptr;          // [R]
     int32_t* top_id = nullptr;         // [R, n]
     float* top_logprob = nullptr;      // [R, n]
-    int64_t R = 0, V = 0;
-    int n = 0;  // 1..kMaxTopLogprobs
+    int64_t R = 0, V = 0;              // rows, vocabulary
+    int n = 0;                         // 1..kMaxTopLogprobs
 };
 
 // The generator state for `seed` (splitmix64 expansion), written into a slot at admission.

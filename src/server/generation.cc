@@ -50,8 +50,9 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
     };
     for (const ChannelEvent& ev : events) {
         if (done_) break;
-        DSV4_ASSERT(ev.kind == ChannelEvent::Kind::kToken || ev.kind == ChannelEvent::Kind::kFinished,
-                    "a second acceptance on one channel");
+        DSV4_ASSERT(
+            ev.kind == ChannelEvent::Kind::kToken || ev.kind == ChannelEvent::Kind::kFinished,
+            "a second acceptance on one channel");
         if (ev.token >= 0) {
             ++completion_tokens_;
             // A stop token id ends the output like a stop string, its text left out. EOS ends
@@ -78,7 +79,7 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
             case FinishReason::kEos:
             case FinishReason::kLength:
                 append(output_.finish());
-                end(output_.has_tool_calls() ? "tool_calls"
+                end(output_.has_tool_calls()          ? "tool_calls"
                     : ev.finish == FinishReason::kEos ? "stop"
                                                       : "length");
                 break;
@@ -127,7 +128,8 @@ ApiResult<chat::Json> Generation::collect() {
     const char* reason = finish_reason_;
     if (meta_.endpoint == Endpoint::kChat) {
         message = output_.message(meta_.tool_call_prefix());
-        if (message.contains("tool_calls") && reason != std::string("length")) reason = "tool_calls";
+        if (message.contains("tool_calls") && reason != std::string("length"))
+            reason = "tool_calls";
     }
     const chat::Json logprobs =
         want_logprobs_ ? logprobs_json(meta_.endpoint, tokenizer_, logged_) : chat::Json();

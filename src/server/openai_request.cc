@@ -101,7 +101,8 @@ std::optional<ApiError> check_tool_calls(const Json& calls, const std::string& w
         const Json& c = calls[i];
         const std::string at = where + "[" + std::to_string(i) + "]";
         if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
-            return invalid_request(at + " must be {\"type\": \"function\", \"function\": {...}}", at);
+            return invalid_request(at + " must be {\"type\": \"function\", \"function\": {...}}",
+                                   at);
         const Json& f = c["function"];
         if (!f.contains("name") || !f["name"].is_string())
             return invalid_request(at + ".function.name must be a string", at);
@@ -123,9 +124,9 @@ ApiResult<Json> read_message(const Json& m, size_t index) {
     const std::string role = m["role"].get<std::string>();
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
         role != "tool") {
-        return invalid_request(at + ".role '" + role +
-                                   "' is not one of system, developer, user, assistant, tool",
-                               at + ".role");
+        return invalid_request(
+            at + ".role '" + role + "' is not one of system, developer, user, assistant, tool",
+            at + ".role");
     }
     Json out = Json::object();
     out["role"] = role;
@@ -163,7 +164,8 @@ std::optional<ApiError> check_tools(const Json& tools) {
         const std::string at = "tools[" + std::to_string(i) + "]";
         if (!t.is_object() || t.value("type", Json("function")) != "function" ||
             !t.contains("function") || !t["function"].is_object())
-            return invalid_request(at + " must be {\"type\": \"function\", \"function\": {...}}", at);
+            return invalid_request(at + " must be {\"type\": \"function\", \"function\": {...}}",
+                                   at);
         const Json& f = t["function"];
         if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
             return invalid_request(at + ".function.name must be a non-empty string", at);
@@ -180,13 +182,14 @@ std::optional<ApiError> read_thinking(const Json& body, chat::EncodeOptions& enc
     std::optional<bool> thinking;
     if (const auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
         if (!it->is_object())
-            return invalid_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+            return invalid_request("chat_template_kwargs must be an object",
+                                   "chat_template_kwargs");
         for (const char* key : {"thinking", "enable_thinking"}) {
             if (!it->contains(key) || (*it)[key].is_null()) continue;
             if (!(*it)[key].is_boolean())
-                return invalid_request(std::string("chat_template_kwargs.") + key +
-                                           " must be a boolean",
-                                       "chat_template_kwargs");
+                return invalid_request(
+                    std::string("chat_template_kwargs.") + key + " must be a boolean",
+                    "chat_template_kwargs");
             thinking = (*it)[key].get<bool>();
         }
     }
@@ -331,7 +334,8 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
     r.boolean("stream", spec.stream);
     if (!r.ok()) return r.error();
     if (const Json* so = r.get("stream_options")) {
-        if (!so->is_object()) return invalid_request("stream_options must be an object", "stream_options");
+        if (!so->is_object())
+            return invalid_request("stream_options must be an object", "stream_options");
         FieldReader sr(*so, "stream_options.");
         sr.boolean("include_usage", spec.include_usage);
         sr.boolean("continuous_usage_stats", spec.continuous_usage);
@@ -416,8 +420,7 @@ bool read_token_ids(const Json& list, std::vector<int64_t>& out) {
 ApiResult<GenerationSpec> parse_generation_request(Endpoint endpoint, std::string_view body,
                                                    chat::EncodingVersion encoding) {
     auto parsed = chat::parse_json(body);
-    if (!parsed)
-        return invalid_request("the body is not valid JSON: " + parsed.status().message());
+    if (!parsed) return invalid_request("the body is not valid JSON: " + parsed.status().message());
     if (!parsed->is_object()) return invalid_request("the body must be a JSON object");
     GenerationSpec spec;
     spec.endpoint = endpoint;

@@ -41,8 +41,8 @@ class OutputStream {
     bool thinking_;
     std::vector<std::string> stop_;
     bool include_stop_;  // GenerationSpec::include_stop_str_in_output
-    std::string held_;  // text that may be the start of a stop string
-    std::string text_;  // released text
+    std::string held_;   // text that may be the start of a stop string
+    std::string text_;   // released text
     bool stopped_ = false;
     DsmlStreamParser parser_;
 };

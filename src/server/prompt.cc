@@ -55,9 +55,8 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
     ApiError too_long = invalid_request("", param);
     too_long.code = "context_length_exceeded";
     if (n >= info.max_context) {
-        too_long.message = "the prompt is " + std::to_string(n) +
-                           " tokens; the context holds " + std::to_string(info.max_context) +
-                           " (prompt and completion together)";
+        too_long.message = "the prompt is " + std::to_string(n) + " tokens; the context holds " +
+                           std::to_string(info.max_context) + " (prompt and completion together)";
         return too_long;
     }
     p.max_tokens = spec.max_tokens > 0 ? spec.max_tokens : static_cast<int>(info.max_context - n);

@@ -1,8 +1,8 @@
 // Request bodies to GenerationSpec: defaults, the fields that map onto the encoder and the
 // sampler, and a 400 naming the field for each kind of mistake.
-#include <gtest/gtest.h>
-
 #include "server/openai_request.h"
+
+#include <gtest/gtest.h>
 
 namespace dsv4::server {
 namespace {
@@ -56,19 +56,22 @@ TEST(OpenAIRequest, DefaultsAndMappedFields) {
 TEST(OpenAIRequest, ToolsGoOnTheSystemMessage) {
     const std::string tools =
         R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
-    auto r = chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )" + tools + "}");
+    auto r =
+        chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )" + tools + "}");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->messages.size(), 2u);
     EXPECT_EQ(r->messages[0]["role"], "system");
     EXPECT_EQ(r->messages[0]["tools"][0]["function"]["name"], "f");
-    r = chat(R"({"model": "m", "tool_choice": "none", "messages": [{"role": "user", "content": "x"}], )" +
-             tools + "}");
+    r = chat(
+        R"({"model": "m", "tool_choice": "none", "messages": [{"role": "user", "content": "x"}], )" +
+        tools + "}");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->messages.size(), 1u);
 }
 
 TEST(OpenAIRequest, InternalMessageKeysAreNotPassedOn) {
-    auto r = chat(R"({"model": "m", "messages": [{"role": "user", "content": "x", "task": "t", "mask": 1}]})");
+    auto r = chat(
+        R"({"model": "m", "messages": [{"role": "user", "content": "x", "task": "t", "mask": 1}]})");
     ASSERT_TRUE(r);
     EXPECT_FALSE(r->messages[0].contains("task"));
     EXPECT_FALSE(r->messages[0].contains("mask"));

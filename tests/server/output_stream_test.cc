@@ -2,10 +2,11 @@
 // markers are single tokens there, as in the real one): a tool call produced token by token
 // gives OpenAI deltas and a final message equal to chat::parse_completion's; stop strings cut
 // across tokens end the text before the match.
+#include "server/output_stream.h"
+
 #include <gtest/gtest.h>
 
 #include "dsv4/tokenizer.h"
-#include "server/output_stream.h"
 
 namespace dsv4::server {
 namespace {
@@ -22,7 +23,8 @@ const Tokenizer& tokenizer() {
 GenerationSpec chat_spec(bool thinking) {
     GenerationSpec spec;
     spec.endpoint = Endpoint::kChat;
-    spec.encode.thinking_mode = thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
+    spec.encode.thinking_mode =
+        thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
     return spec;
 }
 

@@ -14,7 +14,9 @@ namespace {
 class Sampler {
   public:
     explicit Sampler(const SamplingParams& p) : p_(p) { ops::seed_rng(p.seed, s_); }
-    int32_t sample(const float* logits, int64_t V) { return cpu_ref::sample_row(logits, V, p_, s_); }
+    int32_t sample(const float* logits, int64_t V) {
+        return cpu_ref::sample_row(logits, V, p_, s_);
+    }
 
   private:
     SamplingParams p_;
