@@ -185,6 +185,76 @@ TEST(CudaEngineGpu, SpeculativeGreedyIsPlainGreedy) {
     EXPECT_GT(chained.drafted_at[2], 0);  // third drafts fed
 }
 
+// Log-probabilities through the engine (the workspace's packed logprobs block and its one
+// download): three requests asking for 0, 5 and kMaxTopLogprobs alternatives, batched on CUDA,
+// against the same requests on the CPU reference. Greedy tokens equal; each log-probability
+// within the logits' CUDA tolerance (1e-3, as above); the alternatives' ids equal at every rank
+// whose value is clear of its neighbours by twice that (a near tie may order either way).
+TEST(CudaEngineGpu, LogprobsMatchCpu) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        auto gpu = make_engine(fixture, "cuda", 4);
+        auto cpu = make_engine(fixture, "cpu", 4);
+        ASSERT_TRUE(gpu && cpu);
+        const int V = gpu->info().vocab_size;
+        const int counts[3] = {0, 5, kMaxTopLogprobs};
+        auto run = [&](Engine& e) {
+            std::map<RequestId, int> req;
+            std::vector<std::vector<TokenEvent>> out(3);
+            for (int i = 0; i < 3; ++i) {
+                Request r;
+                r.prompt = random_ids(kLens[i + 2], V, 400 + i);
+                r.max_tokens = 6;
+                r.stop_at_eos = false;
+                r.logprobs = counts[i];
+                auto id = e.submit(r);
+                EXPECT_TRUE(id.has_value()) << id.status().message();
+                if (id) req[*id] = i;
+            }
+            std::vector<TokenEvent> events;
+            while (!e.idle()) {
+                events.clear();
+                EXPECT_TRUE(e.step(&events).is_ok());
+                for (TokenEvent& ev : events) {
+                    EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
+                    if (ev.token >= 0) out[req[ev.id]].push_back(ev);
+                }
+            }
+            return out;
+        };
+        const auto got = run(*gpu), ref = run(*cpu);
+        constexpr double kTol = 1e-3;
+        double worst = 0;
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_EQ(got[i].size(), 6u) << fixture;
+            ASSERT_EQ(ref[i].size(), 6u) << fixture;
+            for (size_t t = 0; t < 6; ++t) {
+                const TokenEvent &g = got[i][t], &c = ref[i][t];
+                EXPECT_EQ(g.token, c.token) << fixture << " request " << i << " token " << t;
+                ASSERT_TRUE(g.logprobs && c.logprobs) << fixture;
+                EXPECT_EQ(g.logprobs->top_n, counts[i]);
+                EXPECT_EQ(c.logprobs->top_n, counts[i]);
+                worst = std::max(worst, std::fabs(static_cast<double>(g.logprobs->logprob) -
+                                                  c.logprobs->logprob));
+                const auto& ct = c.logprobs->top;
+                for (int k = 0; k < counts[i]; ++k) {
+                    const auto& gk = g.logprobs->top[k];
+                    worst =
+                        std::max(worst, std::fabs(static_cast<double>(gk.logprob) - ct[k].logprob));
+                    const bool clear_above = k == 0 || ct[k - 1].logprob - ct[k].logprob > 2 * kTol;
+                    const bool clear_below =
+                        k + 1 >= counts[i] || ct[k].logprob - ct[k + 1].logprob > 2 * kTol;
+                    if (clear_above && clear_below) {
+                        EXPECT_EQ(gk.token, ct[k].token) << fixture << " rank " << k;
+                    }
+                }
+            }
+        }
+        std::printf("[engine] %-12s logprobs vs CPU max-abs %.3g\n", fixture, worst);
+        EXPECT_LE(worst, kTol) << fixture;
+    }
+}
+
 // Temperature sampling over the whole vocabulary (top_k 0) on CUDA: the same seed gives the
 // same tokens, every id in the vocabulary.
 TEST(CudaEngineGpu, TemperatureSamplingIsSeeded) {
