@@ -170,6 +170,9 @@ struct Request {
     // Log-probabilities with each generated token (dsv4/sampling.h): -1 none; 0 to
     // kMaxTopLogprobs the token's own and this many of the most likely tokens.
     int logprobs = -1;
+    // Penalties, logit_bias, min_tokens (dsv4/sampling.h). The penalties need a request
+    // without speculative drafts (a rejected draft would have been counted).
+    LogitsRules rules{};
 };
 inline constexpr int kMaxDraftTokens = 4;
 
@@ -248,8 +251,8 @@ class Engine {
 
     // Runs one request on `session` to its end (the engine must be otherwise idle). on_token
     // is called for each token as it is produced; returning false stops the request.
-    // `speculative` and `draft_tokens` as Request's; `stats` (when not null) receives the drafts
-    // fed and accepted.
+    // `speculative`, `draft_tokens` and `rules` as Request's; `stats` (when not null) receives
+    // the drafts fed and accepted.
     struct GenerateStats {
         int drafted = 0, accepted = 0;
         std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};  // as TokenEvent's
@@ -259,7 +262,8 @@ class Engine {
                                             bool stop_at_eos,
                                             const std::function<bool(int32_t)>& on_token,
                                             Speculation speculative = Speculation::kNone,
-                                            GenerateStats* stats = nullptr, int draft_tokens = 0);
+                                            GenerateStats* stats = nullptr, int draft_tokens = 0,
+                                            const LogitsRules& rules = {});
 
   private:
     explicit Engine(std::unique_ptr<Impl> impl);

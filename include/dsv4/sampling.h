@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace dsv4 {
 
@@ -28,6 +29,34 @@ struct TokenLogprobs {
     float logprob = 0.0f;
     int top_n = 0;
     std::array<TokenLogprob, kMaxTopLogprobs> top{};
+};
+
+// Rules a request puts on its logits before they are sampled (Request::rules), in this order:
+// the repetition penalty on every token of the request's prompt and output so far (a positive
+// logit divided by it, a negative one multiplied: vLLM's), the frequency and presence penalties
+// on its output tokens (logit -= frequency * count + presence * (count > 0): OpenAI's), each
+// logit_bias entry added, and while fewer than min_tokens tokens have been generated, the
+// min_tokens_stops ids (and EOS, for a request that stops at it) set to the lowest finite float
+// (so they are never chosen and the row stays finite for the sampler's check). The penalties
+// count the request's own tokens: a session's earlier ones do not. Log-probabilities
+// (Request::logprobs) are those of the logits after these rules (vLLM's "processed" ones).
+inline constexpr int kMaxLogitBias = 1024;     // logit_bias entries a request
+inline constexpr int kMaxMinTokensStops = 64;  // stop ids banned until min_tokens
+struct TokenBias {
+    int32_t token = -1;
+    float bias = 0.0f;  // [-100, 100]
+};
+struct LogitsRules {
+    float repetition_penalty = 1.0f;        // (0, 100]; 1 = none
+    float frequency_penalty = 0.0f;         // [-2, 2]
+    float presence_penalty = 0.0f;          // [-2, 2]
+    std::vector<TokenBias> logit_bias;      // distinct tokens, at most kMaxLogitBias
+    int min_tokens = 0;                     // 0 .. the request's max_tokens
+    std::vector<int32_t> min_tokens_stops;  // at most kMaxMinTokensStops
+    bool penalties() const {
+        return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+    }
+    bool any() const { return penalties() || !logit_bias.empty() || min_tokens > 0; }
 };
 
 }  // namespace dsv4

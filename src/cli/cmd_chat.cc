@@ -25,6 +25,7 @@ struct ChatArgs {
     std::string encoding = "v4";
     int max_tokens = 512;
     SamplingParams sampling;
+    LogitsRules rules;
 };
 
 int run_chat(const ChatArgs& a) {
@@ -92,13 +93,15 @@ int run_chat(const ChatArgs& a) {
         std::vector<int32_t> fresh(ids.begin() + common, ids.end());
         TokenStreamDecoder stream(*tok);
         std::vector<int32_t> reply;
-        auto out =
-            (*engine)->generate(*session, fresh, a.max_tokens, a.sampling, true, [&](int32_t t) {
+        auto out = (*engine)->generate(
+            *session, fresh, a.max_tokens, a.sampling, true,
+            [&](int32_t t) {
                 reply.push_back(t);
                 if (t != eos) std::fputs(stream.push(t).c_str(), stdout);
                 std::fflush(stdout);
                 return true;
-            });
+            },
+            Speculation::kNone, nullptr, 0, a.rules);
         std::fputs(stream.flush().c_str(), stdout);
         std::fputs("\n", stdout);
         if (!out) {
@@ -139,6 +142,7 @@ void add_chat_command(CLI::App& app) {
         ->capture_default_str()
         ->check(whole_number(1, 1 << 30));
     add_sampling_options(cmd, args->sampling);
+    add_rules_options(cmd, args->rules);
     cmd->callback([args] { set_exit_code(run_chat(*args)); });
 }
 

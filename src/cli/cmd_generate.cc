@@ -24,6 +24,7 @@ struct GenerateArgs {
     bool no_bos = false;
     int max_tokens = 32;
     SamplingParams sampling;
+    LogitsRules rules;
     bool ignore_eos = false;
     SpeculativeArgs spec;
     RankArgs ranks;
@@ -75,7 +76,7 @@ Status generate_on(const GenerateArgs& a, const EngineOptions& o, bool print, co
             std::fflush(stdout);
             return true;
         },
-        a.spec.speculation(), &spec, a.spec.draft_tokens);
+        a.spec.speculation(), &spec, a.spec.draft_tokens, a.rules);
     if (print) {
         if (stream) std::fputs(stream->flush().c_str(), stdout);
         std::printf("\n");
@@ -159,6 +160,7 @@ void add_generate_command(CLI::App& app) {
         ->capture_default_str()
         ->check(whole_number(1, 1 << 30));
     add_sampling_options(cmd, args->sampling);
+    add_rules_options(cmd, args->rules);
     cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep going after the end-of-sequence token");
     add_speculative_options(cmd, args->spec);
     add_rank_options(cmd, args->ranks);

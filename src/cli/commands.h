@@ -32,6 +32,8 @@ void add_serve_command(CLI::App& app);       // cmd_serve.cc
 void add_engine_options(CLI::App* cmd, EngineOptions& e, bool synthetic = false);
 // --temperature, --top-k, --top-p, --seed, each range-checked.
 void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k = true);
+// --repetition-penalty, --frequency-penalty, --presence-penalty, --min-tokens (LogitsRules).
+void add_rules_options(CLI::App* cmd, LogitsRules& r);
 // --speculative off|mtp|ngram and --draft-tokens (a Request's speculative and draft_tokens).
 struct SpeculativeArgs {
     std::string mode = "off";

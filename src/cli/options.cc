@@ -169,6 +169,26 @@ void add_sampling_options(CLI::App* cmd, SamplingParams& s, bool with_top_k) {
         ->check(whole_number(0, INT64_MAX));
 }
 
+void add_rules_options(CLI::App* cmd, LogitsRules& r) {
+    cmd->add_option("--repetition-penalty", r.repetition_penalty,
+                    "Divide a positive logit (multiply a negative one) of every token already in "
+                    "the prompt or the output by this (1 = none)")
+        ->capture_default_str()
+        ->check(finite_number(0, 100, true));
+    cmd->add_option("--frequency-penalty", r.frequency_penalty,
+                    "Lower each token's logit by this times its count in the output")
+        ->capture_default_str()
+        ->check(finite_number(-2, 2));
+    cmd->add_option("--presence-penalty", r.presence_penalty,
+                    "Lower the logit of each token the output already holds by this")
+        ->capture_default_str()
+        ->check(finite_number(-2, 2));
+    cmd->add_option("--min-tokens", r.min_tokens,
+                    "Tokens generated before the end-of-sequence token may be")
+        ->capture_default_str()
+        ->check(whole_number(0, 1 << 30));
+}
+
 void print_error(const Status& status) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());
 }

@@ -73,7 +73,64 @@ struct Running {
     int drafted = 0, accepted = 0;
     std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};
     std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
+    bool rules_on = false;         // its slot holds its logits rules (Request::rules)
 };
+
+// Request::rules checked against the vocabulary and the request (one line each).
+Status check_rules(const Request& r, int vocab) {
+    const LogitsRules& u = r.rules;
+    if (!(u.repetition_penalty > 0.0f && u.repetition_penalty <= 100.0f))
+        return error("repetition_penalty must be in (0, 100], got ", u.repetition_penalty);
+    for (const auto& [name, v] : {std::pair{"frequency_penalty", u.frequency_penalty},
+                                  std::pair{"presence_penalty", u.presence_penalty}})
+        if (!(v >= -2.0f && v <= 2.0f)) return error(name, " must be in [-2, 2], got ", v);
+    if (u.penalties() && r.speculative != Speculation::kNone)
+        return error("penalties need a request without speculative decoding");
+    if (u.logit_bias.size() > static_cast<size_t>(kMaxLogitBias))
+        return error("logit_bias has ", u.logit_bias.size(), " entries; at most ", kMaxLogitBias);
+    std::vector<int32_t> seen;
+    for (const TokenBias& b : u.logit_bias) {
+        if (b.token < 0 || b.token >= vocab)
+            return error("logit_bias token ", b.token, " is outside the vocabulary [0, ", vocab,
+                         ")");
+        if (!(b.bias >= -100.0f && b.bias <= 100.0f))
+            return error("logit_bias values must be in [-100, 100], got ", b.bias);
+        seen.push_back(b.token);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+        return error("logit_bias names a token twice");
+    if (u.min_tokens < 0 || u.min_tokens > r.max_tokens)
+        return error("min_tokens must be in [0, max_tokens = ", r.max_tokens, "], got ",
+                     u.min_tokens);
+    if (u.min_tokens_stops.size() > static_cast<size_t>(kMaxMinTokensStops))
+        return error("at most ", kMaxMinTokensStops, " stop ids are banned until min_tokens, got ",
+                     u.min_tokens_stops.size());
+    for (int32_t id : u.min_tokens_stops)
+        if (id < 0 || id >= vocab)
+            return error("stop token id ", id, " is outside the vocabulary [0, ", vocab, ")");
+    return Status::ok();
+}
+
+// A request's rules as its slot holds them (ops::SlotRules): output positions start after its
+// prompt; the entries are its logit_bias and, with min_tokens, its stop ids and EOS (when it
+// stops there) banned, one entry a token, sorted.
+std::vector<ops::LogitsRuleEntry> rule_entries(const Request& r, int32_t eos) {
+    std::map<int32_t, ops::LogitsRuleEntry> by_token;
+    for (const TokenBias& b : r.rules.logit_bias) by_token[b.token] = {b.token, b.bias, 0};
+    if (r.rules.min_tokens > 0) {
+        std::vector<int32_t> ban = r.rules.min_tokens_stops;
+        if (r.stop_at_eos) ban.push_back(eos);
+        for (int32_t id : ban) {
+            ops::LogitsRuleEntry& e = by_token[id];
+            e.token = id;
+            e.ban = 1;
+        }
+    }
+    std::vector<ops::LogitsRuleEntry> out;
+    for (const auto& [token, e] : by_token) out.push_back(e);
+    return out;
+}
 
 // Up to `k` n-gram draft tokens after `h`'s last token: what followed the latest earlier
 // occurrence of the last two tokens, else of the last one, within the last 4096 tokens; empty
@@ -244,6 +301,21 @@ struct Engine::Impl {
                 w.pos = 0;
             }
             seed(w.slot, w.r.sampling.seed);
+            if (w.r.rules.any()) {
+                const std::vector<ops::LogitsRuleEntry> entries =
+                    rule_entries(w.r, info.eos_token_id);
+                ops::SlotRules rules;
+                rules.on = 1;
+                rules.count = w.r.rules.penalties();
+                rules.output_from = static_cast<int32_t>(w.pos + w.r.prompt.size());
+                rules.min_tokens = w.r.rules.min_tokens;
+                rules.n_entries = static_cast<int32_t>(entries.size());
+                rules.repetition = w.r.rules.repetition_penalty;
+                rules.frequency = w.r.rules.frequency_penalty;
+                rules.presence = w.r.rules.presence_penalty;
+                pool->set_rules(w.slot, rules, entries);
+                w.rules_on = true;
+            }
             const RequestId id = w.id;
             running.emplace(id, std::move(w));
             waiting.pop_front();
@@ -260,6 +332,7 @@ struct Engine::Impl {
         ev.drafted_at = q.drafted_at;
         ev.accepted_at = q.accepted_at;
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
+        if (q.rules_on) pool->set_rules(q.slot, {}, {});  // (the slot may serve a feed next)
     }
     // An event with a token (or none: -1) and its log-probabilities, as the request asked
     // (Request::logprobs; lp: the step's, or nullptr).
@@ -652,6 +725,7 @@ Expected<RequestId> Engine::submit(Request r) {
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
+    DSV4_RETURN_IF_ERROR(check_rules(r, e.info.vocab_size));
 
     if (e.waiting_for_slots() >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
@@ -751,6 +825,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.spec_drafts.assign(len, -1);
         for (int32_t t = 0; t + 1 < len; ++t) q.spec_drafts[t] = q.fed_tokens[t + 1];
         r.drafts = spec ? q.spec_drafts.data() : nullptr;
+        r.rules = q.rules_on;
         owners.push_back(&q);
         starts.push_back(at);
         at += len;
@@ -770,6 +845,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         r.sampled_out = &q.sampled;
         q.logprobs.resize(q.r.logprobs >= 0 ? 1 : 0);
         r.logprobs_out = q.r.logprobs >= 0 ? q.logprobs.data() : nullptr;
+        r.rules = q.rules_on;
         owners.push_back(&q);
         starts.push_back(at);
         at += c;
@@ -1066,10 +1142,10 @@ Expected<std::vector<int32_t>> Engine::generate(Session& session,
                                                 const SamplingParams& sampling, bool stop_at_eos,
                                                 const std::function<bool(int32_t)>& on_token,
                                                 Speculation speculative, GenerateStats* stats,
-                                                int draft_tokens) {
+                                                int draft_tokens, const LogitsRules& rules) {
     if (!idle()) return error("generate: the engine is running other requests");
     DSV4_ASSIGN_OR_RETURN(RequestId id, submit({prompt, max_tokens, sampling, stop_at_eos, &session,
-                                                speculative, draft_tokens}));
+                                                speculative, draft_tokens, -1, rules}));
     std::vector<int32_t> out;
     std::vector<TokenEvent> events;
     for (bool done = false; !done;) {

@@ -30,6 +30,9 @@ CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType ind
             f.fixed_bytes += 8.0 * 2 * l.compress_rate * 2 * c.index_head_dim;
         }
     }
+    // Each slot's sampling generator and logits rules (CachePool::rules and what follows).
+    f.fixed_bytes += 4 * sizeof(uint64_t) + sizeof(ops::SlotRules) +
+                     CachePool::kRuleEntries * sizeof(ops::LogitsRuleEntry) + 4.0 * c.vocab_size;
     return f;
 }
 
@@ -116,6 +119,15 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
     }
     DSV4_ASSIGN_OR_RETURN(void* rng, take(S * 4, sizeof(uint64_t)));
     p->rng_ = static_cast<uint64_t*>(rng);
+    DSV4_ASSIGN_OR_RETURN(void* rules, take(S, sizeof(ops::SlotRules)));
+    p->rules_ = static_cast<ops::SlotRules*>(rules);
+    DSV4_ASSIGN_OR_RETURN(void* entries, take(S * kRuleEntries, sizeof(ops::LogitsRuleEntry)));
+    p->entries_ = static_cast<ops::LogitsRuleEntry*>(entries);
+    DSV4_ASSIGN_OR_RETURN(void* counts, take(S * int64_t{c.vocab_size}, sizeof(uint32_t)));
+    p->counts_ = static_cast<uint32_t*>(counts);
+    p->vocab_ = c.vocab_size;
+    const std::vector<ops::SlotRules> off(S);
+    backend.upload(p->rules_, off.data(), S * sizeof(ops::SlotRules));
     p->in_use_.assign(S, false);
     p->head_dim_ = c.head_dim;
     p->ring_rows_ = c.sliding_window + layout.ring_extra;
@@ -166,6 +178,21 @@ void CachePool::copy_slot(int src, int dst) {
         }
     }
     slice(rng_, 4 * sizeof(uint64_t));
+}
+
+void CachePool::set_rules(int slot, const ops::SlotRules& rules,
+                          std::span<const ops::LogitsRuleEntry> entries) {
+    DSV4_ASSERT(slot >= 0 && slot < layout_.max_seqs, "set_rules slot ", slot);
+    DSV4_ASSERT(rules.n_entries == static_cast<int32_t>(entries.size()) &&
+                    entries.size() <= static_cast<size_t>(kRuleEntries),
+                "set_rules: ", entries.size(), " entries");
+    backend_.upload(rules_ + slot, &rules, sizeof(rules));
+    if (!entries.empty())
+        backend_.upload(entries_ + int64_t{slot} * kRuleEntries, entries.data(),
+                        entries.size() * sizeof(ops::LogitsRuleEntry));
+    // (fill writes floats: 0.0f is the zero word)
+    if (rules.on && rules.count)
+        backend_.fill(reinterpret_cast<float*>(counts_ + slot * vocab_), 0.0f, vocab_);
 }
 
 void CachePool::reset(int slot) {

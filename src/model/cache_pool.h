@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
 #include "formats/cache_row.h"
 #include "model/config.h"
 #include "ops/backend.h"
+#include "ops/sample.h"
 
 namespace dsv4 {
 
@@ -99,6 +101,15 @@ class CachePool {
     const CacheLayout& layout() const { return layout_; }
     const LayerCache& layer(int l) const { return layers_[l]; }  // l == num_layers: MTP
     uint64_t* rng() const { return rng_; }  // [S, 4] sampling generator per slot
+    // The logits rules of each slot's request (ops::LogitsRulesArgs).
+    const ops::SlotRules* rules() const { return rules_; }                 // [S]
+    const ops::LogitsRuleEntry* rule_entries() const { return entries_; }  // [S, kRuleEntries]
+    uint32_t* token_counts() const { return counts_; }                     // [S, V]
+    static constexpr int kRuleEntries = kMaxLogitBias + kMaxMinTokensStops + 1;  // + EOS
+    // Writes a slot's rules (entries sorted by token, distinct, at most kRuleEntries) and, when
+    // they count, empties its token table. rules.on = 0 turns them off.
+    void set_rules(int slot, const ops::SlotRules& rules,
+                   std::span<const ops::LogitsRuleEntry> entries);
     size_t bytes() const { return bytes_; }
 
   private:
@@ -112,6 +123,10 @@ class CachePool {
     std::vector<void*> blocks_;
     std::vector<bool> in_use_;
     uint64_t* rng_ = nullptr;
+    ops::SlotRules* rules_ = nullptr;
+    ops::LogitsRuleEntry* entries_ = nullptr;
+    uint32_t* counts_ = nullptr;
+    int64_t vocab_ = 0;
     size_t bytes_ = 0;
     int head_dim_ = 0, ring_rows_ = 0;  // a slot's ring: ring_rows_ rows of head_dim_ values
 };

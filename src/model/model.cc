@@ -226,12 +226,13 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
     // reads the first Rs), then every other token whose logits are asked for.
     host_.clear();
     std::vector<int32_t> logit_idx, sample_slot, sample_draft;
-    bool any_draft = false, any_logprobs = false;
+    bool any_draft = false, any_logprobs = false, any_rules = false;
     std::vector<SamplingParams> sampling;
     for (const StepRow& r : rows) {
         const int32_t start = host_.T();
         host_.add_row(r.slot, r.pos0, r.len, r.ids);
         any_logprobs = any_logprobs || (r.sample && r.logprobs_out != nullptr);
+        any_rules = any_rules || r.rules;
         if (r.sample)
             for (int32_t t = r.sample_all ? 0 : r.len - 1; t < r.len; ++t) {
                 logit_idx.push_back(start + t);
@@ -260,8 +261,9 @@ Status Model::run_step(CachePool& pool, std::span<const StepRow> rows, const Lay
         mtp_host_.add_row(rows[i].slot, rows[i].pos0, rows[i].len, rows[i].mtp_next);
         for (int32_t t = 0; t < rows[i].len; ++t) mtp_src.push_back(host_.row_start[i] + t);
     }
-    const Dims d{host_.T(),     host_.B(),   static_cast<int>(logit_idx.size()), Rs, mtp_host_.T(),
-                 mtp_host_.B(), any_logprobs};
+    const Dims d{host_.T(),    host_.B(),     static_cast<int>(logit_idx.size()),
+                 Rs,           mtp_host_.T(), mtp_host_.B(),
+                 any_logprobs, any_rules};
     const Workspace* ws = nullptr;
     for (const auto& b : buckets_)
         if (b->capacity >= d.T) {
@@ -376,7 +378,8 @@ Status Model::run_forward(const Workspace& ws, const CachePool& pool, const Dims
         forward(ws, pool, d, nullptr, verify_drafts);
         return Status::ok();
     }
-    const StepKey key{&ws, &pool, d.T, d.B, d.R, d.Rs, d.Tm, d.Bm, verify_drafts, d.logprobs};
+    const StepKey key{&ws,  &pool, d.T,           d.B,        d.R,    d.Rs,
+                      d.Tm, d.Bm,  verify_drafts, d.logprobs, d.rules};
     auto it = recorded_.find(key);
     if (it == recorded_.end() || (it->second == nullptr && recorded_count_ >= kMaxRecorded)) {
         // First sight of this shape: run it directly (one-off prefill shapes never record).
@@ -534,6 +537,7 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
             b.copy(capture + c.num_layers * cap_stride, ws.head_xn,
                    d.R * int64_t{D} * sizeof(float));
         b.linear({ws.head_xn, &w_.head, ws.logits, d.R, c.vocab_size});
+        if (d.rules) rules(ws, st, pool, d);
         if (d.Rs > 0)
             b.sample({ws.logits, ws.sampling, ws.sample_slot, pool.rng(), ws.sampled, d.Rs,
                       c.vocab_size, verify_drafts ? ws.sample_draft : nullptr});
@@ -544,7 +548,17 @@ void Model::forward(const Workspace& ws, const CachePool& pool, const Dims& d, f
                         ws.logprobs + lo.top_logprob, d.Rs, c.vocab_size, kMaxTopLogprobs});
         }
     }
+    if (d.R == 0 && d.rules) rules(ws, st, pool, d);  // (marks the prompt chunks' tokens)
     if (d.Tm > 0) mtp_forward(ws, pool, d);
+}
+
+// The request logits rules (ops::LogitsRulesArgs) on the sampled rows, after the step's tokens
+// are counted.
+void Model::rules(const Workspace& ws, const ops::StepDesc& st, const CachePool& pool,
+                  const Dims& d) {
+    backend_.logits_rules({st.ids, st.tok_pos, st.tok_row, st.row_slot, ws.logits, ws.sample_slot,
+                           ws.logit_idx, pool.rules(), pool.rule_entries(), pool.token_counts(),
+                           d.T, d.Rs, cfg_.vocab_size, CachePool::kRuleEntries});
 }
 
 // One decoder block: attention sub-block, then FFN sub-block, each wrapped in mHC pre/post.

@@ -59,6 +59,9 @@ struct StepRow {
     // logits of the token after next.
     const int32_t* mtp_next = nullptr;
     std::vector<float>* mtp_logits_out = nullptr;
+    // The slot's logits rules are on (CachePool::set_rules): the step runs the logits_rules op,
+    // which marks the row's tokens and changes its sampled logits.
+    bool rules = false;
 };
 
 class Model {
@@ -122,6 +125,7 @@ class Model {
         int T = 0, B = 0, R = 0, Rs = 0;
         int Tm = 0, Bm = 0;     // MTP tokens and rows
         bool logprobs = false;  // the sampled rows' log-probabilities too
+        bool rules = false;     // a row's slot has logits rules
     };
 
   private:
@@ -132,6 +136,7 @@ class Model {
     Status validate(const CachePool& pool, std::span<const StepRow> rows) const;
     void forward(const Workspace& ws, const CachePool& pool, const Dims& d, float* capture,
                  bool verify_drafts);
+    void rules(const Workspace& ws, const ops::StepDesc& st, const CachePool& pool, const Dims& d);
     Status run_forward(const Workspace& ws, const CachePool& pool, const Dims& d,
                        bool verify_drafts);
     void mtp_forward(const Workspace& ws, const CachePool& pool, const Dims& d);
@@ -231,8 +236,8 @@ class Model {
     float* capture_ = nullptr;  // [L+1, step_tokens, n*D] when a tap was asked for
     // Recorded steps by shape: the workspace and pool they point into, the Dims, draft
     // verification. A null entry: the shape was seen once (recorded on its next step).
-    using StepKey =
-        std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int, bool, bool>;
+    using StepKey = std::tuple<const Workspace*, const CachePool*, int, int, int, int, int, int,
+                               bool, bool, bool>;
     std::map<StepKey, std::unique_ptr<RecordedStep>> recorded_;
     int recorded_count_ = 0;
     bool record_steps_ = true;

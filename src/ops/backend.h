@@ -200,6 +200,7 @@ class Backend {
     virtual void gather_rows(const ops::GatherRowsArgs& a) = 0;
     virtual void sample(const ops::SampleArgs& a) = 0;
     virtual void logprobs(const ops::LogprobsArgs& a) = 0;
+    virtual void logits_rules(const ops::LogitsRulesArgs& a) = 0;
     virtual void round_trip(const ops::RoundTripArgs& a) = 0;
     // x *= s (n elements).
     virtual void scale(float* x, float s, int64_t n) = 0;

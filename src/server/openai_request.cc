@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <charconv>
 #include <cmath>
 #include <optional>
 
@@ -290,20 +291,45 @@ std::optional<ApiError> read_completion_prompt(const Json& body, GenerationSpec&
     return invalid_request("prompt must be a string or a non-empty list of token ids", "prompt");
 }
 
+// The logits rules (LogitsRules): OpenAI's presence_penalty, frequency_penalty and logit_bias
+// ({"token id": bias}), vLLM's repetition_penalty and min_tokens.
+std::optional<ApiError> read_rules(const Json& body, GenerationSpec& spec) {
+    FieldReader r(body, "");
+    LogitsRules& u = spec.rules;
+    r.number("presence_penalty", -2, 2, u.presence_penalty);
+    r.number("frequency_penalty", -2, 2, u.frequency_penalty);
+    r.number("repetition_penalty", 0, 100, u.repetition_penalty);
+    if (r.ok() && u.repetition_penalty <= 0) r.fail("repetition_penalty", "must be greater than 0");
+    int64_t min_tokens = 0;
+    r.integer("min_tokens", 0, INT32_MAX, min_tokens);
+    u.min_tokens = static_cast<int>(min_tokens);
+    if (!r.ok()) return r.error();
+    const Json* bias = r.get("logit_bias");
+    if (bias == nullptr || bias->is_null()) return std::nullopt;
+    if (!bias->is_object() || bias->size() > static_cast<size_t>(kMaxLogitBias))
+        return invalid_request("logit_bias must be an object of at most " +
+                                   std::to_string(kMaxLogitBias) + " token ids and biases",
+                               "logit_bias");
+    for (const auto& [key, value] : bias->items()) {
+        int64_t id = 0;
+        const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (ec != std::errc() || end != key.data() + key.size())
+            return invalid_request("logit_bias keys must be token ids, got \"" + key + "\"",
+                                   "logit_bias");
+        if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+            return invalid_request("logit_bias values must be numbers in [-100, 100]",
+                                   "logit_bias");
+        spec.logit_bias.emplace_back(id, value.get<float>());
+    }
+    return std::nullopt;
+}
+
 // Fields that would change the output in ways this server does not implement.
 std::optional<ApiError> refuse_unsupported(const Json& body) {
     FieldReader r(body, "");
-    for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-        float x = 0;
-        r.number(key, -2, 2, x);
-        if (!r.ok()) return r.error();
-        if (x != 0) return invalid_request(std::string(key) + " is not supported", key);
-    }
     int64_t best_of = 1;
     r.integer("best_of", 1, 1, best_of);
     if (!r.ok()) return invalid_request("best_of must be 1", "best_of");
-    if (const Json* v = r.get("logit_bias"); v != nullptr && !(v->is_object() && v->empty()))
-        return invalid_request("logit_bias is not supported", "logit_bias");
     if (const Json* v = r.get("suffix"); v != nullptr && !(v->is_string() && v->empty()))
         return invalid_request("suffix is not supported", "suffix");
     return std::nullopt;
@@ -361,6 +387,7 @@ std::optional<ApiError> read_common(const Json& body, GenerationSpec& spec) {
                                        std::to_string(kMaxStopTokenIds) + " token ids",
                                    "stop_token_ids");
     }
+    if (auto e = read_rules(body, spec)) return e;
     return refuse_unsupported(body);
 }
 

@@ -1,11 +1,12 @@
 // The OpenAI request bodies (/v1/chat/completions, /v1/completions) read and validated into
 // one GenerationSpec: every field checked for type and range, anything this server cannot honour
-// (penalties, logit_bias, forced tool choice...) refused with a 400 that names the field.
+// (best_of, suffix, forced tool choice...) refused with a 400 that names the field.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dsv4/chat.h"
@@ -45,6 +46,12 @@ struct GenerationSpec {
     std::vector<int64_t> stop_token_ids;
     // Completions: the prompt's text in front of the output (not with logprobs).
     bool echo = false;
+    // presence_penalty, frequency_penalty, vLLM's repetition_penalty and min_tokens
+    // (LogitsRules; its logit_bias and min_tokens_stops are filled from the two below when the
+    // request is made), logit_bias as given (token id, bias; checked against the vocabulary
+    // with the prompt).
+    LogitsRules rules;
+    std::vector<std::pair<int64_t, float>> logit_bias;
 };
 
 // The most stop_token_ids a request may give.

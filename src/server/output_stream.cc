@@ -10,6 +10,7 @@ OutputStream::OutputStream(const Tokenizer& tokenizer, const GenerationSpec& spe
       thinking_(chat_ && spec.encode.thinking_mode == chat::ThinkingMode::kThinking),
       stop_(spec.stop),
       include_stop_(spec.include_stop_str_in_output),
+      min_tokens_(spec.rules.min_tokens),
       parser_(thinking_) {}
 
 StreamDelta OutputStream::release(std::string_view text) {
@@ -26,6 +27,11 @@ StreamDelta OutputStream::release(std::string_view text) {
 StreamDelta OutputStream::push(int32_t token) {
     if (stopped_) return {};
     held_ += decoder_.push(token);
+    if (++pushed_ <= min_tokens_) {  // (no stop string yet: nothing to hold back)
+        StreamDelta d = release(held_);
+        held_.clear();
+        return d;
+    }
     const Found f = find_first(held_, stop_);
     if (f.found()) {
         stopped_ = true;

@@ -41,6 +41,10 @@ class OutputStream {
     bool thinking_;
     std::vector<std::string> stop_;
     bool include_stop_;  // GenerationSpec::include_stop_str_in_output
+    // Stop strings are looked for only in the text of tokens after the first min_tokens (as
+    // vLLM, which checks no stop before them).
+    int min_tokens_;
+    int pushed_ = 0;
     std::string held_;   // text that may be the start of a stop string
     std::string text_;   // released text
     bool stopped_ = false;

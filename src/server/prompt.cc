@@ -51,6 +51,9 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
     if (!ids) return ids.error();
     p.ids = std::move(*ids);
     if (auto e = check_vocab(spec.stop_token_ids, "stop_token_ids", info.vocab_size)) return *e;
+    std::vector<int64_t> biased;
+    for (const auto& [id, bias] : spec.logit_bias) biased.push_back(id);
+    if (auto e = check_vocab(biased, "logit_bias", info.vocab_size)) return *e;
     const int64_t n = static_cast<int64_t>(p.ids.size());
     ApiError too_long = invalid_request("", param);
     too_long.code = "context_length_exceeded";
@@ -67,6 +70,10 @@ ApiResult<Prompt> build_prompt(const GenerationSpec& spec, const Tokenizer& toke
         too_long.param = "max_tokens";
         return too_long;
     }
+    if (spec.rules.min_tokens > p.max_tokens)
+        return invalid_request("min_tokens (" + std::to_string(spec.rules.min_tokens) +
+                                   ") exceeds max_tokens (" + std::to_string(p.max_tokens) + ")",
+                               "min_tokens");
     return p;
 }
 

@@ -22,6 +22,26 @@ const char* op_name(RankCommand::Op op) {
     return "?";
 }
 
+json rules_json(const LogitsRules& u) {
+    json bias = json::array();
+    for (const TokenBias& b : u.logit_bias) bias.push_back({b.token, b.bias});
+    return {{"repetition", u.repetition_penalty}, {"frequency", u.frequency_penalty},
+            {"presence", u.presence_penalty},     {"bias", bias},
+            {"min_tokens", u.min_tokens},         {"stops", u.min_tokens_stops}};
+}
+
+LogitsRules rules_from(const json& j) {
+    LogitsRules u;
+    u.repetition_penalty = j.at("repetition").get<float>();
+    u.frequency_penalty = j.at("frequency").get<float>();
+    u.presence_penalty = j.at("presence").get<float>();
+    for (const json& b : j.at("bias"))
+        u.logit_bias.push_back({b.at(0).get<int32_t>(), b.at(1).get<float>()});
+    u.min_tokens = j.at("min_tokens").get<int>();
+    u.min_tokens_stops = j.at("stops").get<std::vector<int32_t>>();
+    return u;  // (the engine checks the values at submit)
+}
+
 json request_json(const Request& r) {
     return {{"prompt", r.prompt},
             {"max_tokens", r.max_tokens},
@@ -32,7 +52,8 @@ json request_json(const Request& r) {
             {"stop_at_eos", r.stop_at_eos},
             {"speculative", static_cast<int>(r.speculative)},
             {"draft_tokens", r.draft_tokens},
-            {"logprobs", r.logprobs}};
+            {"logprobs", r.logprobs},
+            {"rules", rules_json(r.rules)}};
 }
 
 Request request_from(const json& j) {
@@ -50,6 +71,7 @@ Request request_from(const json& j) {
     r.speculative = static_cast<Speculation>(spec);
     r.draft_tokens = j.at("draft_tokens").get<int>();
     r.logprobs = j.at("logprobs").get<int>();  // (the engine checks the range at submit)
+    r.rules = rules_from(j.at("rules"));
     return r;
 }
 

@@ -69,6 +69,14 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     base.stop_at_eos = !spec->ignore_eos;
     base.speculative = ctx.speculative;
     base.draft_tokens = ctx.draft_tokens;
+    base.rules = spec->rules;
+    for (const auto& [id, bias] : spec->logit_bias)
+        base.rules.logit_bias.push_back({static_cast<int32_t>(id), bias});
+    base.rules.min_tokens_stops.assign(spec->stop_token_ids.begin(), spec->stop_token_ids.end());
+    if (base.rules.penalties()) {  // (penalties count every fed token: no drafts)
+        base.speculative = Speculation::kNone;
+        base.draft_tokens = 0;
+    }
     for (int i = 0; i < spec->n; ++i) {
         channels.push_back(std::make_shared<Channel>(notifier));
         Request request = base;

@@ -45,6 +45,28 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return m;
 }
 
+// Submits the requests, then steps until the engine is idle: each request's token events, in
+// submit order (an error event or a refused request is a failed expectation).
+std::vector<std::vector<TokenEvent>> token_events(Engine& e, const std::vector<Request>& reqs) {
+    std::map<RequestId, size_t> req;
+    std::vector<std::vector<TokenEvent>> out(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto id = e.submit(reqs[i]);
+        EXPECT_TRUE(id.has_value()) << id.status().message();
+        if (id) req[*id] = i;
+    }
+    std::vector<TokenEvent> events;
+    while (!e.idle()) {
+        events.clear();
+        EXPECT_TRUE(e.step(&events).is_ok());
+        for (TokenEvent& ev : events) {
+            EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
+            if (ev.token >= 0) out[req[ev.id]].push_back(ev);
+        }
+    }
+    return out;
+}
+
 // Dense f32 weights (transformers layout), release FP8 + MXFP4, and NVFP4.
 const char* const kFixtures[] = {"small-rates", "fmt-official", "fmt-nvfp4"};
 const int kLens[8] = {1, 3, 7, 12, 20, 5, 9, 16};
@@ -198,31 +220,14 @@ TEST(CudaEngineGpu, LogprobsMatchCpu) {
         ASSERT_TRUE(gpu && cpu);
         const int V = gpu->info().vocab_size;
         const int counts[3] = {0, 5, kMaxTopLogprobs};
-        auto run = [&](Engine& e) {
-            std::map<RequestId, int> req;
-            std::vector<std::vector<TokenEvent>> out(3);
-            for (int i = 0; i < 3; ++i) {
-                Request r;
-                r.prompt = random_ids(kLens[i + 2], V, 400 + i);
-                r.max_tokens = 6;
-                r.stop_at_eos = false;
-                r.logprobs = counts[i];
-                auto id = e.submit(r);
-                EXPECT_TRUE(id.has_value()) << id.status().message();
-                if (id) req[*id] = i;
-            }
-            std::vector<TokenEvent> events;
-            while (!e.idle()) {
-                events.clear();
-                EXPECT_TRUE(e.step(&events).is_ok());
-                for (TokenEvent& ev : events) {
-                    EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
-                    if (ev.token >= 0) out[req[ev.id]].push_back(ev);
-                }
-            }
-            return out;
-        };
-        const auto got = run(*gpu), ref = run(*cpu);
+        std::vector<Request> reqs(3);
+        for (int i = 0; i < 3; ++i) {
+            reqs[i].prompt = random_ids(kLens[i + 2], V, 400 + i);
+            reqs[i].max_tokens = 6;
+            reqs[i].stop_at_eos = false;
+            reqs[i].logprobs = counts[i];
+        }
+        const auto got = token_events(*gpu, reqs), ref = token_events(*cpu, reqs);
         constexpr double kTol = 1e-3;
         double worst = 0;
         for (int i = 0; i < 3; ++i) {
@@ -252,6 +257,58 @@ TEST(CudaEngineGpu, LogprobsMatchCpu) {
         }
         std::printf("[engine] %-12s logprobs vs CPU max-abs %.3g\n", fixture, worst);
         EXPECT_LE(worst, kTol) << fixture;
+    }
+}
+
+// Request logits rules on CUDA through the engine (penalties, logit_bias, min_tokens; three
+// requests batched) against the CPU engine: the same greedy tokens and their (processed)
+// log-probabilities within the logits' 1e-3. Where the two first choose differently, the GPU's
+// two best must be a near tie (within 2e-3), and the rest of that request is not compared.
+TEST(CudaEngineGpu, LogitsRulesMatchCpu) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        auto gpu = make_engine(fixture, "cuda", 4);
+        auto cpu = make_engine(fixture, "cpu", 4);
+        ASSERT_TRUE(gpu && cpu);
+        const int V = gpu->info().vocab_size;
+        std::vector<Request> reqs(3);
+        for (int i = 0; i < 3; ++i) {
+            reqs[i].prompt = random_ids(kLens[i + 3], V, 500 + i);
+            reqs[i].max_tokens = 10;
+            reqs[i].logprobs = 2;
+        }
+        reqs[0].stop_at_eos = false;
+        reqs[0].rules.repetition_penalty = 1.6f;
+        reqs[0].rules.frequency_penalty = 0.7f;
+        reqs[0].rules.presence_penalty = 0.8f;
+        reqs[1].rules.logit_bias = {{1, 2.0f}, {V - 1, 5.0f}, {V / 2, -100.0f}};
+        reqs[1].rules.min_tokens = 6;
+        reqs[1].rules.min_tokens_stops = {V - 1};
+        reqs[2].stop_at_eos = false;  // no rules
+        const auto got = token_events(*gpu, reqs), ref = token_events(*cpu, reqs);
+        double worst = 0;
+        int compared = 0;
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_FALSE(ref[i].empty()) << fixture;
+            for (size_t t = 0; t < ref[i].size(); ++t) {
+                ASSERT_LT(t, got[i].size()) << fixture << " request " << i;
+                const TokenEvent &g = got[i][t], &c = ref[i][t];
+                ASSERT_TRUE(g.logprobs && c.logprobs);
+                if (g.token != c.token) {
+                    const auto& top = g.logprobs->top;
+                    EXPECT_LE(top[0].logprob - top[1].logprob, 2e-3)
+                        << fixture << " request " << i << " token " << t << ": " << g.token
+                        << " vs " << c.token;
+                    break;
+                }
+                worst = std::max(worst, std::fabs(static_cast<double>(g.logprobs->logprob) -
+                                                  c.logprobs->logprob));
+                ++compared;
+            }
+        }
+        std::printf("[engine] %-12s logits rules: %d tokens equal, logprobs max-abs %.3g\n",
+                    fixture, compared, worst);
+        EXPECT_LE(worst, 1e-3) << fixture;
     }
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1108,6 +1109,85 @@ TEST(CudaOpsGpu, LogprobsMatchReference) {
         const double w = std::max(close(dlp.get(), lp), close(dtop.get(), top));
         std::printf("[ops] %s R=%lld: worst relative difference %.3g\n", what.c_str(),
                     static_cast<long long>(R), w);
+    }
+}
+
+// The request logits rules against the CPU's, bit for bit (every step a rounded float operation
+// on both; docs/numerics-cuda.md, "logits rules"): a step of four rows at mixed positions, one
+// a prompt chunk with repeated ids (the marking's atomics), one not sampled (marks only); slots
+// with penalties and entries, entries only (min_tokens reached by one row, not by another), rules
+// off, and a token table already holding earlier counts; entries on the 4096-token slices'
+// edges. The token tables must match too.
+TEST(CudaOpsGpu, LogitsRulesMatchReference) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    std::mt19937 rng(47);
+    for (const int64_t V : {int64_t{129280}, int64_t{1537}}) {
+        const int S = 6, E = 9;
+        // Step rows: slot, first position, length; tokens drawn from a few ids so they repeat.
+        const std::vector<std::tuple<int, int64_t, int>> rows = {
+            {4, 40, 1}, {1, 0, 37}, {0, 17, 1}, {5, 2, 6}};
+        std::vector<int32_t> ids, tok_row, row_slot;
+        std::vector<int64_t> tok_pos;
+        for (size_t b = 0; b < rows.size(); ++b) {
+            const auto& [slot, pos0, len] = rows[b];
+            row_slot.push_back(slot);
+            for (int i = 0; i < len; ++i) {
+                ids.push_back(static_cast<int32_t>(rng() % 11 == 0 ? V - 1 : rng() % 23));
+                tok_row.push_back(static_cast<int32_t>(b));
+                tok_pos.push_back(pos0 + i);
+            }
+        }
+        const int64_t T = static_cast<int64_t>(ids.size());
+        // Sampled rows: the last tokens of rows 0, 1 and 2 (row 3 is a prompt chunk that does
+        // not end its prompt).
+        const std::vector<int32_t> slot = {4, 1, 0};
+        const std::vector<int32_t> logit_idx = {0, 37, 38};
+        const int64_t R = static_cast<int64_t>(slot.size());
+        std::vector<ops::SlotRules> rules(S);
+        rules[4] = {1, 1, 30, 0, 0, 1.7f, 0.6f, 0.9f};   // penalties, outputs from 30
+        rules[1] = {1, 0, 38, 3, 0, 1.0f, 0.0f, 0.0f};   // entries, min_tokens 3 not reached
+        rules[0] = {1, 1, 10, 4, 0, 0.8f, -0.4f, 2.0f};  // both, min_tokens 4 reached
+        rules[5] = {1, 1, 0, 0, 0, 1.3f, 0.5f, 0.0f};    // marks only (not sampled)
+        std::vector<ops::LogitsRuleEntry> entries(S * E);
+        auto put = [&](int s, std::vector<ops::LogitsRuleEntry> e) {
+            rules[s].n_entries = static_cast<int32_t>(e.size());
+            std::copy(e.begin(), e.end(), entries.begin() + s * E);
+        };
+        const int32_t edge = V > 4096 ? 4095 : 100, next = edge + 1,
+                      last = static_cast<int32_t>(V - 1);
+        put(4,
+            {{0, 2.5f, 0}, {3, -1.25f, 0}, {edge, 7.0f, 0}, {next, -100.0f, 0}, {last, 0.5f, 0}});
+        put(1, {{2, 100.0f, 1}, {5, 0.0f, 1}, {edge, 3.0f, 0}});
+        put(0, {{1, 1.0f, 1}, {7, 2.0f, 0}, {next, 4.0f, 1}, {last, -3.0f, 0}});
+        std::vector<uint32_t> counts(S * V, 0);
+        for (int64_t v = 0; v < 40; ++v)  // slot 0's earlier tokens
+            counts[0 * V + v] = (v % 3 == 0 ? ops::kTokenSeen : 0u) + static_cast<uint32_t>(v % 4);
+        auto logits = randn(R * V, rng, 4.0f);
+        for (int64_t i = 0; i < R * V; i += 97) logits[i] = -logits[i];  // (both signs either way)
+        Dev<int32_t> dids(*be, ids), drow(*be, tok_row), drs(*be, row_slot), dslot(*be, slot),
+            didx(*be, logit_idx);
+        Dev<int64_t> dpos(*be, tok_pos);
+        Dev<float> dl(*be, logits);
+        Dev<ops::SlotRules> drules(*be, rules);
+        Dev<ops::LogitsRuleEntry> dent(*be, entries);
+        Dev<uint32_t> dcounts(*be, counts);
+        be->logits_rules({dids.p, dpos.p, drow.p, drs.p, dl.p, dslot.p, didx.p, drules.p, dent.p,
+                          dcounts.p, T, R, V, E});
+        cpu_ref::logits_rules({ids.data(), tok_pos.data(), tok_row.data(), row_slot.data(),
+                               logits.data(), slot.data(), logit_idx.data(), rules.data(),
+                               entries.data(), counts.data(), T, R, V, E});
+        const auto got = dl.get();
+        int64_t differ = 0;
+        for (int64_t i = 0; i < R * V; ++i)
+            differ += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(logits[i]);
+        EXPECT_EQ(differ, 0) << "V=" << V;
+        EXPECT_EQ(dcounts.get(), counts) << "V=" << V;
+        // The reference changed what it should: a ban, a bias, a penalty.
+        EXPECT_EQ(logits[1 * V + 2], std::numeric_limits<float>::lowest());
+        std::printf("[ops] logits rules V=%lld T=%lld R=%lld: %lld logits differ\n",
+                    static_cast<long long>(V), static_cast<long long>(T), static_cast<long long>(R),
+                    static_cast<long long>(differ));
     }
 }
 

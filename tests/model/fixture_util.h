@@ -71,6 +71,14 @@ inline std::vector<std::vector<TokenEvent>> run_requests(Engine& e,
     return out;
 }
 
+// The log-softmax of a row of V logits at id (the logprobs op's formula, ops/sample.h).
+inline double log_softmax(const float* l, int64_t V, int32_t id) {
+    const double mx = *std::max_element(l, l + V);
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
+    return l[id] - (mx + std::log(sum));
+}
+
 // The tokens among a request's events.
 inline std::vector<int32_t> tokens_of(const std::vector<TokenEvent>& events) {
     std::vector<int32_t> t;

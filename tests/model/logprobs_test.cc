@@ -44,14 +44,6 @@ std::vector<std::vector<TokenEvent>> run(Engine& e, const std::vector<Request>& 
     return out;
 }
 
-// log-softmax of one row at id, the op's formula (ops/sample.h).
-double log_softmax(const float* l, int64_t V, int32_t id) {
-    const double mx = *std::max_element(l, l + V);
-    double sum = 0;
-    for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
-    return l[id] - (mx + std::log(sum));
-}
-
 TEST(Logprobs, MatchTheSessionsLogitsAndTheGreedyChoice) {
     auto engine = make_engine(4);
     ASSERT_TRUE(engine);
@@ -87,11 +79,11 @@ TEST(Logprobs, MatchTheSessionsLogitsAndTheGreedyChoice) {
             const float* l = logits.data() + (greedy.prompt.size() - 1 + k) * V;
             ASSERT_TRUE(ev.logprobs.has_value()) << "token " << k;
             const TokenLogprobs& lp = *ev.logprobs;
-            EXPECT_NEAR(lp.logprob, log_softmax(l, V, ev.token), 1e-5) << "token " << k;
+            EXPECT_NEAR(lp.logprob, test::log_softmax(l, V, ev.token), 1e-5) << "token " << k;
             EXPECT_LE(lp.logprob, 0.0f);
             EXPECT_EQ(lp.top_n, which == 0 ? 5 : 0);
             for (int j = 0; j < lp.top_n; ++j) {
-                EXPECT_NEAR(lp.top[j].logprob, log_softmax(l, V, lp.top[j].token), 1e-5);
+                EXPECT_NEAR(lp.top[j].logprob, test::log_softmax(l, V, lp.top[j].token), 1e-5);
                 if (j > 0) {
                     // Most likely first, ties to the lower id.
                     const float a = l[lp.top[j - 1].token], b = l[lp.top[j].token];

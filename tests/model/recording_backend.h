@@ -202,6 +202,7 @@ class RecordingBackend final : public Backend {
     DSV4_REC_OP(gather_rows, GatherRowsArgs)
     DSV4_REC_OP(sample, SampleArgs)
     DSV4_REC_OP(logprobs, LogprobsArgs)
+    DSV4_REC_OP(logits_rules, LogitsRulesArgs)
     DSV4_REC_OP(round_trip, RoundTripArgs)
 #undef DSV4_REC_OP
     void scale(float* x, float s, int64_t n) override {

@@ -330,6 +330,49 @@ test('vLLM extensions: stop_token_ids end the output, ignore_eos runs to max_tok
   await rejects(client.completions.create({ ...body, stop_token_ids: 'x' }), 400, 'stop_token_ids');
 });
 
+test('logits rules: logit_bias, min_tokens holding stop_token_ids back, penalties; whole and streamed', async () => {
+  const body = { model: MODEL, prompt: 'The quick brown fox', max_tokens: 12, temperature: 0 };
+  const x = byteTokenId('x'.charCodeAt(0));
+  // +100 on one token: it is every token of the output.
+  const forced = (await client.completions.create({ ...body, logit_bias: { [x]: 100 } })).choices[0];
+  assert.equal(forced.text, 'x'.repeat(12));
+  // The same token as a stop id: it ends the output at once, or after min_tokens other tokens.
+  const at_once = await client.completions.create({ ...body, logit_bias: { [x]: 100 }, stop_token_ids: [x] });
+  assert.equal(at_once.usage.completion_tokens, 1);
+  assert.equal(at_once.choices[0].text, '');
+  const held = await client.completions.create({ ...body, logit_bias: { [x]: 100 }, stop_token_ids: [x], min_tokens: 4, logprobs: 0 });
+  assert.equal(held.usage.completion_tokens, 5);
+  assert.equal(held.choices[0].finish_reason, 'stop');
+  assert.equal(held.choices[0].logprobs.tokens.length, 4);
+  assert.ok(!held.choices[0].logprobs.tokens.includes('x'), JSON.stringify(held.choices[0].logprobs.tokens));
+  let streamed = '';
+  for await (const c of await client.completions.create({ ...body, logit_bias: { [x]: 100 }, stop_token_ids: [x], min_tokens: 4, stream: true }))
+    streamed += c.choices[0]?.text ?? '';
+  assert.equal(streamed, held.choices[0].text);
+  // -100 on the plain output's first token: another one comes first.
+  const plain = (await client.completions.create({ ...body, logprobs: 0 })).choices[0].logprobs.tokens;
+  const first = plain[0];
+  if (first.length === 1 && first.charCodeAt(0) < 128) {
+    const other = (await client.completions.create({ ...body, max_tokens: 1, logprobs: 0, logit_bias: { [byteTokenId(first.charCodeAt(0))]: -100 } })).choices[0];
+    assert.notEqual(other.logprobs.tokens[0], first);
+  }
+  // A huge repetition penalty: no ASCII token of the output repeats the prompt or itself.
+  const fresh = (await client.completions.create({ ...body, repetition_penalty: 100, logprobs: 0 })).choices[0].logprobs.tokens;
+  const seen = new Set(body.prompt.split(''));
+  for (const t of fresh) {
+    if (t.length !== 1 || t.charCodeAt(0) >= 128) continue;
+    assert.ok(!seen.has(t), `${JSON.stringify(t)} repeats (${JSON.stringify(fresh)})`);
+    seen.add(t);
+  }
+  const chat = await client.chat.completions.create({ model: MODEL, messages: user('hi'), max_tokens: 8, presence_penalty: 1.5, frequency_penalty: -0.5 });
+  assert.equal(chat.usage.completion_tokens, 8);
+  await rejects(client.completions.create({ ...body, logit_bias: { 100000: 1 } }), 400, 'logit_bias');
+  await rejects(client.completions.create({ ...body, logit_bias: { [x]: 101 } }), 400, 'logit_bias');
+  await rejects(client.completions.create({ ...body, min_tokens: 13 }), 400, 'min_tokens');
+  await rejects(client.completions.create({ ...body, repetition_penalty: 0 }), 400, 'repetition_penalty');
+  await rejects(client.completions.create({ ...body, presence_penalty: 3 }), 400, 'presence_penalty');
+});
+
 test('tokenize / detokenize: the prompts the endpoints build, and back to text', async () => {
   const auth = { Authorization: `Bearer ${KEY}` };
   const call = async (route, body, headers = auth) => post(`${srv.url}/${route}`, JSON.stringify(body), headers);

@@ -95,7 +95,14 @@ TEST(OpenAIRequest, MistakesName400Params) {
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "stop": ["a", "b", "c", "d", "e"]})"), "stop");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "stop": [""]})"), "stop");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "temperature": NaN})"), "temperature");
-    EXPECT_EQ(param_of("{" + m + msgs + R"(, "frequency_penalty": 1})"), "frequency_penalty");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "frequency_penalty": 2.5})"), "frequency_penalty");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "presence_penalty": "1"})"), "presence_penalty");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "repetition_penalty": 0})"), "repetition_penalty");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "min_tokens": -1})"), "min_tokens");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "logit_bias": [1]})"), "logit_bias");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "logit_bias": {"x": 1}})"), "logit_bias");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "logit_bias": {"12": 101}})"), "logit_bias");
+    EXPECT_EQ(param_of("{" + m + msgs + R"(, "logit_bias": {"12": "1"}})"), "logit_bias");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "reasoning_effort": "huge"})"), "reasoning_effort");
     EXPECT_EQ(param_of("{" + m + msgs + R"(, "chat_template_kwargs": {"thinking": "yes"}})"),
               "chat_template_kwargs");
@@ -106,6 +113,26 @@ TEST(OpenAIRequest, MistakesName400Params) {
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.error().status, 400);
     EXPECT_NE(bad.error().message.find("not valid JSON"), std::string::npos);
+}
+
+// The logits rules: OpenAI's penalties and logit_bias, vLLM's repetition_penalty and min_tokens.
+TEST(OpenAIRequest, LogitsRules) {
+    const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}])";
+    auto r = chat(head + R"(, "presence_penalty": -1.5, "frequency_penalty": 0.25,
+        "repetition_penalty": 1.2, "min_tokens": 3, "logit_bias": {"7": -100, "12": 2.5}})");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->rules.presence_penalty, -1.5f);
+    EXPECT_EQ(r->rules.frequency_penalty, 0.25f);
+    EXPECT_EQ(r->rules.repetition_penalty, 1.2f);
+    EXPECT_EQ(r->rules.min_tokens, 3);
+    ASSERT_EQ(r->logit_bias.size(), 2u);
+    std::map<int64_t, float> bias(r->logit_bias.begin(), r->logit_bias.end());
+    EXPECT_EQ(bias[7], -100.0f);
+    EXPECT_EQ(bias[12], 2.5f);
+    auto plain = chat(head + R"(, "logit_bias": null, "presence_penalty": 0})");
+    ASSERT_TRUE(plain);
+    EXPECT_FALSE(plain->rules.any());
+    EXPECT_TRUE(plain->logit_bias.empty());
 }
 
 // Log-probabilities: chat's logprobs + top_logprobs, completions' integer count (-1: none).

@@ -103,6 +103,10 @@ TEST(OutputStream, StopStringsCutAcrossTokens) {
     EXPECT_EQ(run(spec, "one two STOP three zz").joined.content, "one two STOP");
     chat.include_stop_str_in_output = true;
     EXPECT_EQ(run(chat, "para one\n\npara two").message["content"], "para one\n\n");
+    // min_tokens: no stop string is looked for in the first min_tokens tokens' text.
+    spec.include_stop_str_in_output = false;
+    spec.rules.min_tokens = static_cast<int>(tokenizer().encode("zz a", true).size());
+    EXPECT_EQ(run(spec, "zz abc zz def").joined.content, "zz abc ");
 }
 
 }  // namespace

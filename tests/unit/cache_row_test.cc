@@ -164,7 +164,11 @@ TEST(CacheRow, PoolHoldsDeepSeekEntries) {
     const int64_t csa = S * ((ctx / 4 + 1) * 584 + 2 * 2 * 4 * 2 * 512 * 4) +
                         S * ((ctx / 4 + 1) * 68 + 2 * 2 * 4 * 2 * 128 * 4);
     const int64_t hca = S * ((ctx / 128 + 1) * 584 + 2 * 128 * 512 * 4);
-    EXPECT_EQ(static_cast<int64_t>((*pool)->bytes()), ring + csa + hca + S * 4 * 8);
+    // (and each slot's generator and logits rules: ops::SlotRules, the entries, a token table)
+    const int64_t rules =
+        S * (sizeof(ops::SlotRules) + CachePool::kRuleEntries * sizeof(ops::LogitsRuleEntry) +
+             4 * int64_t{c.vocab_size});
+    EXPECT_EQ(static_cast<int64_t>((*pool)->bytes()), ring + csa + hca + S * 4 * 8 + rules);
     const CacheFootprint fp = cache_footprint(c, CacheType::kFp8, CacheType::kFp4);
     EXPECT_DOUBLE_EQ(fp.bytes_per_token, 584.0 / 4 + 68.0 / 4 + 584.0 / 128);
     auto bad = CachePool::create(c, *backend, {S, ctx, CacheType::kFp4, CacheType::kF32});

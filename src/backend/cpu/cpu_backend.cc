@@ -108,6 +108,7 @@ class CpuBackend final : public Backend {
     void gather_rows(const ops::GatherRowsArgs& a) override { cpu_ref::gather_rows(a); }
     void sample(const ops::SampleArgs& a) override { cpu_ref::sample(a); }
     void logprobs(const ops::LogprobsArgs& a) override { cpu_ref::logprobs(a); }
+    void logits_rules(const ops::LogitsRulesArgs& a) override { cpu_ref::logits_rules(a); }
     void round_trip(const ops::RoundTripArgs& a) override { cpu_ref::round_trip(a); }
     void count_experts(const ops::CountExpertsArgs& a) override {
         for (int64_t i = 0; i < a.n; ++i) {

@@ -1289,6 +1289,7 @@ class CudaBackend final : public Backend {
         const auto prof = profile_.scope("logprobs", recording_);
         cuda::launch_logprobs(a, cur());
     }
+    DSV4_CUDA_OP(logits_rules, LogitsRulesArgs, launch_logits_rules)
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }
 
     cudaStream_t stream() const { return stream_.get(); }

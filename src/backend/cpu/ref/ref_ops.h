@@ -46,6 +46,7 @@ void moe(const ops::MoeArgs& a);
 void gather_rows(const ops::GatherRowsArgs& a);
 void sample(const ops::SampleArgs& a);
 void logprobs(const ops::LogprobsArgs& a);
+void logits_rules(const ops::LogitsRulesArgs& a);
 void round_trip(const ops::RoundTripArgs& a);
 // x [rows, K] (rows ldx apart) rounded to FP8 per 128 along K into out [rows, K] (the
 // reference's act_quant; a last block shorter than 128 is its own block).

@@ -2,6 +2,7 @@
 // token from the row's slot generator (identical on every platform for a seed).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -111,6 +112,40 @@ void logprobs(const ops::LogprobsArgs& a) {
         for (int j = 0; j < a.n; ++j) {
             top_id[j] = j < n ? order[j] : -1;
             top[j] = j < n ? lp(order[j]) : NAN;
+        }
+    }
+}
+
+void logits_rules(const ops::LogitsRulesArgs& a) {
+    for (int64_t t = 0; t < a.T; ++t) {
+        const int32_t slot = a.row_slot[a.tok_row[t]];
+        const ops::SlotRules& rule = a.rules[slot];
+        if (!rule.on || !rule.count) continue;
+        uint32_t& w = a.counts[slot * a.V + a.ids[t]];
+        w |= ops::kTokenSeen;
+        if (a.tok_pos[t] >= rule.output_from) ++w;
+    }
+    for (int64_t r = 0; r < a.R; ++r) {
+        const ops::SlotRules& rule = a.rules[a.slot[r]];
+        if (!rule.on) continue;
+        float* l = a.logits + r * a.V;
+        const uint32_t* counts = a.counts + a.slot[r] * a.V;
+        if (rule.count)
+            for (int64_t v = 0; v < a.V; ++v) {
+                const uint32_t w = counts[v], c = w & ~ops::kTokenSeen;
+                float x = l[v];
+                if ((w & ops::kTokenSeen) && rule.repetition != 1.0f)
+                    x = x > 0.0f ? x / rule.repetition : x * rule.repetition;
+                x = x - rule.frequency * static_cast<float>(c);
+                if (c > 0) x = x - rule.presence;
+                l[v] = x;
+            }
+        const int64_t generated = a.tok_pos[a.logit_idx[r]] + 1 - rule.output_from;
+        const ops::LogitsRuleEntry* e = a.entries + a.slot[r] * a.E;
+        for (int32_t i = 0; i < rule.n_entries; ++i) {
+            float& x = l[e[i].token];
+            x = e[i].ban && generated < rule.min_tokens ? std::numeric_limits<float>::lowest()
+                                                        : x + e[i].bias;
         }
     }
 }

@@ -34,4 +34,8 @@ void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream
 // the top n's ids. n <= kMaxTopLogprobs.
 void launch_logprobs(const ops::LogprobsArgs& a, cudaStream_t stream);
 
+// The request logits rules (ops/sample.h): a launch marking the step's tokens, then a block for
+// each 4096 logits of a sampled row (logits_rules_sm90.cu).
+void launch_logits_rules(const ops::LogitsRulesArgs& a, cudaStream_t stream);
+
 }  // namespace dsv4::cuda
