@@ -39,3 +39,16 @@ test('greedy completions: the same tokens with n-gram drafts; drafts counted', a
   const none = await metrics(plain.url);
   assert.equal(none['dsv4_speculative_drafts_total{position="0"}'], 0);
 });
+
+test('logits rules on a drafting server: penalties run without drafts, biases with them; the same text', async () => {
+  const prompt = 'abcabcabcabcabcabc abcabcabc abcabc';
+  for (const extra of [{ presence_penalty: 1.5, repetition_penalty: 1.3 }, { logit_bias: { 98: 3 }, min_tokens: 10 }]) {
+    const body = { model: MODEL, prompt, max_tokens: 24, temperature: 0, ...extra };
+    const [a, b] = await Promise.all([
+      plain.client().completions.create(body),
+      spec.client().completions.create(body),
+    ]);
+    assert.equal(b.choices[0].text, a.choices[0].text, JSON.stringify(extra));
+    assert.equal(b.usage.completion_tokens, a.usage.completion_tokens);
+  }
+});
