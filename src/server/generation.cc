@@ -62,8 +62,9 @@ bool Generation::apply(const std::vector<ChannelEvent>& events, StreamDelta& del
                 std::find(stop_ids_.begin(), stop_ids_.end(), ev.token) != stop_ids_.end();
             if (!stop_id && ev.token != eos_) {
                 if (ev.logprobs) {
-                    logged_.push_back({ev.token, *ev.logprobs, logged_bytes_});
-                    logged_bytes_ += static_cast<int64_t>(tokenizer_.token_bytes(ev.token).size());
+                    logged_.push_back({ev.token, *ev.logprobs, logged_chars_});
+                    for (const char b : tokenizer_.token_bytes(ev.token))
+                        logged_chars_ += (static_cast<unsigned char>(b) & 0xC0) != 0x80;
                 }
                 append(output_.push(ev.token));
             }

@@ -63,7 +63,9 @@ class Generation {
     bool continuous_usage_;  // every chunk with the usage so far
     std::vector<LoggedToken> logged_;
     size_t logged_sent_ = 0;
-    int64_t logged_bytes_ = 0;  // the output's bytes so far (text offsets)
+    // The output's characters so far (text offsets: Unicode code points, each counted at the
+    // token that holds its first byte, as OpenAI's offsets into the text).
+    int64_t logged_chars_ = 0;
     std::shared_ptr<Channel> channel_;
     EngineLoop& loop_;
     Metrics& metrics_;

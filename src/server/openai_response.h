@@ -30,7 +30,8 @@ struct ResponseMeta {
 
 chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
-// An output token with its log-probabilities, and where its bytes start in the output text.
+// An output token with its log-probabilities, and where it starts in the output text (in
+// characters: Generation::logged_chars_).
 struct LoggedToken {
     int32_t token = -1;
     TokenLogprobs logprobs;
@@ -39,8 +40,8 @@ struct LoggedToken {
 // A choice's (or a chunk's) `logprobs` for `tokens`. Chat: {"content": [{token, logprob, bytes,
 // top_logprobs: [{token, logprob, bytes}]}]}. Completions (OpenAI's legacy form): {tokens,
 // token_logprobs, top_logprobs: [{token: logprob} with the token itself among them, as vLLM
-// gives], text_offset (bytes)}. A token's text is its decoded string (U+FFFD where it holds part
-// of a UTF-8 character; `bytes` has the exact bytes).
+// gives], text_offset (characters)}. A token's text is its decoded string (U+FFFD where it holds
+// part of a UTF-8 character; `bytes` has the exact bytes).
 chat::Json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer,
                          std::span<const LoggedToken> tokens);
 

@@ -261,6 +261,13 @@ test('logprobs: chat and completions, whole and streamed; greedy tokens are thei
     if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
   }
   assert.equal(lp.text_offset[0], 0);
+  // Offsets count characters: while every token so far is one ASCII character, token i's is i.
+  for (let i = 0; i < lp.tokens.length && lp.tokens.slice(0, i).every((t) => /^[\x00-\x7f]$/.test(t)); ++i)
+    assert.equal(lp.text_offset[i], i, JSON.stringify(lp.tokens));
+  const multi = (await client.completions.create({ ...cbody, prompt: 'x', logit_bias: { [byteTokenId(0xc3)]: 100 }, max_tokens: 3 })).choices[0].logprobs;
+  assert.deepEqual(multi.text_offset, [0, 1, 2], 'a lead byte a character');
+  const cont = (await client.completions.create({ ...cbody, prompt: 'x', logit_bias: { [byteTokenId(0x80)]: 100 }, max_tokens: 3 })).choices[0].logprobs;
+  assert.deepEqual(cont.text_offset, [0, 0, 0], 'continuation bytes add no character');
   const merged = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   for await (const chunk of await client.completions.create({ ...cbody, stream: true })) {
     const l = chunk.choices[0]?.logprobs;
