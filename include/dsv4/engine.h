@@ -173,6 +173,14 @@ struct Request {
     // Penalties, logit_bias, min_tokens (dsv4/sampling.h). The penalties need a request
     // without speculative drafts (a rejected draft would have been counted).
     LogitsRules rules{};
+    // Requests submitted with the same nonzero key and the same prompt (no session, at least
+    // two prompt tokens, max_tokens > 0, no penalties) prefill the prompt once: the first of
+    // them feeds all but the last token, each other one then starts from a copy of its cache
+    // and every one feeds the last token itself, sampling with its own settings. The tokens are
+    // those of the requests run apart (a row's logits do not depend on how the steps are cut).
+    // One that gets its slot only after the prefix is done, or whose first request ended
+    // before, prefills on its own.
+    uint64_t share_prompt = 0;
 };
 inline constexpr int kMaxDraftTokens = 4;
 
@@ -224,6 +232,8 @@ class Engine {
     size_t queued() const;  // waiting for a slot (not cancelled)
     size_t running() const;
     int free_slots() const;
+    // Prompt tokens the requests have fed through the model so far (a shared prefix once).
+    int64_t prompt_tokens_fed() const;
     // Bytes allocated through the backend (weights it copied, cache pool, workspaces).
     size_t memory_in_use() const;
 

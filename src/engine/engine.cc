@@ -74,7 +74,17 @@ struct Running {
     std::array<int, kMaxDraftTokens> drafted_at{}, accepted_at{};
     std::vector<int32_t> history;  // prompt + generated (n-gram drafts)
     bool rules_on = false;         // its slot holds its logits rules (Request::rules)
+    // Request::share_prompt: `leads` for the first request of a key (it stops its prompt one
+    // token short while others wait for its cache); `leader` for one that waits (0: none).
+    bool leads = false;
+    RequestId leader = 0;
 };
+
+// Whether a request may take part in prompt sharing (Request::share_prompt).
+bool may_share_prompt(const Request& r) {
+    return r.share_prompt != 0 && r.session == nullptr && r.prompt.size() >= 2 &&
+           r.max_tokens > 0 && !r.rules.penalties();
+}
 
 // Request::rules checked against the vocabulary and the request (one line each).
 Status check_rules(const Request& r, int vocab) {
@@ -212,6 +222,53 @@ struct Engine::Impl {
     }
     std::map<RequestId, Running> running;  // admission order = id order
     RequestId next_id = 1;
+    int64_t prompt_tokens_fed = 0;
+    // Request::share_prompt: the leading request of each key while it may take followers.
+    std::map<uint64_t, RequestId> prompt_leaders;
+
+    Running* find(RequestId id) {
+        if (auto it = running.find(id); it != running.end()) return &it->second;
+        for (Running& w : waiting)
+            if (w.id == id) return &w;
+        return nullptr;
+    }
+    // A request waiting for its leader's prefix: whether it still should (else it prefills on
+    // its own from now on).
+    bool waits_for_leader(Running& q) {
+        if (q.leader == 0) return false;
+        const Running* l = find(q.leader);
+        if (l == nullptr || l->cancelled || l->fed >= l->r.prompt.size() - 1) q.leader = 0;
+        return q.leader != 0;
+    }
+    // A leader's followers, running and holding their slots, start from a copy of its cache now
+    // that it has fed all but the last prompt token.
+    void hand_prefix_to_followers(Running& l) {
+        for (auto& [id, f] : running) {
+            if (f.leader != l.id || f.cancelled) continue;
+            pool->copy_slot(l.slot, f.slot);  // (rings, states, entries, generator, token table)
+            seed(f.slot, f.r.sampling.seed);
+            f.fed = l.fed;
+            f.pos = l.pos;
+            f.leader = 0;
+        }
+        stop_leading(l);
+    }
+    void stop_leading(Running& l) {
+        if (!l.leads) return;
+        l.leads = false;
+        for (auto it = prompt_leaders.begin(); it != prompt_leaders.end(); ++it)
+            if (it->second == l.id) {
+                prompt_leaders.erase(it);
+                break;
+            }
+    }
+    bool has_followers(const Running& l) const {
+        for (const auto& [id, f] : running)
+            if (f.leader == l.id) return true;
+        for (const Running& w : waiting)
+            if (w.leader == l.id) return true;
+        return false;
+    }
 
     // The model's steps, marked for the rank group's watch (RankGroupWatch::step_timeout_s).
     Status run_step(std::span<const StepRow> rows, const LayerTap& tap = nullptr) {
@@ -333,6 +390,7 @@ struct Engine::Impl {
         ev.accepted_at = q.accepted_at;
         if (q.r.session != nullptr) q.r.session->impl_->busy = false;
         if (q.rules_on) pool->set_rules(q.slot, {}, {});  // (the slot may serve a feed next)
+        stop_leading(q);
     }
     // An event with a token (or none: -1) and its log-probabilities, as the request asked
     // (Request::logprobs; lp: the step's, or nullptr).
@@ -733,6 +791,16 @@ Expected<RequestId> Engine::submit(Request r) {
     q.id = e.next_id++;
     q.r = std::move(r);
     if (q.r.speculative == Speculation::kNgram) q.history = q.r.prompt;
+    if (may_share_prompt(q.r)) {
+        auto it = e.prompt_leaders.find(q.r.share_prompt);
+        Running* l = it != e.prompt_leaders.end() ? e.find(it->second) : nullptr;
+        if (l == nullptr || !l->leads) {
+            q.leads = true;
+            e.prompt_leaders[q.r.share_prompt] = q.id;
+        } else if (l->r.prompt == q.r.prompt) {
+            q.leader = l->id;
+        }  // (else another prompt under the key: it runs alone)
+    }
     if (q.r.session != nullptr) {
         Session::Impl& s = *q.r.session->impl_;
         s.busy = true;
@@ -832,11 +900,14 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         budget -= len;
     }
     for (auto& [id, q] : running) {
-        if (q.pending >= 0 || budget <= 0) continue;
-        const int64_t left = static_cast<int64_t>(q.r.prompt.size() - q.fed);
+        if (q.pending >= 0 || budget <= 0 || waits_for_leader(q)) continue;
+        // (a leader with followers stops one token short: its cache is copied to them there)
+        const size_t end = q.r.prompt.size() - (q.leads && has_followers(q) ? 1 : 0);
+        if (q.fed >= end) continue;  // (a leader whose copy is handed over next step)
+        const int64_t left = static_cast<int64_t>(end - q.fed);
         const int32_t c = static_cast<int32_t>(
             std::min<int64_t>({left, budget, static_cast<int64_t>(options.max_chunk)}));
-        const bool last = c == left;
+        const bool last = q.fed + c == q.r.prompt.size();
         q.sampled = -1;
         q.fed_tokens.assign(q.r.prompt.begin() + q.fed, q.r.prompt.begin() + q.fed + c);
         StepRow& r = rows.emplace_back(row(q.slot, q.pos, q.fed_tokens.data(), c));
@@ -850,7 +921,9 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         starts.push_back(at);
         at += c;
         budget -= c;
+        prompt_tokens_fed += c;
     }
+    if (rows.empty()) return Status::ok();  // (only requests waiting for a leader's prefix)
     Status st = run_step(rows);
     if (!st.is_ok()) {
         // Rows were checked at submit; a failure here ends the step's requests, not the engine.
@@ -867,6 +940,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     std::vector<std::vector<int32_t>> mtp_next;
     mtp_next.reserve(rows.size());
     std::vector<Running*> mtp_owner;
+    std::vector<RequestId> prefix_done;  // leaders that have fed all but their last token
     for (size_t i = 0; i < rows.size(); ++i) {
         Running& q = *owners[i];
         const bool decode_row = q.pending >= 0;
@@ -897,6 +971,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         }
         q.pos += final_len;
         if (!decode_row) q.fed += rows[i].len;
+        if (q.leads && q.fed + 1 == q.r.prompt.size()) prefix_done.push_back(q.id);
         if (q.r.session != nullptr) q.r.session->impl_->pos = q.pos;
         q.pending = -1;
         const RequestId id = q.id;
@@ -968,6 +1043,9 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             }
         }
     }
+    // (after the MTP block, which writes the prefix's last MTP cache rows)
+    for (RequestId l : prefix_done)
+        if (auto it = running.find(l); it != running.end()) hand_prefix_to_followers(it->second);
     return Status::ok();
 }
 
@@ -1067,6 +1145,9 @@ size_t Engine::queued() const {
 }
 size_t Engine::running() const {
     return impl_->running.size();
+}
+int64_t Engine::prompt_tokens_fed() const {
+    return impl_->prompt_tokens_fed;
 }
 int Engine::free_slots() const {
     return impl_->pool->free_slots();

@@ -178,6 +178,7 @@ void CachePool::copy_slot(int src, int dst) {
         }
     }
     slice(rng_, 4 * sizeof(uint64_t));
+    slice(counts_, vocab_ * sizeof(uint32_t));
 }
 
 void CachePool::set_rules(int slot, const ops::SlotRules& rules,

@@ -94,7 +94,8 @@ class CachePool {
     Expected<CacheSlot> acquire();
     // Empties a held slot (compressor gates back to -inf) for a new sequence.
     void reset(int slot);
-    // Makes slot dst hold what slot src holds (rings, compressor states, entries, generator):
+    // Makes slot dst hold what slot src holds (rings, compressor states, entries, generator,
+    // token table; not the logits rules):
     // a copy of a sequence's cache, e.g. to start several sequences from one prefilled prefix.
     void copy_slot(int src, int dst);
     int free_slots() const;

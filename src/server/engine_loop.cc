@@ -190,6 +190,7 @@ void EngineLoop::publish_gauges() {
     g.running = engine_.running();
     g.slots_total = engine_.info().max_seqs;
     g.slots_used = g.slots_total - engine_.free_slots();
+    g.prompt_tokens_fed = engine_.prompt_tokens_fed();
     metrics_.set_engine(g);
 }
 

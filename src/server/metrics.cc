@@ -105,6 +105,9 @@ std::string Metrics::render() const {
             "dsv4_requests_finished_total{reason=\"" + reason + "\"} " + std::to_string(n) + "\n";
     header(out, "dsv4_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.");
     out += "dsv4_prompt_tokens_total " + std::to_string(prompt_tokens_) + "\n";
+    header(out, "dsv4_prompt_tokens_computed_total", "counter",
+           "Prompt tokens fed through the model (the choices of a request share their prompt).");
+    out += "dsv4_prompt_tokens_computed_total " + std::to_string(engine_.prompt_tokens_fed) + "\n";
     header(out, "dsv4_generated_tokens_total", "counter", "Tokens sampled by the engine.");
     out += "dsv4_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
     header(out, "dsv4_speculative_drafts_total", "counter",

@@ -33,6 +33,7 @@ struct EngineGauges {
     size_t running = 0;
     int slots_used = 0;
     int slots_total = 0;
+    int64_t prompt_tokens_fed = 0;  // Engine::prompt_tokens_fed (a shared prefix once)
 };
 
 class Metrics {

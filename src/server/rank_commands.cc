@@ -53,7 +53,8 @@ json request_json(const Request& r) {
             {"speculative", static_cast<int>(r.speculative)},
             {"draft_tokens", r.draft_tokens},
             {"logprobs", r.logprobs},
-            {"rules", rules_json(r.rules)}};
+            {"rules", rules_json(r.rules)},
+            {"share_prompt", r.share_prompt}};
 }
 
 Request request_from(const json& j) {
@@ -72,6 +73,7 @@ Request request_from(const json& j) {
     r.draft_tokens = j.at("draft_tokens").get<int>();
     r.logprobs = j.at("logprobs").get<int>();  // (the engine checks the range at submit)
     r.rules = rules_from(j.at("rules"));
+    r.share_prompt = j.at("share_prompt").get<uint64_t>();
     return r;
 }
 

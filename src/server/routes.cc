@@ -69,6 +69,8 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     base.stop_at_eos = !spec->ignore_eos;
     base.speculative = ctx.speculative;
     base.draft_tokens = ctx.draft_tokens;
+    // The choices prefill their prompt once (Request::share_prompt).
+    base.share_prompt = spec->n > 1 ? ctx.next_share_key.fetch_add(1) : 0;
     base.rules = spec->rules;
     for (const auto& [id, bias] : spec->logit_bias)
         base.rules.logit_bias.push_back({static_cast<int32_t>(id), bias});

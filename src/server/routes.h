@@ -35,6 +35,7 @@ struct RouteContext {
     std::atomic<bool> draining{false};  // shutting down: /health says so
     std::atomic<int> in_flight{0};      // generation responses not yet complete
     std::atomic<uint64_t> next_id{1};
+    std::atomic<uint64_t> next_share_key{1};  // Request::share_prompt of the next n > 1 request
 };
 
 void install_routes(httplib::Server& http, RouteContext& ctx);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +41,22 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
     for (size_t i = 0; i < a.size() && i < b.size(); ++i)
         m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
     return m;
+}
+
+// A CPU engine for request tests: `seqs` slots of 128 tokens, prompt chunks of 16 (so prompts
+// span several steps); the small-rates fixture unless `dir` (a failed expectation when it does
+// not load).
+inline std::unique_ptr<Engine> request_engine(int seqs,
+                                              std::string dir = std::string(DSV4_GOLDEN_DIR) +
+                                                                "/small-rates") {
+    EngineOptions o;
+    o.model_dir = std::move(dir);
+    o.max_context = 128;
+    o.max_seqs = seqs;
+    o.max_chunk = 16;
+    auto e = Engine::create(o);
+    EXPECT_TRUE(e.has_value()) << (e ? "" : e.status().message());
+    return e ? std::move(*e) : nullptr;
 }
 
 // Submits the requests, then steps the engine until it is idle: each request's events (token

@@ -20,18 +20,6 @@ namespace dsv4 {
 namespace logits_rules_test {  // (named: the unity build joins the tests' anonymous namespaces)
 namespace {
 
-std::unique_ptr<Engine> make_engine(int seqs, std::string dir = std::string(DSV4_GOLDEN_DIR) +
-                                                                "/small-rates") {
-    EngineOptions o;
-    o.model_dir = std::move(dir);
-    o.max_context = 128;
-    o.max_seqs = seqs;
-    o.max_chunk = 16;
-    auto e = Engine::create(o);
-    EXPECT_TRUE(e.has_value()) << (e ? "" : e.status().message());
-    return e ? std::move(*e) : nullptr;
-}
-
 // The rules applied to one row of raw logits, written from the contract (dsv4/sampling.h):
 // prompt: the request's prompt; out: its outputs before this sample.
 std::vector<float> apply(const float* raw, int V, const LogitsRules& u,
@@ -62,7 +50,7 @@ std::vector<float> apply(const float* raw, int V, const LogitsRules& u,
 }
 
 TEST(LogitsRules, GreedyTokensAreTheArgmaxOfTheRulesFormula) {
-    auto engine = make_engine(3);
+    auto engine = test::request_engine(3);
     ASSERT_TRUE(engine);
     Engine& e = *engine;
     const int V = e.info().vocab_size;
@@ -83,7 +71,7 @@ TEST(LogitsRules, GreedyTokensAreTheArgmaxOfTheRulesFormula) {
     biased.rules.min_tokens = 4;
     biased.rules.min_tokens_stops = {9, 5};
     biased.rules.frequency_penalty = -0.4f;  // (negative: repeats are favoured)
-    const auto alone = test::run_requests(*make_engine(1), {plain});
+    const auto alone = test::run_requests(*test::request_engine(1), {plain});
     const auto out = test::run_requests(e, {plain, penalised, biased});
     // The plain request next to rule-bearing ones: its own tokens and log-probabilities.
     ASSERT_EQ(test::tokens_of(out[0]), test::tokens_of(alone[0]));
@@ -123,7 +111,7 @@ TEST(LogitsRules, GreedyTokensAreTheArgmaxOfTheRulesFormula) {
 // EOS made the favourite by a bias; min_tokens holds it back for 5 tokens, then it ends the
 // request; a stop id biased as much is held back as long.
 TEST(LogitsRules, MinTokensHoldsEosAndStopIdsBack) {
-    auto engine = make_engine(1);
+    auto engine = test::request_engine(1);
     ASSERT_TRUE(engine);
     const int V = engine->info().vocab_size;
     const int32_t eos = engine->info().eos_token_id;
@@ -148,7 +136,7 @@ TEST(LogitsRules, MinTokensHoldsEosAndStopIdsBack) {
 // A request with rules, then plain requests on the same slot: the plain ones are untouched, as
 // is a session's feed after a request with rules ran on it.
 TEST(LogitsRules, EndWithTheirRequest) {
-    auto engine = make_engine(1);
+    auto engine = test::request_engine(1);
     ASSERT_TRUE(engine);
     Engine& e = *engine;
     const int V = e.info().vocab_size;
@@ -179,7 +167,7 @@ TEST(LogitsRules, EndWithTheirRequest) {
 // n-gram drafts (kjv-tiny repeats itself) with logit_bias and min_tokens: the tokens of the
 // same request without drafts (a draft's sample sees the rules at its own position).
 TEST(LogitsRules, SpeculativeStepsKeepBiasAndMinTokens) {
-    auto engine = make_engine(1, DSV4_KJV_DIR);
+    auto engine = test::request_engine(1, DSV4_KJV_DIR);
     ASSERT_TRUE(engine);
     Request plain;
     plain.prompt = {0, 1288};
@@ -198,7 +186,7 @@ TEST(LogitsRules, SpeculativeStepsKeepBiasAndMinTokens) {
 }
 
 TEST(LogitsRules, BadRulesAreRefusedAtSubmit) {
-    auto engine = make_engine(1);
+    auto engine = test::request_engine(1);
     ASSERT_TRUE(engine);
     const int V = engine->info().vocab_size;
     auto refused = [&](const std::function<void(Request&)>& change, const std::string& what) {

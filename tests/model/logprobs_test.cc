@@ -16,18 +16,6 @@ namespace dsv4 {
 namespace logprobs_test {  // (named: the unity build joins the tests' anonymous namespaces)
 namespace {
 
-std::unique_ptr<Engine> make_engine(int seqs, std::string dir = std::string(DSV4_GOLDEN_DIR) +
-                                                                "/small-rates") {
-    EngineOptions o;
-    o.model_dir = std::move(dir);
-    o.max_context = 128;
-    o.max_seqs = seqs;
-    o.max_chunk = 16;
-    auto e = Engine::create(o);
-    EXPECT_TRUE(e.has_value()) << (e ? "" : e.status().message());
-    return e ? std::move(*e) : nullptr;
-}
-
 // Every request's token events (those with a token), in submit order; drafted: the drafts fed
 // (the finish events' counts), summed.
 std::vector<std::vector<TokenEvent>> run(Engine& e, const std::vector<Request>& reqs,
@@ -45,7 +33,7 @@ std::vector<std::vector<TokenEvent>> run(Engine& e, const std::vector<Request>& 
 }
 
 TEST(Logprobs, MatchTheSessionsLogitsAndTheGreedyChoice) {
-    auto engine = make_engine(4);
+    auto engine = test::request_engine(4);
     ASSERT_TRUE(engine);
     Engine& e = *engine;
     const int V = e.info().vocab_size;
@@ -107,7 +95,7 @@ TEST(Logprobs, MatchTheSessionsLogitsAndTheGreedyChoice) {
 // drafts are fed and some kept): the same tokens and the same log-probabilities, bit for bit, as
 // plain greedy decoding (a row's logits do not depend on how the step is cut).
 TEST(Logprobs, SpeculativeStepsReportWhatPlainStepsDo) {
-    auto engine = make_engine(2, DSV4_KJV_DIR);
+    auto engine = test::request_engine(2, DSV4_KJV_DIR);
     ASSERT_TRUE(engine);
     Request plain;
     plain.prompt = {0, 1288};
@@ -136,7 +124,7 @@ TEST(Logprobs, SpeculativeStepsReportWhatPlainStepsDo) {
 }
 
 TEST(Logprobs, OutOfRangeIsRefusedAtSubmit) {
-    auto engine = make_engine(1);
+    auto engine = test::request_engine(1);
     ASSERT_TRUE(engine);
     Request r;
     r.prompt = {1, 2, 3};

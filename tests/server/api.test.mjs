@@ -185,7 +185,11 @@ test('completions: text, token-id prompts, streaming', async () => {
 
 test('n choices: choice i is the request alone with seed + i; streamed by index; usage adds up', async () => {
   const base = { model: MODEL, prompt: 'Once upon a time', max_tokens: 10, temperature: 0.9, seed: 41 };
+  const computed = async () => (await metrics(srv.url)).dsv4_prompt_tokens_computed_total;
+  const before = await computed();
   const many = await client.completions.create({ ...base, n: 3 });
+  // The choices share their prompt: all but its last token fed once, the last by each choice.
+  assert.equal(await computed() - before, many.usage.prompt_tokens - 1 + 3);
   assert.deepEqual(many.choices.map((c) => c.index), [0, 1, 2]);
   let completion = 0;
   for (let i = 0; i < 3; i++) {

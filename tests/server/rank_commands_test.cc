@@ -25,6 +25,7 @@ TEST(RankCommands, EveryCommandRoundTrips) {
     r.rules.logit_bias = {{3, -100.0f}, {2147483647, 2.5f}};
     r.rules.min_tokens = 9;
     r.rules.min_tokens_stops = {4, 8};
+    r.share_prompt = 18446744073709551615ull;
     auto s = decode_rank_command(encode_rank_command(RankCommand::submit(42, r)));
     ASSERT_TRUE(s) << s.status().message();
     EXPECT_EQ(s->op, RankCommand::Op::kSubmit);
@@ -49,6 +50,7 @@ TEST(RankCommands, EveryCommandRoundTrips) {
     EXPECT_EQ(u.logit_bias[0].bias, -100.0f);
     EXPECT_EQ(u.min_tokens, 9);
     EXPECT_EQ(u.min_tokens_stops, (std::vector<int32_t>{4, 8}));
+    EXPECT_EQ(s->request.share_prompt, r.share_prompt);
     auto c = decode_rank_command(encode_rank_command(RankCommand::cancel(7)));
     ASSERT_TRUE(c);
     EXPECT_EQ(c->op, RankCommand::Op::kCancel);
