@@ -312,6 +312,41 @@ TEST(CudaEngineGpu, LogitsRulesMatchCpu) {
     }
 }
 
+// Choices that share their prompt's prefill on CUDA (Request::share_prompt: the leader's cache
+// copied to the others before each feeds the last token): greedy and seeded tokens equal to the
+// same requests apart, and the prompt fed once.
+TEST(CudaEngineGpu, SharedPromptChoicesMatchApart) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        auto gpu = make_engine(fixture, "cuda", 4);
+        ASSERT_TRUE(gpu);
+        const int V = gpu->info().vocab_size;
+        std::vector<Request> reqs(4);
+        for (int i = 0; i < 4; ++i) {
+            reqs[i].prompt = random_ids(150, V, 77);  // two prompt chunks of 128
+            reqs[i].max_tokens = 8;
+            reqs[i].stop_at_eos = false;
+            reqs[i].sampling = i == 0 ? SamplingParams{} : SamplingParams{0.8f, 0, 1.0f, 9u + i};
+            reqs[i].share_prompt = 1;
+        }
+        std::vector<std::vector<int32_t>> apart;
+        for (Request r : reqs) {
+            r.share_prompt = 0;
+            const auto ev = token_events(*gpu, {r});
+            apart.emplace_back();
+            for (const TokenEvent& e : ev[0]) apart.back().push_back(e.token);
+        }
+        const int64_t fed0 = gpu->prompt_tokens_fed();
+        const auto shared = token_events(*gpu, reqs);
+        EXPECT_EQ(gpu->prompt_tokens_fed() - fed0, 149 + 4) << fixture;
+        for (int i = 0; i < 4; ++i) {
+            std::vector<int32_t> got;
+            for (const TokenEvent& e : shared[i]) got.push_back(e.token);
+            EXPECT_EQ(got, apart[i]) << fixture << " choice " << i;
+        }
+    }
+}
+
 // Temperature sampling over the whole vocabulary (top_k 0) on CUDA: the same seed gives the
 // same tokens, every id in the vocabulary.
 TEST(CudaEngineGpu, TemperatureSamplingIsSeeded) {
