@@ -178,8 +178,8 @@ struct Request {
     // them feeds all but the last token, each other one then starts from a copy of its cache
     // and every one feeds the last token itself, sampling with its own settings. The tokens are
     // those of the requests run apart (a row's logits do not depend on how the steps are cut).
-    // One that gets its slot only after the prefix is done, or whose first request ended
-    // before, prefills on its own.
+    // One submitted or given its slot only after the prefix is done (submit the requests
+    // together, before a step), or whose first request ended before, prefills on its own.
     uint64_t share_prompt = 0;
 };
 inline constexpr int kMaxDraftTokens = 4;

@@ -44,16 +44,18 @@ void EngineLoop::start() {
     thread_ = std::thread([this] { run(); });
 }
 
-void EngineLoop::post(Job job) {
+void EngineLoop::post(std::vector<Job> jobs) {
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (!stopped_) {
-            inbox_.push_back(std::move(job));
+            for (Job& job : jobs) inbox_.push_back(std::move(job));
             cv_.notify_one();
             return;
         }
     }
-    job.channel->push(rejected(server_error(503, "the server is shutting down", "shutting_down")));
+    for (Job& job : jobs)
+        job.channel->push(
+            rejected(server_error(503, "the server is shutting down", "shutting_down")));
 }
 
 void EngineLoop::wake() {

@@ -42,8 +42,10 @@ class EngineLoop {
                std::shared_ptr<RankGroup> group = nullptr);
     ~EngineLoop();
     void start();
-    // Thread-safe. The job's channel receives kAccepted or kRejected, then tokens and the end.
-    void post(Job job);
+    // Thread-safe. Each job's channel receives kAccepted or kRejected, then tokens and the end.
+    // The jobs reach the engine together (the choices of one request: Request::share_prompt
+    // needs them submitted before the first one's prompt runs).
+    void post(std::vector<Job> jobs);
     // Thread-safe: wakes the loop so a cancelled channel is seen promptly.
     void wake();
     // Refuses new jobs (503), cancels every request in flight, and returns once each has been

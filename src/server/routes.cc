@@ -79,12 +79,14 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
         base.speculative = Speculation::kNone;
         base.draft_tokens = 0;
     }
+    std::vector<Job> jobs;
     for (int i = 0; i < spec->n; ++i) {
         channels.push_back(std::make_shared<Channel>(notifier));
         Request request = base;
         request.sampling.seed += static_cast<uint64_t>(i);
-        ctx.loop.post(Job{std::move(request), channels.back(), std::chrono::steady_clock::now()});
+        jobs.push_back(Job{std::move(request), channels.back(), std::chrono::steady_clock::now()});
     }
+    ctx.loop.post(std::move(jobs));
     // Every choice accepted, or the request refused as a whole: the choices already accepted
     // are cancelled (nothing of them was sent).
     std::optional<ApiError> refused;
