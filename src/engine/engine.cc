@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <span>
 
 #include "backend/cpu/cpu_backend.h"
 #include "dsv4/parallel.h"
@@ -86,6 +87,15 @@ bool may_share_prompt(const Request& r) {
            r.max_tokens > 0 && !r.rules.penalties();
 }
 
+// Every id of `ids` in the vocabulary; else the first one outside it, named `what`.
+Status check_vocab(std::span<const int32_t> ids, const char* what, int vocab) {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return error(what, " ", ids[i], " at index ", i, " is outside the vocabulary [0, ",
+                         vocab, ")");
+    return Status::ok();
+}
+
 // Request::rules checked against the vocabulary and the request (one line each).
 Status check_rules(const Request& r, int vocab) {
     const LogitsRules& u = r.rules;
@@ -100,13 +110,11 @@ Status check_rules(const Request& r, int vocab) {
         return error("logit_bias has ", u.logit_bias.size(), " entries; at most ", kMaxLogitBias);
     std::vector<int32_t> seen;
     for (const TokenBias& b : u.logit_bias) {
-        if (b.token < 0 || b.token >= vocab)
-            return error("logit_bias token ", b.token, " is outside the vocabulary [0, ", vocab,
-                         ")");
         if (!(b.bias >= -100.0f && b.bias <= 100.0f))
             return error("logit_bias values must be in [-100, 100], got ", b.bias);
         seen.push_back(b.token);
     }
+    DSV4_RETURN_IF_ERROR(check_vocab(seen, "logit_bias token", vocab));
     std::sort(seen.begin(), seen.end());
     if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
         return error("logit_bias names a token twice");
@@ -116,10 +124,7 @@ Status check_rules(const Request& r, int vocab) {
     if (u.min_tokens_stops.size() > static_cast<size_t>(kMaxMinTokensStops))
         return error("at most ", kMaxMinTokensStops, " stop ids are banned until min_tokens, got ",
                      u.min_tokens_stops.size());
-    for (int32_t id : u.min_tokens_stops)
-        if (id < 0 || id >= vocab)
-            return error("stop token id ", id, " is outside the vocabulary [0, ", vocab, ")");
-    return Status::ok();
+    return check_vocab(u.min_tokens_stops, "stop token id", vocab);
 }
 
 // A request's rules as its slot holds them (ops::SlotRules): output positions start after its
@@ -256,11 +261,9 @@ struct Engine::Impl {
     void stop_leading(Running& l) {
         if (!l.leads) return;
         l.leads = false;
-        for (auto it = prompt_leaders.begin(); it != prompt_leaders.end(); ++it)
-            if (it->second == l.id) {
-                prompt_leaders.erase(it);
-                break;
-            }
+        if (auto it = prompt_leaders.find(l.r.share_prompt);
+            it != prompt_leaders.end() && it->second == l.id)
+            prompt_leaders.erase(it);
     }
     bool has_followers(const Running& l) const {
         for (const auto& [id, f] : running)
@@ -771,10 +774,7 @@ Expected<RequestId> Engine::submit(Request r) {
     if (r.max_tokens < 0) return error("max_tokens must be >= 0, got ", r.max_tokens);
     if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
         return error("logprobs must be -1 (none) or 0 to ", kMaxTopLogprobs, ", got ", r.logprobs);
-    for (size_t i = 0; i < r.prompt.size(); ++i)
-        if (r.prompt[i] < 0 || r.prompt[i] >= e.info.vocab_size)
-            return error("token id ", r.prompt[i], " at index ", i,
-                         " is outside the vocabulary [0, ", e.info.vocab_size, ")");
+    DSV4_RETURN_IF_ERROR(check_vocab(r.prompt, "token id", e.info.vocab_size));
     const int64_t start = r.session ? r.session->impl_->pos : 0;
     if (start + static_cast<int64_t>(r.prompt.size()) > e.info.max_context)
         return error("the prompt (", r.prompt.size(), " tokens after ", start,

@@ -45,8 +45,8 @@ class OutputStream {
     // vLLM, which checks no stop before them).
     int min_tokens_;
     int pushed_ = 0;
-    std::string held_;   // text that may be the start of a stop string
-    std::string text_;   // released text
+    std::string held_;  // text that may be the start of a stop string
+    std::string text_;  // released text
     bool stopped_ = false;
     DsmlStreamParser parser_;
 };

@@ -67,6 +67,12 @@ std::vector<std::vector<TokenEvent>> token_events(Engine& e, const std::vector<R
     return out;
 }
 
+std::vector<int32_t> tokens_of(const std::vector<TokenEvent>& events) {
+    std::vector<int32_t> t;
+    for (const TokenEvent& ev : events) t.push_back(ev.token);
+    return t;
+}
+
 // Dense f32 weights (transformers layout), release FP8 + MXFP4, and NVFP4.
 const char* const kFixtures[] = {"small-rates", "fmt-official", "fmt-nvfp4"};
 const int kLens[8] = {1, 3, 7, 12, 20, 5, 9, 16};
@@ -138,33 +144,16 @@ TEST(CudaEngineGpu, GreedyRequestsTogetherMatchAlone) {
         auto gpu = make_engine(fixture, "cuda", 8);
         ASSERT_TRUE(gpu);
         const int V = gpu->info().vocab_size;
-        auto run = [&](const std::vector<int>& which) {
-            std::map<RequestId, int> req;
-            std::vector<std::vector<int32_t>> out(8);
-            for (int i : which) {
-                Request r;
-                r.prompt = random_ids(kLens[i], V, 300 + i);
-                r.max_tokens = 10;
-                r.stop_at_eos = false;
-                auto id = gpu->submit(r);
-                EXPECT_TRUE(id.has_value()) << id.status().message();
-                if (id) req[*id] = i;
-            }
-            std::vector<TokenEvent> events;
-            while (!gpu->idle()) {
-                events.clear();
-                EXPECT_TRUE(gpu->step(&events).is_ok());
-                for (const TokenEvent& ev : events) {
-                    EXPECT_NE(ev.finish, FinishReason::kError) << ev.error;
-                    if (ev.token >= 0) out[req[ev.id]].push_back(ev.token);
-                }
-            }
-            return out;
-        };
-        const auto together = run({0, 1, 2, 3, 4, 5, 6, 7});
+        std::vector<Request> reqs(8);
         for (int i = 0; i < 8; ++i) {
-            const auto alone = run({i});
-            EXPECT_EQ(together[i], alone[i]) << fixture << " sequence " << i;
+            reqs[i].prompt = random_ids(kLens[i], V, 300 + i);
+            reqs[i].max_tokens = 10;
+            reqs[i].stop_at_eos = false;
+        }
+        const auto together = token_events(*gpu, reqs);
+        for (int i = 0; i < 8; ++i) {
+            const auto alone = token_events(*gpu, {reqs[i]});
+            EXPECT_EQ(tokens_of(together[i]), tokens_of(alone[0])) << fixture << " sequence " << i;
             EXPECT_EQ(together[i].size(), 10u);
         }
     }
@@ -332,18 +321,13 @@ TEST(CudaEngineGpu, SharedPromptChoicesMatchApart) {
         std::vector<std::vector<int32_t>> apart;
         for (Request r : reqs) {
             r.share_prompt = 0;
-            const auto ev = token_events(*gpu, {r});
-            apart.emplace_back();
-            for (const TokenEvent& e : ev[0]) apart.back().push_back(e.token);
+            apart.push_back(tokens_of(token_events(*gpu, {r})[0]));
         }
         const int64_t fed0 = gpu->prompt_tokens_fed();
         const auto shared = token_events(*gpu, reqs);
         EXPECT_EQ(gpu->prompt_tokens_fed() - fed0, 149 + 4) << fixture;
-        for (int i = 0; i < 4; ++i) {
-            std::vector<int32_t> got;
-            for (const TokenEvent& e : shared[i]) got.push_back(e.token);
-            EXPECT_EQ(got, apart[i]) << fixture << " choice " << i;
-        }
+        for (int i = 0; i < 4; ++i)
+            EXPECT_EQ(tokens_of(shared[i]), apart[i]) << fixture << " choice " << i;
     }
 }
 
