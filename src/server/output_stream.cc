@@ -26,13 +26,10 @@ StreamDelta OutputStream::release(std::string_view text) {
 
 StreamDelta OutputStream::push(int32_t token) {
     if (stopped_) return {};
+    const size_t searched = held_.size();
     held_ += decoder_.push(token);
-    if (++pushed_ <= min_tokens_) {  // (no stop string yet: nothing to hold back)
-        StreamDelta d = release(held_);
-        held_.clear();
-        return d;
-    }
-    const Found f = find_first(held_, stop_);
+    // A stop string counts where it ends in this token's text, after the first min_tokens.
+    const Found f = ++pushed_ > min_tokens_ ? find_first(held_, stop_, searched) : Found{};
     if (f.found()) {
         stopped_ = true;
         const size_t end = f.pos + (include_stop_ ? f.marker.size() : 0);

@@ -41,8 +41,8 @@ class OutputStream {
     bool thinking_;
     std::vector<std::string> stop_;
     bool include_stop_;  // GenerationSpec::include_stop_str_in_output
-    // Stop strings are looked for only in the text of tokens after the first min_tokens (as
-    // vLLM, which checks no stop before them).
+    // A stop string matches only where it ends in the text of a token after the first
+    // min_tokens (vLLM's: it may start in their text, which is held back as any other).
     int min_tokens_;
     int pushed_ = 0;
     std::string held_;  // text that may be the start of a stop string

@@ -18,12 +18,13 @@ struct Found {
     bool found() const { return pos != std::string_view::npos; }
 };
 
-// The earliest complete marker in s (the first listed wins a tie).
+// The earliest complete marker in s (the first listed wins a tie); with ends_after, only one
+// that ends past s's first ends_after bytes (text searched before cannot match again).
 template <typename Markers>
-Found find_first(std::string_view s, const Markers& markers) {
+Found find_first(std::string_view s, const Markers& markers, size_t ends_after = 0) {
     Found f;
     for (std::string_view m : markers) {
-        const size_t p = s.find(m);
+        const size_t p = s.find(m, ends_after >= m.size() ? ends_after - m.size() + 1 : 0);
         if (p != std::string_view::npos && p < f.pos) f = {p, m};
     }
     return f;

@@ -302,8 +302,13 @@ TEST(CudaEngineGpu, LogitsRulesMatchCpu) {
 }
 
 // Choices that share their prompt's prefill on CUDA (Request::share_prompt: the leader's cache
-// copied to the others before each feeds the last token): greedy and seeded tokens equal to the
-// same requests apart, and the prompt fed once.
+// copied to the others before each feeds the last token), against the same requests apart: the
+// prompt fed once, and each choice's tokens equal with log-probabilities within 1e-3. Apart,
+// a choice decodes at batch 1 and its last prompt token is part of a prefill chunk; shared, at
+// batch 4 and in a decode step, so the logits agree to the CUDA tolerance, not bit for bit (as
+// on the CPU, tests/model/shared_prompt_test.cc). Tokens may then part only where that cannot
+// tell them apart: the greedy choice at a near tie of its two best, a sampled choice where the
+// step's most likely tokens still agree within 1e-3 (the draw fell on a boundary).
 TEST(CudaEngineGpu, SharedPromptChoicesMatchApart) {
     DSV4_REQUIRE_GPU();
     for (const char* fixture : kFixtures) {
@@ -317,17 +322,47 @@ TEST(CudaEngineGpu, SharedPromptChoicesMatchApart) {
             reqs[i].stop_at_eos = false;
             reqs[i].sampling = i == 0 ? SamplingParams{} : SamplingParams{0.8f, 0, 1.0f, 9u + i};
             reqs[i].share_prompt = 1;
+            reqs[i].logprobs = 5;
         }
-        std::vector<std::vector<int32_t>> apart;
+        std::vector<std::vector<TokenEvent>> apart;
         for (Request r : reqs) {
             r.share_prompt = 0;
-            apart.push_back(tokens_of(token_events(*gpu, {r})[0]));
+            apart.push_back(token_events(*gpu, {r})[0]);
         }
         const int64_t fed0 = gpu->prompt_tokens_fed();
         const auto shared = token_events(*gpu, reqs);
         EXPECT_EQ(gpu->prompt_tokens_fed() - fed0, 149 + 4) << fixture;
-        for (int i = 0; i < 4; ++i)
-            EXPECT_EQ(tokens_of(shared[i]), apart[i]) << fixture << " choice " << i;
+        double worst = 0;
+        int equal = 0;
+        for (int i = 0; i < 4; ++i) {
+            ASSERT_EQ(shared[i].size(), apart[i].size()) << fixture << " choice " << i;
+            for (size_t t = 0; t < apart[i].size(); ++t) {
+                const TokenEvent &s = shared[i][t], &a = apart[i][t];
+                ASSERT_TRUE(s.logprobs && a.logprobs);
+                if (s.token == a.token) {
+                    worst = std::max(worst, std::fabs(static_cast<double>(s.logprobs->logprob) -
+                                                      a.logprobs->logprob));
+                    ++equal;
+                    continue;
+                }
+                const auto &st = s.logprobs->top, &at = a.logprobs->top;
+                std::printf("[engine] %-12s choice %d parts at token %zu: %d vs %d; top %d %.6f "
+                            "%d %.6f vs %d %.6f %d %.6f\n",
+                            fixture, i, t, s.token, a.token, st[0].token, st[0].logprob, st[1].token,
+                            st[1].logprob, at[0].token, at[0].logprob, at[1].token, at[1].logprob);
+                if (i == 0) {
+                    EXPECT_LE(st[0].logprob - st[1].logprob, 2e-3) << fixture << " token " << t;
+                } else {
+                    for (int k = 0; k < 5; ++k)  // (the k-th largest: ids may swap at ties)
+                        EXPECT_NEAR(st[k].logprob, at[k].logprob, 1e-3)
+                            << fixture << " choice " << i << " token " << t << " top " << k;
+                }
+                break;
+            }
+        }
+        std::printf("[engine] %-12s shared prompt: %d of 32 tokens equal, logprobs max-abs %.3g\n",
+                    fixture, equal, worst);
+        EXPECT_LE(worst, 1e-3) << fixture;
     }
 }
 

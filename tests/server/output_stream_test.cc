@@ -103,10 +103,22 @@ TEST(OutputStream, StopStringsCutAcrossTokens) {
     EXPECT_EQ(run(spec, "one two STOP three zz").joined.content, "one two STOP");
     chat.include_stop_str_in_output = true;
     EXPECT_EQ(run(chat, "para one\n\npara two").message["content"], "para one\n\n");
-    // min_tokens: no stop string is looked for in the first min_tokens tokens' text.
+    // min_tokens: a stop string matches only where it ends after the first min_tokens tokens'
+    // text (vLLM's rule): not inside it, but across its end.
     spec.include_stop_str_in_output = false;
-    spec.rules.min_tokens = static_cast<int>(tokenizer().encode("zz a", true).size());
+    const auto tokens_in = [](const char* t) {
+        return static_cast<int>(tokenizer().encode(t, true).size());
+    };
+    spec.rules.min_tokens = tokens_in("zz a");
     EXPECT_EQ(run(spec, "zz abc zz def").joined.content, "zz abc ");
+    spec.rules.min_tokens = tokens_in("one two ST");
+    EXPECT_EQ(run(spec, "one two STOP three").joined.content, "one two ");
+    // (A stop inside the first tokens that is also the start of a longer one does not match
+    // once the text goes on past them.)
+    GenerationSpec two = spec;
+    two.stop = {"ab", "abc"};
+    two.rules.min_tokens = tokens_in("xab");
+    EXPECT_EQ(run(two, "xabd ab").joined.content, "xabd ");
 }
 
 }  // namespace
