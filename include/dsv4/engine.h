@@ -177,7 +177,8 @@ struct Request {
     // two prompt tokens, max_tokens > 0, no penalties) prefill the prompt once: the first of
     // them feeds all but the last token, each other one then starts from a copy of its cache
     // and every one feeds the last token itself, sampling with its own settings. The tokens are
-    // those of the requests run apart (a row's logits do not depend on how the steps are cut).
+    // those of the requests run apart: on the CPU bit for bit (a row's logits do not depend on
+    // how the steps are cut), on CUDA within its tolerance (docs/engine.md).
     // One submitted or given its slot only after the prefix is done (submit the requests
     // together, before a step), or whose first request ended before, prefills on its own.
     uint64_t share_prompt = 0;
