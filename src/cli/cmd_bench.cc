@@ -32,6 +32,11 @@ struct BenchArgs {
     bool seqs_given = false;     // --max-seqs likewise
     bool profile = false;
     SpeculativeArgs spec;  // the decode requests' (tokens/s counts what the steps yielded)
+    // The decode requests' sampling (sequence i seeded seed + i), logits rules and
+    // log-probabilities: what they add to a step is then measured (default: greedy, none).
+    SamplingParams sampling;
+    LogitsRules rules;
+    int logprobs = -1;
     RankArgs ranks;
 };
 
@@ -90,21 +95,32 @@ struct DecodeTiming {
     int drafted = 0, accepted = 0;
 };
 
-// `batch` requests decode `steps` tokens from copies of `src` (speculative: fewer steps when
-// drafts are kept); the mean time of the steps after the first two (the first runs a new step
-// shape op by op, the second records it) and the tokens those steps yielded.
+// A decode request as the command line asks for it (its prompt, length and session set by
+// time_decode).
+Request decode_request(const BenchArgs& a) {
+    Request r;
+    r.stop_at_eos = false;
+    r.sampling = a.sampling;
+    r.rules = a.rules;
+    r.logprobs = a.logprobs;
+    r.speculative = a.spec.speculation();
+    r.draft_tokens = a.spec.draft_tokens;
+    return r;
+}
+
+// `batch` requests like `proto` decode `steps` tokens from copies of `src` (speculative: fewer
+// steps when drafts are kept); the mean time of the steps after the first two (the first runs
+// a new step shape op by op, the second records it) and the tokens those steps yielded.
 Expected<DecodeTiming> time_decode(Engine& engine, Session& src, std::vector<Session*>& sessions,
-                                   int batch, int steps, Speculation spec, int draft_tokens) {
+                                   int batch, int steps, const Request& proto) {
     const int vocab = engine.info().vocab_size;
     for (int i = 0; i < batch; ++i) {
         DSV4_RETURN_IF_ERROR(sessions[i]->copy_from(src));
-        Request r;
+        Request r = proto;
         r.prompt = {static_cast<int32_t>((17 * i + 3) % vocab)};
         r.max_tokens = steps;
-        r.stop_at_eos = false;
         r.session = sessions[i];
-        r.speculative = spec;
-        r.draft_tokens = draft_tokens;
+        r.sampling.seed = proto.sampling.seed + static_cast<uint64_t>(i);
         DSV4_ASSIGN_OR_RETURN(RequestId id, engine.submit(std::move(r)));
         (void)id;
     }
@@ -235,6 +251,7 @@ Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool
         say("read bandwidth: not measured (%s)\n", bw.status().message().c_str());
     // Speculative decoding: the drafts a step feeds a sequence at most.
     const Speculation spec = a.spec.speculation();
+    const Request proto = decode_request(a);
     const int drafts = e.drafts_a_step(spec, a.spec.draft_tokens);
     std::vector<DecodeRow> rows;
     int drafted = 0, accepted = 0;
@@ -259,8 +276,7 @@ Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool
         say("context %lld: prefilled in %.2f s (%.1f tokens/s)\n", static_cast<long long>(ctx),
             prefill_s, ctx / prefill_s);
         for (int64_t b : batches) {
-            auto tm = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
-                                  a.spec.draft_tokens);
+            auto tm = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, proto);
             if (!tm) return tm.status();
             drafted += tm->drafted;
             accepted += tm->accepted;
@@ -274,8 +290,8 @@ Status bench_on(const BenchArgs& a, const EngineOptions& o, const Say& say, bool
             if (a.profile && ci == 0 && b == batches.front()) {
                 // The same decode again, op by op with device events around each op.
                 e.profile_ops(true);
-                auto pms = time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, spec,
-                                       a.spec.draft_tokens);
+                auto pms =
+                    time_decode(e, src, sessions, static_cast<int>(b), a.decode_tokens, proto);
                 e.profile_ops(false);
                 if (!pms) return pms.status();
                 say("op profile, context %lld, batch %lld, %d steps op by op (%.3f ms/step):\n%s",
@@ -314,6 +330,15 @@ int run_bench(BenchArgs a) {
     }
     if (Status st = check_rank_args(a.ranks, a.engine); !st.is_ok()) {
         print_error(st);
+        return kExitUsage;
+    }
+    if (a.rules.min_tokens > a.decode_tokens) {
+        std::fprintf(stderr, "error: --min-tokens %d exceeds --decode %d\n", a.rules.min_tokens,
+                     a.decode_tokens);
+        return kExitUsage;
+    }
+    if (a.rules.penalties() && a.spec.speculation() != Speculation::kNone) {
+        std::fprintf(stderr, "error: penalties need --speculative off\n");
         return kExitUsage;
     }
     const int64_t max_batch = *std::max_element(batches->begin(), batches->end());
@@ -371,6 +396,13 @@ void add_bench_command(CLI::App& app) {
                   "Also prefill once and decode the first context at the first batch op by op "
                   "with device time per op (CUDA), and print the breakdowns");
     add_speculative_options(cmd, args->spec);
+    add_sampling_options(cmd, args->sampling);
+    add_rules_options(cmd, args->rules);
+    cmd->add_option("--logprobs", args->logprobs,
+                    "Log-probabilities with each decoded token: its own and this many of the most "
+                    "likely (-1 = none)")
+        ->capture_default_str()
+        ->check(whole_number(-1, kMaxTopLogprobs));
     add_rank_options(cmd, args->ranks);
     cmd->add_option("--repeats", args->repeats, "Prefill runs; the best is reported")
         ->capture_default_str()

@@ -83,6 +83,12 @@ INSTANTIATE_TEST_SUITE_P(
              "--synthetic"},
         Case{"bench_bad_speculative", "bench" + kModel + " --speculative eagle", 2,
              "--speculative"},
+        Case{"bench_min_tokens_past_decode", "bench" + kModel + " --decode 4 --min-tokens 5", 2,
+             "exceeds --decode"},
+        Case{"bench_penalty_with_drafts",
+             "bench" + kModel + " --speculative ngram --presence-penalty 0.5", 2,
+             "--speculative off"},
+        Case{"bench_bad_logprobs", "bench" + kModel + " --logprobs 21", 2, "--logprobs"},
         Case{"serve_mtp_without_block",
              "serve" + kModel + " --tokenizer " + DSV4_TINY_TOKENIZER +
                  " --port 0 --speculative mtp",
