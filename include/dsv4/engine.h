@@ -171,7 +171,8 @@ struct Request {
     // kMaxTopLogprobs the token's own and this many of the most likely tokens.
     int logprobs = -1;
     // Penalties, logit_bias, min_tokens (dsv4/sampling.h). The penalties need a request
-    // without speculative drafts (a rejected draft would have been counted).
+    // without speculative drafts (a rejected draft would have been counted). On a session,
+    // the tokens it already holds count as prompt (the repetition penalty's seen tokens).
     LogitsRules rules{};
     // Requests submitted with the same nonzero key and the same prompt (no session, at least
     // two prompt tokens, max_tokens > 0, no penalties) prefill the prompt once: the first of

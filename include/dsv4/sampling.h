@@ -37,8 +37,9 @@ struct TokenLogprobs {
 // on its output tokens (logit -= frequency * count + presence * (count > 0): OpenAI's), each
 // logit_bias entry added, and while fewer than min_tokens tokens have been generated, the
 // min_tokens_stops ids (and EOS, for a request that stops at it) set to the lowest finite float
-// (so they are never chosen and the row stays finite for the sampler's check). The penalties
-// count the request's own tokens: a session's earlier ones do not. Log-probabilities
+// (so they are never chosen and the row stays finite for the sampler's check). On a session
+// the tokens it held before the request are part of the prompt (the repetition penalty sees
+// them); the frequency and presence penalties count the request's own outputs. Log-probabilities
 // (Request::logprobs) are those of the logits after these rules (vLLM's "processed" ones).
 inline constexpr int kMaxLogitBias = 1024;     // logit_bias entries a request
 inline constexpr int kMaxMinTokensStops = 64;  // stop ids banned until min_tokens

@@ -180,6 +180,9 @@ struct Session::Impl {
     CacheSlot slot;
     int64_t pos = 0;
     bool busy = false;  // a request is running on it
+    // The tokens fed so far (pos of them): a request continuing the session counts them as
+    // part of its prompt for the repetition penalty (Request::rules).
+    std::vector<int32_t> tokens;
 };
 
 namespace {
@@ -327,6 +330,8 @@ struct Engine::Impl {
                 }
                 DSV4_RETURN_IF_ERROR(run_step({&r, 1}, tap));
                 f.s->pos += c;
+                f.s->tokens.insert(f.s->tokens.end(), f.ids->begin() + done,
+                                   f.ids->begin() + done + c);
                 if (f.all) all.insert(all.end(), piece.begin(), piece.end());
                 if (f.mtp_next) mtp_all.insert(mtp_all.end(), mtp_piece.begin(), mtp_piece.end());
                 done += c;
@@ -344,7 +349,10 @@ struct Engine::Impl {
             r.logits_out = f.logits;
         }
         DSV4_RETURN_IF_ERROR(run_step(step));
-        for (const FeedRow& f : rows) f.s->pos += static_cast<int64_t>(f.ids->size());
+        for (const FeedRow& f : rows) {
+            f.s->pos += static_cast<int64_t>(f.ids->size());
+            f.s->tokens.insert(f.s->tokens.end(), f.ids->begin(), f.ids->end());
+        }
         (void)V;
         return Status::ok();
     }
@@ -373,7 +381,10 @@ struct Engine::Impl {
                 rules.repetition = w.r.rules.repetition_penalty;
                 rules.frequency = w.r.rules.frequency_penalty;
                 rules.presence = w.r.rules.presence_penalty;
-                pool->set_rules(w.slot, rules, entries);
+                // A session's earlier tokens are part of the prompt the penalties see.
+                std::span<const int32_t> before;
+                if (w.r.session != nullptr) before = w.r.session->impl_->tokens;
+                pool->set_rules(w.slot, rules, entries, before);
                 w.rules_on = true;
             }
             const RequestId id = w.id;
@@ -456,6 +467,7 @@ int64_t Session::position() const {
 void Session::reset() {
     impl_->engine->pool->reset(impl_->slot.index());
     impl_->pos = 0;
+    impl_->tokens.clear();
 }
 
 Status Session::copy_from(const Session& src) {
@@ -465,6 +477,7 @@ Status Session::copy_from(const Session& src) {
         return error("copy_from: a request is running on one of the sessions");
     impl_->engine->pool->copy_slot(src.impl_->slot.index(), impl_->slot.index());
     impl_->pos = src.impl_->pos;
+    impl_->tokens = src.impl_->tokens;
     return Status::ok();
 }
 
@@ -782,6 +795,10 @@ Expected<RequestId> Engine::submit(Request r) {
                      " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
+    DSV4_ASSERT(r.session == nullptr ||
+                    static_cast<int64_t>(r.session->impl_->tokens.size()) == r.session->impl_->pos,
+                "a session's tokens (", r.session ? r.session->impl_->tokens.size() : 0,
+                ") and position disagree");
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
     DSV4_RETURN_IF_ERROR(check_rules(r, e.info.vocab_size));
 
@@ -968,6 +985,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             final_len = 1 + kept;
         } else {
             produced = {q.sampled};
+        }
+        if (q.r.session != nullptr) {  // (the session's tokens: those this row fed for good)
+            std::vector<int32_t>& fed = q.r.session->impl_->tokens;
+            fed.insert(fed.end(), q.fed_tokens.begin(), q.fed_tokens.begin() + final_len);
         }
         q.pos += final_len;
         if (!decode_row) q.fed += rows[i].len;

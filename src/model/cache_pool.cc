@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace dsv4 {
 
@@ -182,7 +183,8 @@ void CachePool::copy_slot(int src, int dst) {
 }
 
 void CachePool::set_rules(int slot, const ops::SlotRules& rules,
-                          std::span<const ops::LogitsRuleEntry> entries) {
+                          std::span<const ops::LogitsRuleEntry> entries,
+                          std::span<const int32_t> seen) {
     DSV4_ASSERT(slot >= 0 && slot < layout_.max_seqs, "set_rules slot ", slot);
     DSV4_ASSERT(rules.n_entries == static_cast<int32_t>(entries.size()) &&
                     entries.size() <= static_cast<size_t>(kRuleEntries),
@@ -191,9 +193,18 @@ void CachePool::set_rules(int slot, const ops::SlotRules& rules,
     if (!entries.empty())
         backend_.upload(entries_ + int64_t{slot} * kRuleEntries, entries.data(),
                         entries.size() * sizeof(ops::LogitsRuleEntry));
-    // (fill writes floats: 0.0f is the zero word)
-    if (rules.on && rules.count)
-        backend_.fill(reinterpret_cast<float*>(counts_ + slot * vocab_), 0.0f, vocab_);
+    if (!rules.on || !rules.count) return;
+    uint32_t* table = counts_ + slot * vocab_;
+    if (seen.empty()) {
+        backend_.fill(reinterpret_cast<float*>(table), 0.0f, vocab_);  // (0.0f: the zero word)
+        return;
+    }
+    std::vector<uint32_t> words(static_cast<size_t>(vocab_), 0);
+    for (const int32_t t : seen) {
+        DSV4_ASSERT(t >= 0 && t < vocab_, "set_rules: token ", t, " outside the vocabulary");
+        words[static_cast<size_t>(t)] = ops::kTokenSeen;
+    }
+    backend_.upload(table, words.data(), words.size() * sizeof(uint32_t));
 }
 
 void CachePool::reset(int slot) {

@@ -108,9 +108,11 @@ class CachePool {
     uint32_t* token_counts() const { return counts_; }                     // [S, V]
     static constexpr int kRuleEntries = kMaxLogitBias + kMaxMinTokensStops + 1;  // + EOS
     // Writes a slot's rules (entries sorted by token, distinct, at most kRuleEntries) and, when
-    // they count, empties its token table. rules.on = 0 turns them off.
+    // they count, sets its token table: the tokens of `seen` (ids in the vocabulary: a
+    // session's earlier tokens) seen, every count zero. rules.on = 0 turns them off.
     void set_rules(int slot, const ops::SlotRules& rules,
-                   std::span<const ops::LogitsRuleEntry> entries);
+                   std::span<const ops::LogitsRuleEntry> entries,
+                   std::span<const int32_t> seen = {});
     size_t bytes() const { return bytes_; }
 
   private:

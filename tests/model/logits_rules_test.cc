@@ -2,7 +2,8 @@
 // each generated token is the arg-max of the session's logits for the same positions with the
 // rules' formula applied (dsv4/sampling.h), and its log-probability is theirs; min_tokens holds
 // EOS and the stop ids back; rules end with their request (a plain request on the same slot is
-// untouched); speculative steps keep logit_bias and min_tokens; bad rules are refused at submit.
+// untouched); a session's earlier tokens count as prompt; speculative steps keep logit_bias and
+// min_tokens; bad rules are refused at submit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,89 @@ TEST(LogitsRules, EndWithTheirRequest) {
     (*s)->reset();
     ASSERT_TRUE((*s)->feed(plain.prompt, nullptr, &after).is_ok());
     EXPECT_EQ(fresh, after);
+}
+
+// A request continuing a session counts the session's earlier tokens as prompt (the repetition
+// penalty's "seen"): its tokens are those of one request whose prompt is the whole sequence,
+// whether the session was fed directly or by an earlier request (a chat's turns).
+TEST(LogitsRules, SessionTokensCountAsPrompt) {
+    auto engine = test::request_engine(4);
+    ASSERT_TRUE(engine);
+    Engine& e = *engine;
+    const int V = e.info().vocab_size;
+    const int32_t eos = e.info().eos_token_id;
+    const std::vector<int32_t> a = test::random_ids(40, V, 41), b = test::random_ids(6, V, 42);
+    std::vector<int32_t> ab = a;
+    ab.insert(ab.end(), b.begin(), b.end());
+    Request ruled;
+    ruled.max_tokens = 8;
+    ruled.stop_at_eos = false;
+    ruled.rules.repetition_penalty = 5.0f;
+    ruled.rules.frequency_penalty = 0.5f;
+    auto whole = [&](const std::vector<int32_t>& prompt) {
+        Request r = ruled;
+        r.prompt = prompt;
+        return test::tokens_of(test::run_requests(e, {r})[0]);
+    };
+    auto s = e.new_session();
+    ASSERT_TRUE(s.has_value()) << s.status().message();
+    // Fed directly, then a request with b: the tokens of one request with a and b.
+    ASSERT_TRUE((*s)->feed(a, nullptr, nullptr).is_ok());
+    Request on = ruled;
+    on.prompt = b;
+    on.session = s->get();
+    const std::vector<int32_t> got = test::tokens_of(test::run_requests(e, {on})[0]);
+    ASSERT_EQ(got.size(), 8u);
+    EXPECT_EQ(got, whole(ab));
+    // The formula with a and b as the prompt gives each token; with b alone (a's tokens not
+    // seen) some other one: the test tells the two apart.
+    {
+        auto raw = e.new_session();
+        ASSERT_TRUE(raw.has_value());
+        std::vector<int32_t> seq = ab;
+        seq.insert(seq.end(), got.begin(), got.end() - 1);
+        std::vector<float> logits;
+        ASSERT_TRUE((*raw)->feed(seq, &logits, nullptr).is_ok());
+        std::vector<int32_t> before;
+        bool differs = false;
+        for (size_t k = 0; k < got.size(); ++k) {
+            const float* row = logits.data() + (ab.size() - 1 + k) * V;
+            auto best = [&](const std::vector<int32_t>& prompt) {
+                const std::vector<float> l = apply(row, V, ruled.rules, prompt, before, eos);
+                return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+            };
+            EXPECT_EQ(got[k], best(ab)) << "token " << k;
+            differs = differs || best(b) != got[k];
+            before.push_back(got[k]);
+        }
+        EXPECT_TRUE(differs) << "a's tokens changed no choice: the test shows nothing";
+    }
+
+    // A chat's two turns: a request with a, then one with its last token (never fed) and b.
+    (*s)->reset();
+    Request turn1 = ruled;
+    turn1.prompt = a;
+    turn1.max_tokens = 4;
+    turn1.session = s->get();
+    const std::vector<int32_t> out1 = test::tokens_of(test::run_requests(e, {turn1})[0]);
+    ASSERT_EQ(out1.size(), 4u);
+    Request turn2 = ruled;
+    turn2.prompt = {out1.back()};
+    turn2.prompt.insert(turn2.prompt.end(), b.begin(), b.end());
+    turn2.session = s->get();
+    std::vector<int32_t> seq = a;
+    seq.insert(seq.end(), out1.begin(), out1.end());
+    seq.insert(seq.end(), b.begin(), b.end());
+    EXPECT_EQ(test::tokens_of(test::run_requests(e, {turn2})[0]), whole(seq));
+
+    // A copy carries the tokens with the cache.
+    auto copy = e.new_session();
+    ASSERT_TRUE(copy.has_value()) << copy.status().message();
+    (*s)->reset();
+    ASSERT_TRUE((*s)->feed(a, nullptr, nullptr).is_ok());
+    ASSERT_TRUE((*copy)->copy_from(**s).is_ok());
+    on.session = copy->get();
+    EXPECT_EQ(test::tokens_of(test::run_requests(e, {on})[0]), got);
 }
 
 // n-gram drafts (kjv-tiny repeats itself) with logit_bias and min_tokens: the tokens of the
