@@ -332,6 +332,8 @@ int run_bench(BenchArgs a) {
         print_error(st);
         return kExitUsage;
     }
+    // (Engine::submit refuses these too, but only after the model is loaded and prefilled,
+    // which can take minutes here: a usage error first.)
     if (a.rules.min_tokens > a.decode_tokens) {
         std::fprintf(stderr, "error: --min-tokens %d exceeds --decode %d\n", a.rules.min_tokens,
                      a.decode_tokens);

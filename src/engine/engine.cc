@@ -178,11 +178,11 @@ StepRow row(int slot, int64_t pos0, const int32_t* ids, int32_t len) {
 struct Session::Impl {
     Engine::Impl* engine = nullptr;
     CacheSlot slot;
-    int64_t pos = 0;
     bool busy = false;  // a request is running on it
-    // The tokens fed so far (pos of them): a request continuing the session counts them as
-    // part of its prompt for the repetition penalty (Request::rules).
+    // The tokens fed so far, in order: a request continuing the session counts them as part
+    // of its prompt for the repetition penalty (Request::rules).
     std::vector<int32_t> tokens;
+    int64_t pos() const { return static_cast<int64_t>(tokens.size()); }
 };
 
 namespace {
@@ -301,8 +301,8 @@ struct Engine::Impl {
         for (const FeedRow& f : rows) {
             if (f.ids->empty()) return error("feed: no tokens");
             if (f.s->busy) return error("feed: a request is running on this session");
-            if (f.s->pos + static_cast<int64_t>(f.ids->size()) > pool->layout().max_context)
-                return error("context full: ", f.s->pos, " + ", f.ids->size(),
+            if (f.s->pos() + static_cast<int64_t>(f.ids->size()) > pool->layout().max_context)
+                return error("context full: ", f.s->pos(), " + ", f.ids->size(),
                              " tokens exceed the cache capacity of ", pool->layout().max_context,
                              " (raise --max-context)");
             total += static_cast<int64_t>(f.ids->size());
@@ -319,7 +319,7 @@ struct Engine::Impl {
             std::vector<float> all, piece, mtp_all, mtp_piece;
             for (int64_t done = 0; done < n;) {
                 const int32_t c = static_cast<int32_t>(std::min<int64_t>(cap, n - done));
-                StepRow r = row(f.s->slot.index(), f.s->pos, f.ids->data() + done, c);
+                StepRow r = row(f.s->slot.index(), f.s->pos(), f.ids->data() + done, c);
                 r.logits =
                     f.all ? LogitsWanted::kAll
                           : (done + c == n && f.logits ? LogitsWanted::kLast : LogitsWanted::kNone);
@@ -329,7 +329,6 @@ struct Engine::Impl {
                     r.mtp_logits_out = &mtp_piece;
                 }
                 DSV4_RETURN_IF_ERROR(run_step({&r, 1}, tap));
-                f.s->pos += c;
                 f.s->tokens.insert(f.s->tokens.end(), f.ids->begin() + done,
                                    f.ids->begin() + done + c);
                 if (f.all) all.insert(all.end(), piece.begin(), piece.end());
@@ -342,17 +341,15 @@ struct Engine::Impl {
         }
         std::vector<StepRow> step;
         for (const FeedRow& f : rows) {
-            StepRow& r = step.emplace_back(row(f.s->slot.index(), f.s->pos, f.ids->data(),
+            StepRow& r = step.emplace_back(row(f.s->slot.index(), f.s->pos(), f.ids->data(),
                                                static_cast<int32_t>(f.ids->size())));
             r.logits =
                 f.logits ? (f.all ? LogitsWanted::kAll : LogitsWanted::kLast) : LogitsWanted::kNone;
             r.logits_out = f.logits;
         }
         DSV4_RETURN_IF_ERROR(run_step(step));
-        for (const FeedRow& f : rows) {
-            f.s->pos += static_cast<int64_t>(f.ids->size());
+        for (const FeedRow& f : rows)
             f.s->tokens.insert(f.s->tokens.end(), f.ids->begin(), f.ids->end());
-        }
         (void)V;
         return Status::ok();
     }
@@ -461,12 +458,11 @@ Status Session::feed_with_mtp(const std::vector<int32_t>& ids, const std::vector
 }
 
 int64_t Session::position() const {
-    return impl_->pos;
+    return impl_->pos();
 }
 
 void Session::reset() {
     impl_->engine->pool->reset(impl_->slot.index());
-    impl_->pos = 0;
     impl_->tokens.clear();
 }
 
@@ -476,7 +472,6 @@ Status Session::copy_from(const Session& src) {
     if (impl_->busy || src.impl_->busy)
         return error("copy_from: a request is running on one of the sessions");
     impl_->engine->pool->copy_slot(src.impl_->slot.index(), impl_->slot.index());
-    impl_->pos = src.impl_->pos;
     impl_->tokens = src.impl_->tokens;
     return Status::ok();
 }
@@ -788,17 +783,13 @@ Expected<RequestId> Engine::submit(Request r) {
     if (r.logprobs < -1 || r.logprobs > kMaxTopLogprobs)
         return error("logprobs must be -1 (none) or 0 to ", kMaxTopLogprobs, ", got ", r.logprobs);
     DSV4_RETURN_IF_ERROR(check_vocab(r.prompt, "token id", e.info.vocab_size));
-    const int64_t start = r.session ? r.session->impl_->pos : 0;
+    const int64_t start = r.session ? r.session->impl_->pos() : 0;
     if (start + static_cast<int64_t>(r.prompt.size()) > e.info.max_context)
         return error("the prompt (", r.prompt.size(), " tokens after ", start,
                      " already in the sequence) is longer than the context of ", e.info.max_context,
                      " tokens");
     if (r.session != nullptr && r.session->impl_->busy)
         return error("a request is already running on this session");
-    DSV4_ASSERT(r.session == nullptr ||
-                    static_cast<int64_t>(r.session->impl_->tokens.size()) == r.session->impl_->pos,
-                "a session's tokens (", r.session ? r.session->impl_->tokens.size() : 0,
-                ") and position disagree");
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
     DSV4_RETURN_IF_ERROR(check_rules(r, e.info.vocab_size));
 
@@ -822,7 +813,7 @@ Expected<RequestId> Engine::submit(Request r) {
         Session::Impl& s = *q.r.session->impl_;
         s.busy = true;
         q.slot = s.slot.index();
-        q.pos = s.pos;
+        q.pos = s.pos();
     }
     const RequestId id = q.id;
     e.waiting.push_back(std::move(q));
@@ -986,14 +977,13 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         } else {
             produced = {q.sampled};
         }
-        if (q.r.session != nullptr) {  // (the session's tokens: those this row fed for good)
+        if (q.r.session != nullptr) {  // (its position: the tokens this row fed for good)
             std::vector<int32_t>& fed = q.r.session->impl_->tokens;
             fed.insert(fed.end(), q.fed_tokens.begin(), q.fed_tokens.begin() + final_len);
         }
         q.pos += final_len;
         if (!decode_row) q.fed += rows[i].len;
         if (q.leads && q.fed + 1 == q.r.prompt.size()) prefix_done.push_back(q.id);
-        if (q.r.session != nullptr) q.r.session->impl_->pos = q.pos;
         q.pending = -1;
         const RequestId id = q.id;
         auto add_mtp = [&](int32_t last_next) {
