@@ -186,7 +186,9 @@ TEST(CudaNumericsGpu, CompressEntryRoundTripHadamardFp4) {
 }
 
 // Logits for one row of the sampling tests: normal at a spread, some rows quantised to
-// multiples of 1/4 (many exact ties, ordered by id), some with a planted run of equal maxima.
+// multiples of 1/4 (many exact ties, ordered by id), some with a planted run of equal maxima,
+// some flat (every logit in [8, 8.5): one bin of the sampler's histogram holds the whole row,
+// more members than its shared-memory list takes at V = 129280).
 std::vector<float> sample_logits(int64_t R, int64_t V, std::mt19937& rng) {
     std::vector<float> l(R * V);
     for (int64_t r = 0; r < R; ++r) {
@@ -198,6 +200,10 @@ std::vector<float> sample_logits(int64_t R, int64_t V, std::mt19937& rng) {
             for (int64_t i = 0; i < V; ++i) row[i] = std::round(row[i] * 4.0f) / 4.0f;
         if (r % 5 == 2)
             for (int i = 0; i < 9; ++i) row[(rng() % V)] = 40.0f;
+        if (r % 7 == 3) {
+            std::uniform_real_distribution<float> flat(8.0f, 8.5f);
+            for (int64_t i = 0; i < V; ++i) row[i] = flat(rng);
+        }
     }
     return l;
 }
@@ -305,6 +311,19 @@ TEST(CudaNumericsGpu, SampleEveryTopKFullVocab) {
     sample_rounds(*be, 129280, grid, {}, 6, 32, "sample V=129280");
     ASSERT_TRUE(be->prepare_steps(static_cast<int64_t>(grid.size())).is_ok());
     sample_rounds(*be, 129280, grid, {}, 6, 32, "sample V=129280, split scan");
+}
+
+// More rows than the split pass builds histograms for (the rows' own blocks build them, after
+// the split first pass).
+TEST(CudaNumericsGpu, SampleManyRowsFullVocab) {
+    DSV4_REQUIRE_GPU();
+    auto be = make_gpu();
+    const int64_t V = 129280;
+    const auto grid = sample_grid(V);
+    std::vector<SamplingParams> p;
+    while (p.size() < 70) p.push_back(grid[p.size() % grid.size()]);
+    ASSERT_TRUE(be->prepare_steps(static_cast<int64_t>(p.size())).is_ok());
+    sample_rounds(*be, V, p, {}, 2, 34, "sample V=129280, 70 rows");
 }
 
 TEST(CudaNumericsGpu, SampleOddVocabLargeTopK) {

@@ -10,22 +10,29 @@
 namespace dsv4::cuda {
 
 // Rows keeping at most this many candidates are sorted in shared memory and walked in the
-// reference's order; larger ones go through the radix-select path.
+// reference's order; larger ones take the wide path (sample_sm90.cu).
 inline constexpr int kSampleMaxTopK = 1024;
 
 // Scratch of the split first pass (sample_sm90.cu): the finite check and the best candidate of
-// each (row, slice), for up to max_parts of them.
+// each (row, slice), for up to max_parts of them; and the wide rows' candidate histograms
+// ([rows, 4096] bins of mass lo / hi words and counts; all zero between launches).
 struct SampleScratch {
     unsigned long long* best = nullptr;  // [max_parts]
     int* bad = nullptr;                  // [max_parts]
     int max_parts = 0;
+    unsigned long long* hlo = nullptr;  // [kHistRows, kBins]
+    unsigned long long* hhi = nullptr;  // [kHistRows, kBins]
+    unsigned* hcnt = nullptr;           // [kHistRows, kBins]
 };
-// Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved out of them.
+// Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved out of them (which
+// must come zeroed).
 int64_t sample_scratch_bytes(int sm_count);
 SampleScratch sample_scratch(void* p, int sm_count);
 
 // ws.best null: one launch, each row's block reading its whole row first. Otherwise rows of at
-// least kSampleSplitMinV logits are first scanned by many blocks a row (a second launch).
+// least kSampleSplitMinV logits are first scanned by many blocks a row (a second launch), and
+// in steps of at most 64 rows a third launch (many blocks a row) builds the histograms of the
+// rows that sample from more than kSampleMaxTopK candidates (sample_sm90.cu, "wide path").
 inline constexpr int64_t kSampleSplitMinV = 2048;
 void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream_t stream);
 
