@@ -1072,44 +1072,53 @@ TEST(CudaOpsGpu, LogprobsMatchReference) {
     DSV4_REQUIRE_GPU();
     auto be = make_gpu();
     std::mt19937 rng(31);
-    for (const auto& [V, R, n] : {std::tuple<int64_t, int64_t, int>{129280, 5, kMaxTopLogprobs},
-                                  {1537, 9, 7},
-                                  {5, 3, kMaxTopLogprobs}}) {
-        auto logits = randn(R * V, rng, 4.0f);
-        logits[0 * V + 1] = 40.0f;
-        logits[0 * V + V - 1] = 40.0f;
-        std::fill(logits.begin() + 2 * V, logits.begin() + 3 * V, 0.5f);
-        std::vector<int32_t> sampled(R);
-        for (int64_t r = 0; r < R; ++r) sampled[r] = static_cast<int32_t>((r * 7919) % V);
-        sampled[1] = -1;
-        Dev<float> dl(*be, logits);
-        Dev<int32_t> ds(*be, sampled), did(*be, R * n);
-        Dev<float> dlp(*be, R), dtop(*be, R * n);
-        be->logprobs({dl.p, ds.p, dlp.p, did.p, dtop.p, R, V, n});
-        std::vector<float> lp(R), top(R * n);
-        std::vector<int32_t> id(R * n);
-        cpu_ref::logprobs(
-            {logits.data(), sampled.data(), lp.data(), id.data(), top.data(), R, V, n});
-        const std::string what = "logprobs V=" + std::to_string(V) + " n=" + std::to_string(n);
-        EXPECT_EQ(did.get(), id) << what;
-        auto close = [&](const std::vector<float>& got, const std::vector<float>& ref) {
-            double worst = 0;
-            for (size_t i = 0; i < ref.size(); ++i) {
-                if (std::isnan(ref[i])) {
-                    EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i;
-                    continue;
-                }
-                const double err = std::fabs(static_cast<double>(got[i]) - ref[i]) /
-                                   std::max(1.0, std::fabs(static_cast<double>(ref[i])));
-                worst = std::max(worst, err);
-                EXPECT_LE(err, 2e-6) << what << " at " << i << ": " << got[i] << " vs " << ref[i];
+    // Each shape twice: one block a row, then (with the step scratch) the split launch; V 2,100
+    // leaves its last slices short of n logits, and empty.
+    for (const bool split : {false, true})
+        for (const auto& [V, R, n] : {std::tuple<int64_t, int64_t, int>{129280, 5, kMaxTopLogprobs},
+                                      {1537, 9, 7},
+                                      {2100, 3, kMaxTopLogprobs},
+                                      {5, 3, kMaxTopLogprobs}}) {
+            if (split) {
+                ASSERT_TRUE(be->prepare_steps(64).is_ok());
             }
-            return worst;
-        };
-        const double w = std::max(close(dlp.get(), lp), close(dtop.get(), top));
-        std::printf("[ops] %s R=%lld: worst relative difference %.3g\n", what.c_str(),
-                    static_cast<long long>(R), w);
-    }
+            auto logits = randn(R * V, rng, 4.0f);
+            logits[0 * V + 1] = 40.0f;
+            logits[0 * V + V - 1] = 40.0f;
+            std::fill(logits.begin() + 2 * V, logits.begin() + 3 * V, 0.5f);
+            std::vector<int32_t> sampled(R);
+            for (int64_t r = 0; r < R; ++r) sampled[r] = static_cast<int32_t>((r * 7919) % V);
+            sampled[1] = -1;
+            Dev<float> dl(*be, logits);
+            Dev<int32_t> ds(*be, sampled), did(*be, R * n);
+            Dev<float> dlp(*be, R), dtop(*be, R * n);
+            be->logprobs({dl.p, ds.p, dlp.p, did.p, dtop.p, R, V, n});
+            std::vector<float> lp(R), top(R * n);
+            std::vector<int32_t> id(R * n);
+            cpu_ref::logprobs(
+                {logits.data(), sampled.data(), lp.data(), id.data(), top.data(), R, V, n});
+            const std::string what = "logprobs V=" + std::to_string(V) + " n=" + std::to_string(n) +
+                                     (split ? " split" : "");
+            EXPECT_EQ(did.get(), id) << what;
+            auto close = [&](const std::vector<float>& got, const std::vector<float>& ref) {
+                double worst = 0;
+                for (size_t i = 0; i < ref.size(); ++i) {
+                    if (std::isnan(ref[i])) {
+                        EXPECT_TRUE(std::isnan(got[i])) << what << " at " << i;
+                        continue;
+                    }
+                    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]) /
+                                       std::max(1.0, std::fabs(static_cast<double>(ref[i])));
+                    worst = std::max(worst, err);
+                    EXPECT_LE(err, 2e-6)
+                        << what << " at " << i << ": " << got[i] << " vs " << ref[i];
+                }
+                return worst;
+            };
+            const double w = std::max(close(dlp.get(), lp), close(dtop.get(), top));
+            std::printf("[ops] %s R=%lld: worst relative difference %.3g\n", what.c_str(),
+                        static_cast<long long>(R), w);
+        }
 }
 
 // The request logits rules against the CPU's, bit for bit (every step a rounded float operation

@@ -1287,7 +1287,7 @@ class CudaBackend final : public Backend {
     }
     void logprobs(const ops::LogprobsArgs& a) override {
         const auto prof = profile_.scope("logprobs", recording_);
-        cuda::launch_logprobs(a, cur());
+        cuda::launch_logprobs(a, sample_ws_, cur());
     }
     DSV4_CUDA_OP(logits_rules, LogitsRulesArgs, launch_logits_rules)
     void scale(float* x, float s, int64_t n) override { cuda::launch_scale(x, s, n, cur()); }

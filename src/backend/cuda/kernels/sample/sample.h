@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "ops/sample.h"
 
 namespace dsv4::cuda {
@@ -23,6 +25,12 @@ struct SampleScratch {
     unsigned long long* hlo = nullptr;  // [kHistRows, kBins]
     unsigned long long* hhi = nullptr;  // [kHistRows, kBins]
     unsigned* hcnt = nullptr;           // [kHistRows, kBins]
+    // The split log-probabilities: each (row, slice)'s largest logit, sum of exp(l - it) and top
+    // keys, and each row's count of slices done (zero between launches).
+    double* lp_max = nullptr;      // [max_parts]
+    double* lp_sum = nullptr;      // [max_parts]
+    uint64_t* lp_top = nullptr;    // [max_parts, kMaxTopLogprobs]
+    unsigned* arrivals = nullptr;  // [max_parts]
 };
 // Bytes of the scratch for a GPU of sm_count SMs, and the scratch carved out of them (which
 // must come zeroed).
@@ -36,10 +44,13 @@ SampleScratch sample_scratch(void* p, int sm_count);
 inline constexpr int64_t kSampleSplitMinV = 2048;
 void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream_t stream);
 
-// The log-probabilities op (ops/sample.h): one block a row, reading the row three times (the
-// largest logit, the sum of exponentials in double, the top-n radix select) and once more for
-// the top n's ids. n <= kMaxTopLogprobs.
-void launch_logprobs(const ops::LogprobsArgs& a, cudaStream_t stream);
+// The log-probabilities op (ops/sample.h). With the scratch and rows of kSampleSplitMinV logits
+// or more: one launch of many blocks a row (slices as the sampler's), each reading its slice
+// once for its largest logit, its sum of exponentials and its top n, the row's last block
+// combining them. Otherwise one block a row, reading the row three times (the largest logit, the
+// sum of exponentials in double, the top-n radix select) and once more for the top n's ids.
+// n <= kMaxTopLogprobs.
+void launch_logprobs(const ops::LogprobsArgs& a, const SampleScratch& ws, cudaStream_t stream);
 
 // The request logits rules (ops/sample.h): a launch marking the step's tokens, then a block for
 // each 4096 logits of a sampled row (logits_rules_sm90.cu).

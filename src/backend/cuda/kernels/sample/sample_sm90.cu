@@ -817,10 +817,41 @@ __global__ void __launch_bounds__(kThreads)
     a.out[r] = id_at(0);
 }
 
-// The log-probabilities of row r (launch_logprobs): the best key by the first pass's scan (its
-// logit is the maximum), the exponentials' sum in double (each thread's share in index order,
-// then the block's sum: the order, not the terms, differs from the reference's sequential sum),
-// the top n by the block radix select, sorted by one thread (n <= kMaxTopLogprobs).
+// A row whose sample is -1 (non-finite logits): NaN and ids -1 (the whole block).
+__device__ __forceinline__ void logprobs_none(const ops::LogprobsArgs& a, int64_t r) {
+    for (int j = threadIdx.x; j < a.n; j += blockDim.x) {
+        a.top_id[r * a.n + j] = -1;
+        a.top_logprob[r * a.n + j] = NAN;
+    }
+    if (threadIdx.x == 0) a.logprob[r] = NAN;
+}
+
+// Thread 0: sorts the row's top `keep` candidate keys (descending; keys are distinct) and writes
+// the sampled id's log-probability and the top n's, log p = l - lse.
+__device__ __forceinline__ void logprobs_write(const ops::LogprobsArgs& a, int64_t r, double lse,
+                                               uint64_t* cand, int keep) {
+    const float* logits = a.logits + r * a.V;
+    auto lp = [&](int32_t i) {
+        return __double2float_rn(__dsub_rn(static_cast<double>(logits[i]), lse));
+    };
+    for (int i = 1; i < keep; ++i)  // insertion sort
+        for (int j = i; j > 0 && cand[j] > cand[j - 1]; --j) {
+            const uint64_t t = cand[j];
+            cand[j] = cand[j - 1];
+            cand[j - 1] = t;
+        }
+    a.logprob[r] = lp(a.sampled[r]);
+    for (int j = 0; j < a.n; ++j) {
+        a.top_id[r * a.n + j] = j < keep ? key_id(cand[j]) : -1;
+        a.top_logprob[r * a.n + j] = j < keep ? lp(key_id(cand[j])) : NAN;
+    }
+}
+
+// The log-probabilities of row r (launch_logprobs without the scratch): the best key by the
+// first pass's scan (its logit is the maximum), the exponentials' sum in double (each thread's
+// share in index order, then the block's sum: the order, not the terms, differs from the
+// reference's sequential sum), the top n by the block radix select, sorted by one thread
+// (n <= kMaxTopLogprobs).
 __global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a) {
     dev::pdl_enter();
     __shared__ int red[32];
@@ -830,13 +861,8 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a)
     __shared__ uint64_t cand[kMaxTopLogprobs];
     const int64_t r = blockIdx.x;
     const float* logits = a.logits + r * a.V;
-    const int32_t sampled = a.sampled[r];
-    if (sampled < 0) {  // non-finite logits (the sampling op's -1)
-        for (int j = threadIdx.x; j < a.n; j += blockDim.x) {
-            a.top_id[r * a.n + j] = -1;
-            a.top_logprob[r * a.n + j] = NAN;
-        }
-        if (threadIdx.x == 0) a.logprob[r] = NAN;
+    if (a.sampled[r] < 0) {  // non-finite logits (the sampling op's -1)
+        logprobs_none(a, r);
         return;
     }
     if (threadIdx.x == 0) best_s = 0;
@@ -848,9 +874,6 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a)
     for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x)
         part = __dadd_rn(part, exp(__dsub_rn(static_cast<double>(logits[i]), mx)));
     const double lse = __dadd_rn(mx, log(dev::block_sum(part, red_d)));
-    auto lp = [&](int32_t i) {
-        return __double2float_rn(__dsub_rn(static_cast<double>(logits[i]), lse));
-    };
     const int keep = static_cast<int>(a.V < a.n ? a.V : a.n);
     auto key = [&](int64_t i) { return dev::order_key(logits[i]); };
     int64_t above = 0;
@@ -858,18 +881,77 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a)
     dev::block_topk_collect(key, a.V, thr, above, keep, red,
                             [&](int64_t i, int64_t rank) { cand[rank] = cand_key(key(i), i); });
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int i = 1; i < keep; ++i)  // insertion sort, descending (keys are distinct)
-        for (int j = i; j > 0 && cand[j] > cand[j - 1]; --j) {
-            const uint64_t t = cand[j];
-            cand[j] = cand[j - 1];
-            cand[j - 1] = t;
-        }
-    a.logprob[r] = lp(sampled);
-    for (int j = 0; j < a.n; ++j) {
-        a.top_id[r * a.n + j] = j < keep ? key_id(cand[j]) : -1;
-        a.top_logprob[r * a.n + j] = j < keep ? lp(key_id(cand[j])) : NAN;
+    if (threadIdx.x == 0) logprobs_write(a, r, lse, cand, keep);
+}
+
+// The split log-probabilities: block (s, r) takes slice s of row r: its largest logit m_s, its
+// sum of exp(l - m_s) in double and its top n keys (in id order) into the scratch; the row's last
+// block to arrive combines them: the maximum M, the sum as sum_s S_s exp(m_s - M) in slice order
+// (each term rounded once more than the reference's), and the top n among the slices' top n
+// (exact: every key of the row's top n is in its slice's top n; the slices' lists laid end to
+// end are in id order, so the select's ties to the lower index are ties to the lower id).
+__global__ void __launch_bounds__(kScanThreads)
+    logprobs_split_kernel(ops::LogprobsArgs a, SampleScratch ws, int slices) {
+    dev::pdl_enter();
+    __shared__ int red[32];
+    __shared__ double red_d[32];
+    __shared__ unsigned hist[256];
+    __shared__ unsigned long long best_s;
+    __shared__ uint64_t cand[kMaxTopLogprobs];
+    const int s = static_cast<int>(blockIdx.x);
+    const int64_t r = blockIdx.y;
+    if (a.sampled[r] < 0) {  // the row's every block (none arrives)
+        if (s == 0) logprobs_none(a, r);
+        return;
     }
+    const float* logits = a.logits + r * a.V;
+    const int64_t b = slice_begin(a.V, slices, s), e = slice_begin(a.V, slices, s + 1);
+    const int64_t part = r * slices + s;
+    if (threadIdx.x == 0) best_s = 0;
+    int bad = 0;
+    unsigned long long mine = 0;
+    scan_logits(logits, a.V, b, e, bad, mine);
+    const unsigned long long best = block_bad_and_best(bad, mine, red, &best_s).best;
+    const double mx = e > b ? static_cast<double>(logits[key_id(best)]) : -INFINITY;
+    double sum = 0;
+    for (int64_t i = b + threadIdx.x; i < e; i += blockDim.x)
+        sum = __dadd_rn(sum, exp(__dsub_rn(static_cast<double>(logits[i]), mx)));
+    sum = dev::block_sum(sum, red_d);
+    uint64_t* top = ws.lp_top + part * kMaxTopLogprobs;
+    const int keep = static_cast<int>(e - b < a.n ? e - b : a.n);
+    for (int j = keep + static_cast<int>(threadIdx.x); j < kMaxTopLogprobs; j += blockDim.x)
+        top[j] = 0;  // (sorts below every finite logit's key)
+    if (keep > 0) {
+        auto key = [&](int64_t i) { return dev::order_key(logits[b + i]); };
+        int64_t above = 0;
+        const uint32_t thr = dev::block_topk_threshold(key, e - b, keep, hist, red, &above);
+        dev::block_topk_collect(key, e - b, thr, above, keep, red, [&](int64_t i, int64_t rank) {
+            top[rank] = cand_key(key(i), b + i);
+        });
+    }
+    if (threadIdx.x == 0) {
+        ws.lp_max[part] = mx;
+        ws.lp_sum[part] = sum;
+    }
+    if (!dev::last_to_arrive(ws.arrivals, slices)) return;
+    const double* pm = ws.lp_max + r * slices;
+    const double* ps = ws.lp_sum + r * slices;
+    double m = -INFINITY;
+    for (int k = 0; k < slices; ++k) m = fmax(m, pm[k]);
+    double total = 0;
+    for (int k = 0; k < slices; ++k)
+        total = __dadd_rn(total, __dmul_rn(ps[k], exp(__dsub_rn(pm[k], m))));
+    const double lse = __dadd_rn(m, log(total));
+    const uint64_t* tops = ws.lp_top + r * slices * kMaxTopLogprobs;
+    const int64_t n_c = int64_t{slices} * kMaxTopLogprobs;
+    const int row_keep = static_cast<int>(a.V < a.n ? a.V : a.n);
+    auto ckey = [&](int64_t i) { return static_cast<uint32_t>(tops[i] >> 32); };
+    int64_t above = 0;
+    const uint32_t thr = dev::block_topk_threshold(ckey, n_c, row_keep, hist, red, &above);
+    dev::block_topk_collect(ckey, n_c, thr, above, row_keep, red,
+                            [&](int64_t i, int64_t rank) { cand[rank] = tops[i]; });
+    __syncthreads();
+    if (threadIdx.x == 0) logprobs_write(a, r, lse, cand, row_keep);
 }
 
 // (row, slice) entries the scratch holds, four a SM: launch_sample gives each row as many
@@ -882,23 +964,40 @@ int sample_parts(int sm_count) {
 constexpr int64_t kHistBytes =
     int64_t{kHistRows} * kBins * (2 * sizeof(unsigned long long) + sizeof(unsigned));
 
+// Slices a row of the split passes: as many as the scratch holds for R rows, at most
+// kMaxSlices, at least 2 (else 0: the row's own block reads it); depends on R only (graph-safe).
+int split_slices(int64_t R, int64_t V, const SampleScratch& ws) {
+    const int64_t by_ws = ws.best != nullptr ? ws.max_parts / R : 0;
+    return V >= kSampleSplitMinV && by_ws >= 2
+               ? static_cast<int>(std::min<int64_t>(kMaxSlices, by_ws))
+               : 0;
+}
+
 }  // namespace
 
 int64_t sample_scratch_bytes(int sm_count) {
+    const int64_t parts = sample_parts(sm_count);
     return kHistBytes +
-           int64_t{sample_parts(sm_count)} * (sizeof(unsigned long long) + sizeof(int));
+           parts * (sizeof(unsigned long long) + 2 * sizeof(double) +
+                    kMaxTopLogprobs * sizeof(uint64_t) + sizeof(int) + sizeof(unsigned));
 }
 
-// The histograms first (8-byte words), then the first pass's entries. The histograms must start
-// zero (try_alloc zeroes; each use sets them back).
+// The 8-byte words first (the histograms' mass words, the first pass's best keys, the split
+// log-probabilities' parts), then the 4-byte ones. The histograms and the arrival counters must
+// start zero (try_alloc zeroes; each use sets them back).
 SampleScratch sample_scratch(void* p, int sm_count) {
     SampleScratch ws;
+    const int64_t parts = sample_parts(sm_count), bins = int64_t{kHistRows} * kBins;
+    ws.max_parts = static_cast<int>(parts);
     ws.hlo = static_cast<unsigned long long*>(p);
-    ws.hhi = ws.hlo + int64_t{kHistRows} * kBins;
-    ws.best = ws.hhi + int64_t{kHistRows} * kBins;
-    ws.max_parts = sample_parts(sm_count);
-    ws.bad = reinterpret_cast<int*>(ws.best + ws.max_parts);
-    ws.hcnt = reinterpret_cast<unsigned*>(ws.bad + ws.max_parts);
+    ws.hhi = ws.hlo + bins;
+    ws.best = ws.hhi + bins;
+    ws.lp_max = reinterpret_cast<double*>(ws.best + parts);
+    ws.lp_sum = ws.lp_max + parts;
+    ws.lp_top = reinterpret_cast<uint64_t*>(ws.lp_sum + parts);
+    ws.bad = reinterpret_cast<int*>(ws.lp_top + parts * kMaxTopLogprobs);
+    ws.hcnt = reinterpret_cast<unsigned*>(ws.bad + parts);
+    ws.arrivals = ws.hcnt + bins;
     return ws;
 }
 
@@ -917,12 +1016,7 @@ void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream
                                      static_cast<int>(sizeof(Wide)));
         return e;
     }));
-    // Slices a row: as many as the scratch holds for R rows, at most kMaxSlices, at least 2
-    // (else the row's own block scans it); the count depends on R only (graph-safe).
-    const int64_t by_ws = ws.best != nullptr ? ws.max_parts / a.R : 0;
-    const int slices = a.V >= kSampleSplitMinV && by_ws >= 2
-                           ? static_cast<int>(std::min<int64_t>(kMaxSlices, by_ws))
-                           : 0;
+    const int slices = split_slices(a.R, a.V, ws);
     const bool hist_split = slices > 0 && a.R <= kHistRows;
     const dim3 grid(static_cast<unsigned>(slices), static_cast<unsigned>(a.R));
     if (slices > 0) launch_pdl(sample_scan_kernel, grid, kScanThreads, 0, stream, 1, a, ws, slices);
@@ -931,11 +1025,17 @@ void launch_sample(const ops::SampleArgs& a, const SampleScratch& ws, cudaStream
                slices, hist_split);
 }
 
-void launch_logprobs(const ops::LogprobsArgs& a, cudaStream_t stream) {
+void launch_logprobs(const ops::LogprobsArgs& a, const SampleScratch& ws, cudaStream_t stream) {
     DSV4_ASSERT(a.V >= 1 && a.V <= 0x7fffffff && a.n >= 1 && a.n <= kMaxTopLogprobs, "logprobs: V ",
                 a.V, ", n ", a.n);
     if (a.R == 0) return;
-    launch_pdl(logprobs_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a);
+    const int slices = split_slices(a.R, a.V, ws);
+    if (slices > 0)
+        launch_pdl(logprobs_split_kernel,
+                   dim3(static_cast<unsigned>(slices), static_cast<unsigned>(a.R)), kScanThreads, 0,
+                   stream, 1, a, ws, slices);
+    else
+        launch_pdl(logprobs_kernel, static_cast<unsigned>(a.R), kThreads, 0, stream, 1, a);
 }
 
 }  // namespace dsv4::cuda
