@@ -3,9 +3,12 @@
 // Otherwise the candidates are ordered by logit descending, ties to the lower id, as the 64-bit
 // key (order_key(logit) << 32) | ~id, and the row takes one of two paths:
 //
-//  - keep <= kSampleMaxTopK: the top `keep` are found with the block top-k radix select,
-//    sorted in shared memory, and one thread does the reference's sequential double arithmetic
-//    (probabilities exp((l - max) / T), the top-p cut, the draft test, the draw and the walk).
+//  - keep <= kSampleMaxTopK: the top `keep` are found (with the step scratch, from the wide
+//    path's bin counts: the bins above the keep-th's whole, the top of its bin by the member
+//    rounds, one pass over the row; else, or when that bin holds more than kListCap, with the
+//    block top-k radix select over the row), sorted in shared memory, and one thread does the
+//    reference's sequential double arithmetic (probabilities exp((l - max) / T), the top-p
+//    cut, the draft test, the draw and the walk).
 //  - larger keep (top_k 0 or > 1024, up to V), the wide path: no sort. Every "smallest prefix
 //    of the sorted candidates whose mass (or count) satisfies P" question (the top-k cut, the
 //    top-p cut, the draw's walk) is a select over the 64-bit keys: first over a histogram of
@@ -117,6 +120,7 @@ struct Shared {
     int hit;       // the bin scan's first position whose prefix satisfies the predicate
     int list_bin;  // the bin whose members the list holds (-1 none)
     unsigned list_n;
+    unsigned n_cand;  // narrow_candidates: the keys in cand so far
     int digit;
     int flag;
     double u;
@@ -171,8 +175,11 @@ __device__ __forceinline__ double prob(float l, double mx, double t) {
 __device__ __forceinline__ int64_t row_keep(const SamplingParams& p, int64_t V) {
     return (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
 }
+__device__ __forceinline__ bool draw_row(const SamplingParams& p) {
+    return !(p.temperature <= 0.0f || p.top_k == 1);
+}
 __device__ __forceinline__ bool wide_row(const SamplingParams& p, int64_t V) {
-    return !(p.temperature <= 0.0f || p.top_k == 1) && row_keep(p, V) > kSampleMaxTopK;
+    return draw_row(p) && row_keep(p, V) > kSampleMaxTopK;
 }
 
 // Warp-wide (all lanes): adds each lane's (w, 1) into bin `bin` of h (bin < 0: none). Lanes of a
@@ -234,12 +241,13 @@ __device__ __forceinline__ void visit_uniform(const float* logits, int64_t begin
 }
 
 // Adds the candidates of logits [begin, end) to their bins of h (the key's top kBinBits bits).
+// mass false: the counts only (the masses' words get zeros).
 template <bool kVec>
 __device__ __forceinline__ void bin_candidates(const float* logits, int64_t begin, int64_t end,
-                                               double mx, double t, Hist h) {
+                                               double mx, double t, bool mass, Hist h) {
     visit_uniform<kVec>(logits, begin, end, [&](int64_t i, float l, bool ok) {
         const int bin = ok ? static_cast<int>(cand_key(dev::order_key(l), i) >> kBinShift) : -1;
-        warp_bin_add(bin, ok ? fx_of(prob(l, mx, t)) : Fx{}, h);
+        warp_bin_add(bin, ok && mass ? fx_of(prob(l, mx, t)) : Fx{}, h);
     });
 }
 
@@ -354,13 +362,10 @@ __device__ __forceinline__ bool list_bin(Wide& w, const WideRow& row, Shared& sh
     return true;
 }
 
-// Sorted descending by key, the set's candidates e_0, e_1, ... with prefix sums M_n (mass) and
-// C_n (count): finds the smallest n with pred(M_n, C_n) (pred is monotone) and leaves e_{n-1}'s
-// key, M_n and C_n (and e_{n-1}'s bin with the mass and count of the bins above it) in sh.found_*;
-// false when pred never holds. First the bins, then the chosen bin's members, 8 bits of the key
-// a round (the members listed in shared memory when they fit).
+// wide_select's first level: the bin holding e_{n-1} (sh.found_bin, with the mass and count of
+// the bins above it); false when pred never holds.
 template <typename Pred>
-__device__ __forceinline__ bool wide_select(Wide& w, const WideRow& row, Shared& sh, Pred pred) {
+__device__ __forceinline__ bool select_bin(const Wide& w, Shared& sh, Pred pred) {
     // The bins, highest first: thread t takes kBinsPerThread of them in turn.
     const int first = kBins - 1 - kBinsPerThread * static_cast<int>(threadIdx.x);
     Fx m;
@@ -401,10 +406,16 @@ __device__ __forceinline__ bool wide_select(Wide& w, const WideRow& row, Shared&
         sh.found_above_n = above_n;
     }
     __syncthreads();
-    const int b = sh.found_bin;
-    const bool listed = list_bin(w, row, sh, b);
-    // The members' rounds below the bin's bits.
-    uint64_t prefix = static_cast<uint64_t>(b) << kBinShift;
+    return true;
+}
+
+// wide_select's second level, after select_bin: the rounds over the chosen bin's members below
+// the bin's bits (from the list when `listed`, else from the row), from the bins above's mass
+// and count.
+template <typename Pred>
+__device__ __forceinline__ bool select_members(Wide& w, const WideRow& row, Shared& sh, Pred pred,
+                                               bool listed) {
+    uint64_t prefix = static_cast<uint64_t>(sh.found_bin) << kBinShift;
     if (threadIdx.x == 0) {  // the mass and count above the current prefix (thread 0's)
         sh.acc_lo = sh.found_alo;
         sh.acc_hi = sh.found_ahi;
@@ -473,6 +484,54 @@ __device__ __forceinline__ bool wide_select(Wide& w, const WideRow& row, Shared&
         prefix |= static_cast<uint64_t>(digit) << shift;
     }
     if (threadIdx.x == 0) sh.found_key = prefix;
+    __syncthreads();
+    return true;
+}
+
+// Sorted descending by key, the set's candidates e_0, e_1, ... with prefix sums M_n (mass) and
+// C_n (count): finds the smallest n with pred(M_n, C_n) (pred is monotone) and leaves e_{n-1}'s
+// key, M_n and C_n (and e_{n-1}'s bin with the mass and count of the bins above it) in sh.found_*;
+// false when pred never holds. First the bins, then the chosen bin's members, 8 bits of the key
+// a round (the members listed in shared memory when they fit).
+template <typename Pred>
+__device__ __forceinline__ bool wide_select(Wide& w, const WideRow& row, Shared& sh, Pred pred) {
+    if (!select_bin(w, sh, pred)) return false;
+    return select_members(w, row, sh, pred, list_bin(w, row, sh, sh.found_bin));
+}
+
+// Rows keeping at most kSampleMaxTopK candidates, with their bins' counts in w (the set all
+// candidates): the top `keep` candidates' keys into sh.cand[0, keep) (any order): those of the
+// bins above the keep-th's, and the top of that bin's members by the member rounds over their
+// list. False (sh.cand untouched) when that bin has more members than the list takes.
+__device__ __forceinline__ bool narrow_candidates(Wide& w, const float* logits, int64_t V,
+                                                  Shared& sh, int64_t keep) {
+    auto enough = [keep](Fx, unsigned n) { return n >= static_cast<unsigned>(keep); };
+    if (!select_bin(w, sh, enough)) return false;  // (cannot happen: keep <= V)
+    const int b = sh.found_bin;
+    if (w.cnt[b] > static_cast<unsigned>(kListCap)) return false;  // block-uniform
+    if (threadIdx.x == 0) {
+        sh.list_n = 0;
+        sh.n_cand = 0;
+        sh.list_bin = -1;  // (this list holds no probabilities: no wide select may reuse it)
+    }
+    __syncthreads();
+    visit_uniform<false>(logits, 0, V, [&](int64_t i, float l, bool ok) {
+        const uint64_t c = cand_key(dev::order_key(l), i);
+        const int bin = static_cast<int>(c >> kBinShift);
+        if (ok && bin > b) {
+            sh.cand[atomicAdd(&sh.n_cand, 1u)] = c;
+        } else if (ok && bin == b) {
+            const unsigned at = atomicAdd(&sh.list_n, 1u);
+            w.key[at] = c;
+            w.p[at] = 0.0;
+        }
+    });
+    __syncthreads();
+    const WideRow row{logits, V, 0.0, 1.0};  // (the listed rounds read no logits)
+    if (!select_members(w, row, sh, enough, true)) return false;  // (cannot happen either)
+    const uint64_t cut = sh.found_key;
+    for (int i = threadIdx.x; i < static_cast<int>(sh.list_n); i += blockDim.x)
+        if (w.key[i] >= cut) sh.cand[atomicAdd(&sh.n_cand, 1u)] = w.key[i];
     __syncthreads();
     return true;
 }
@@ -643,9 +702,10 @@ __device__ __forceinline__ BadAndBest split_bad_and_best(const SampleScratch& ws
     return block_bad_and_best(bad, mine, red, best);
 }
 
-// The wide rows' histograms (rows < kHistRows, after the split first pass): block (s, r) adds
-// slice s of row r to the row's bins in the scratch, which the row's sample_kernel block reads
-// and sets back to zero. Other rows leave theirs alone (zero).
+// The drawing rows' histograms (rows < kHistRows, after the split first pass): block (s, r) adds
+// slice s of row r to the row's bins in the scratch (the counts; the masses too for a wide row),
+// which the row's sample_kernel block reads and sets back to zero. Greedy rows and rows with
+// non-finite logits leave theirs alone (zero).
 __global__ void __launch_bounds__(kScanThreads)
     sample_hist_kernel(ops::SampleArgs a, SampleScratch ws, int slices) {
     dev::pdl_enter();
@@ -654,7 +714,7 @@ __global__ void __launch_bounds__(kScanThreads)
     const int s = static_cast<int>(blockIdx.x);
     const int64_t r = blockIdx.y;
     const SamplingParams p = a.params[r];
-    if (!wide_row(p, a.V)) return;  // block-uniform
+    if (!draw_row(p)) return;  // block-uniform
     if (threadIdx.x == 0) best = 0;
     const BadAndBest b = split_bad_and_best(ws, r, slices, red, &best);
     if (b.bad > 0) return;
@@ -662,7 +722,7 @@ __global__ void __launch_bounds__(kScanThreads)
     const Hist h{ws.hlo + r * kBins, ws.hhi + r * kBins, ws.hcnt + r * kBins};
     bin_candidates<true>(logits, slice_begin(a.V, slices, s), slice_begin(a.V, slices, s + 1),
                          static_cast<double>(logits[key_id(b.best)]),
-                         static_cast<double>(p.temperature), h);
+                         static_cast<double>(p.temperature), wide_row(p, a.V), h);
 }
 
 // slices > 0: the first pass's (count, best) pairs are in the scratch (sample_scan_kernel);
@@ -701,22 +761,25 @@ __global__ void __launch_bounds__(kThreads)
         return;
     }
     const int64_t keep = row_keep(p, a.V);
+    Wide& w = *reinterpret_cast<Wide*>(dyn);
+    if (hist_split) {  // (and set the scratch's bins back to zero for the next step)
+        unsigned long long* glo = ws.hlo + r * kBins;
+        unsigned long long* ghi = ws.hhi + r * kBins;
+        unsigned* gcnt = ws.hcnt + r * kBins;
+        for (int k = threadIdx.x; k < kBins; k += blockDim.x) {
+            w.lo[k] = glo[k];
+            w.hi[k] = ghi[k];
+            w.cnt[k] = gcnt[k];
+            glo[k] = 0;
+            ghi[k] = 0;
+            gcnt[k] = 0;
+        }
+        if (threadIdx.x == 0) w.set = WideSet{0, 0, 0, 0, 0, 0, 0, -1, -1, 0};
+        __syncthreads();
+    }
     if (keep > kSampleMaxTopK) {
-        Wide& w = *reinterpret_cast<Wide*>(dyn);
-        const Hist h{w.lo, w.hi, w.cnt};
-        if (hist_split) {  // (and set the scratch's bins back to zero for the next step)
-            unsigned long long* glo = ws.hlo + r * kBins;
-            unsigned long long* ghi = ws.hhi + r * kBins;
-            unsigned* gcnt = ws.hcnt + r * kBins;
-            for (int k = threadIdx.x; k < kBins; k += blockDim.x) {
-                w.lo[k] = glo[k];
-                w.hi[k] = ghi[k];
-                w.cnt[k] = gcnt[k];
-                glo[k] = 0;
-                ghi[k] = 0;
-                gcnt[k] = 0;
-            }
-        } else {
+        if (!hist_split) {
+            const Hist h{w.lo, w.hi, w.cnt};
             for (int k = threadIdx.x; k < kBins; k += blockDim.x) {
                 w.lo[k] = 0;
                 w.hi[k] = 0;
@@ -724,21 +787,27 @@ __global__ void __launch_bounds__(kThreads)
             }
             __syncthreads();
             bin_candidates<false>(logits, 0, a.V, static_cast<double>(logits[key_id(best)]),
-                                  static_cast<double>(p.temperature), h);
+                                  static_cast<double>(p.temperature), true, h);
+            __syncthreads();
         }
-        __syncthreads();
         sample_wide(a, r, p, keep, best, w, sh);
         return;
     }
-    int64_t above = 0;
-    // (hcnt: the wide path's round histogram, free here)
-    const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, sh.hcnt, sh.red, &above);
     int n_pow2 = 1;
     while (n_pow2 < keep) n_pow2 <<= 1;
     for (int i = threadIdx.x; i < n_pow2; i += blockDim.x) sh.cand[i] = 0;  // padding sorts last
     __syncthreads();
-    dev::block_topk_collect(key, a.V, thr, above, keep, sh.red,
-                            [&](int64_t i, int64_t rank) { sh.cand[rank] = cand_key(key(i), i); });
+    // The top `keep` keys: from the bins' counts when the split pass built them (one more pass
+    // over the row), else (or when the keep-th's bin is too full to list) by the block radix
+    // select over the row (up to five passes).
+    if (!(hist_split && narrow_candidates(w, logits, a.V, sh, keep))) {
+        int64_t above = 0;
+        // (hcnt: the wide path's round histogram, free here)
+        const uint32_t thr = dev::block_topk_threshold(key, a.V, keep, sh.hcnt, sh.red, &above);
+        dev::block_topk_collect(key, a.V, thr, above, keep, sh.red, [&](int64_t i, int64_t rank) {
+            sh.cand[rank] = cand_key(key(i), i);
+        });
+    }
     __syncthreads();
     // Bitonic sort, descending.
     for (int size = 2; size <= n_pow2; size <<= 1) {
