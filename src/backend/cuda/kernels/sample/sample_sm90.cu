@@ -22,7 +22,8 @@
 //    blocks a row build it (sample_hist_kernel, global atomics), else the row's block does.
 //    A bin's members (usually a few hundred, near the top of the distribution where the cuts
 //    and draws fall) are listed in shared memory with their probabilities, so the rounds read
-//    no logits; a bin of more than kListCap members (a flat row) is read from the row each round.
+//    no logits; a bin of more than kListCap members (a flat row) is read from the row until a
+//    round narrows it to kListCap members, which are then listed.
 //    Session 46 measured the single-block radix select this replaces at 1.4 ms a step for
 //    temperature alone and 3.1 ms with top-p on an H100 (an exp and a histogram add per logit,
 //    per 8-bit round, on one SM).
@@ -56,7 +57,8 @@ constexpr int kMaxSlices = 64;  // slices a row in the split first pass
 constexpr unsigned kFull = 0xffffffffu;
 // The wide path's first level: the candidates' histogram over the key's top kBinBits bits.
 constexpr int kBinBits = 12, kBins = 1 << kBinBits, kBinShift = 64 - kBinBits;
-// Members of one bin a wide row's block lists in shared memory (more: each round reads the row).
+// Members of one bin a wide row's block lists in shared memory (more: the rounds read the row
+// until one leaves at most this many).
 constexpr int kListCap = 7168;
 // Rows whose histograms the split pass builds (sample_hist_kernel); larger steps build each
 // row's in its own block (their rows already fill the GPU).
@@ -122,6 +124,7 @@ struct Shared {
     unsigned list_n;
     unsigned n_cand;  // narrow_candidates: the keys in cand so far
     int digit;
+    unsigned digit_n;  // a round's members under the chosen digit
     int flag;
     double u;
     unsigned long long sum_lo, sum_hi;  // the walk's set mass
@@ -477,11 +480,31 @@ __device__ __forceinline__ bool select_members(Wide& w, const WideRow& row, Shar
             sh.acc_hi = acc.hi;
             sh.acc_n = acc_n;
             sh.digit = digit;
+            sh.digit_n = digit >= 0 ? sh.hcnt[digit] : 0;
         }
         __syncthreads();
         const int digit = sh.digit;
         if (digit < 0) return false;  // block-uniform (the bin's sums say it cannot happen)
         prefix |= static_cast<uint64_t>(digit) << shift;
+        if (!listed && shift > 0 && sh.digit_n <= static_cast<unsigned>(kListCap)) {
+            // A bin too full to list (a flat row): once a round has narrowed it to few enough
+            // members, list those (in the set, under the prefix) and read the list from then on.
+            if (threadIdx.x == 0) {
+                sh.list_n = 0;
+                sh.list_bin = -1;  // (not a whole bin: no later select may reuse it)
+            }
+            __syncthreads();
+            visit_uniform<false>(row.logits, 0, row.V, [&](int64_t i, float l, bool ok) {
+                const uint64_t c = cand_key(dev::order_key(l), i);
+                if (ok && (c >> shift) == (prefix >> shift) && w.set.in(c)) {
+                    const unsigned at = atomicAdd(&sh.list_n, 1u);
+                    w.key[at] = c;
+                    w.p[at] = prob(l, row.mx, row.t);
+                }
+            });
+            __syncthreads();
+            listed = true;
+        }
     }
     if (threadIdx.x == 0) sh.found_key = prefix;
     __syncthreads();
