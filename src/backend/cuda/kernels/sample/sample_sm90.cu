@@ -645,29 +645,16 @@ __device__ __forceinline__ void sample_wide(const ops::SampleArgs& a, int64_t r,
 }
 
 // The finite check and the best candidate over logits [begin, end) of a row, this thread's
-// share (the block's threads striding), 16 bytes a load where the row allows (a scalar pass
-// took ~40 us at V = 129280): adds the non-finite count to bad and keeps the largest key.
-__device__ __forceinline__ void scan_logits(const float* logits, int64_t V, int64_t begin,
-                                            int64_t end, int& bad, unsigned long long& mine) {
-    auto visit = [&](int64_t i, float l) {
+// share (visit_uniform: 16 bytes a load where the row allows; a scalar pass took ~40 us at V =
+// 129280): adds the non-finite count to bad and keeps the largest key.
+__device__ __forceinline__ void scan_logits(const float* logits, int64_t begin, int64_t end,
+                                            int& bad, unsigned long long& mine) {
+    visit_uniform(logits, begin, end, [&](int64_t i, float l, bool ok) {
+        if (!ok) return;
         bad += !isfinite(l);
         const unsigned long long c = cand_key(dev::order_key(l), i);
         mine = c > mine ? c : mine;
-    };
-    if (V % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0 && begin % 4 == 0 &&
-        end % 4 == 0) {
-        const float4* l4 = reinterpret_cast<const float4*>(logits);
-#pragma unroll 4
-        for (int64_t i = begin / 4 + threadIdx.x; i < end / 4; i += blockDim.x) {
-            const float4 v = l4[i];
-            visit(4 * i, v.x);
-            visit(4 * i + 1, v.y);
-            visit(4 * i + 2, v.z);
-            visit(4 * i + 3, v.w);
-        }
-    } else {
-        for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) visit(i, logits[i]);
-    }
+    });
 }
 
 // A block's non-finite count and best key from every thread's (`bad`, `mine`), for every thread.
@@ -703,8 +690,8 @@ __global__ void __launch_bounds__(kScanThreads)
     if (threadIdx.x == 0) best = 0;
     int bad = 0;
     unsigned long long mine = 0;
-    scan_logits(a.logits + r * a.V, a.V, slice_begin(a.V, slices, s),
-                slice_begin(a.V, slices, s + 1), bad, mine);
+    scan_logits(a.logits + r * a.V, slice_begin(a.V, slices, s), slice_begin(a.V, slices, s + 1),
+                bad, mine);
     const BadAndBest b = block_bad_and_best(bad, mine, red, &best);
     if (threadIdx.x == 0) {
         ws.best[r * slices + s] = b.best;
@@ -770,7 +757,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
         int bad = 0;
         unsigned long long mine = 0;
-        scan_logits(logits, a.V, 0, a.V, bad, mine);
+        scan_logits(logits, 0, a.V, bad, mine);
         b = block_bad_and_best(bad, mine, sh.red, &sh.best);
     }
     if (b.bad > 0) {
@@ -960,7 +947,7 @@ __global__ void __launch_bounds__(kThreads) logprobs_kernel(ops::LogprobsArgs a)
     if (threadIdx.x == 0) best_s = 0;
     int bad = 0;
     unsigned long long mine = 0;
-    scan_logits(logits, a.V, 0, a.V, bad, mine);
+    scan_logits(logits, 0, a.V, bad, mine);
     const double mx = logits[key_id(block_bad_and_best(bad, mine, red, &best_s).best)];
     double part = 0;
     for (int64_t i = threadIdx.x; i < a.V; i += blockDim.x)
@@ -1002,7 +989,7 @@ __global__ void __launch_bounds__(kScanThreads)
     if (threadIdx.x == 0) best_s = 0;
     int bad = 0;
     unsigned long long mine = 0;
-    scan_logits(logits, a.V, b, e, bad, mine);
+    scan_logits(logits, b, e, bad, mine);
     const unsigned long long best = block_bad_and_best(bad, mine, red, &best_s).best;
     const double mx = e > b ? static_cast<double>(logits[key_id(best)]) : -INFINITY;
     double sum = 0;
