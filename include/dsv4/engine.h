@@ -122,6 +122,9 @@ class Session {
     Status feed_with_mtp(const std::vector<int32_t>& ids, const std::vector<int32_t>& next,
                          std::vector<float>* logits, std::vector<float>* mtp_logits);
     int64_t position() const;
+    // The tokens fed so far, in order (position() of them): what a request continuing the
+    // session finds in front of its prompt.
+    const std::vector<int32_t>& tokens() const;
     void reset();
     // Continues from where `src` (a session of the same engine) is: its cache is copied into
     // this session's slot (a prefix fed once, several sequences from it).
@@ -231,7 +234,7 @@ class Engine {
     // produced tokens and finished requests to `events`.
     Status step(std::vector<TokenEvent>* events);
     bool idle() const;      // nothing queued or running
-    size_t queued() const;  // waiting for a slot (not cancelled)
+    size_t queued() const;  // waiting for a slot (not cancelled; not those on a session)
     size_t running() const;
     int free_slots() const;
     // Prompt tokens the requests have fed through the model so far (a shared prefix once).

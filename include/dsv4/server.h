@@ -32,6 +32,11 @@ struct ServerOptions {
     // Ranks as processes instead: engine.rank_group from RankGroup::connect and engine.rank;
     // rank 0 serves (Server::create), every other rank runs Server::follow.
     int ranks = 1;
+    // The prefix cache: up to this many finished requests' sequences stay in their cache slots
+    // (while no request waits for a slot), and a request whose prompt begins with one of them
+    // (the next turn of a conversation) feeds only the rest. 0: off. Not with ranks, and not
+    // for speculative requests or several choices (docs/server.md).
+    int prefix_cache = 0;
 };
 
 class Server {

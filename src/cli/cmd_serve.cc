@@ -95,6 +95,10 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--max-queue", o->engine.max_queue,
                     "Requests waiting for a slot before new ones get 429")
         ->capture_default_str();
+    cmd->add_option("--prefix-cache", o->prefix_cache,
+                    "Finished requests' sequences kept in idle slots for the requests that "
+                    "continue them (a conversation's next turn feeds only its new tokens; 0: off)")
+        ->capture_default_str();
     cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model folder's)");
     cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();

@@ -461,6 +461,10 @@ int64_t Session::position() const {
     return impl_->pos();
 }
 
+const std::vector<int32_t>& Session::tokens() const {
+    return impl_->tokens;
+}
+
 void Session::reset() {
     impl_->engine->pool->reset(impl_->slot.index());
     impl_->tokens.clear();
@@ -1152,7 +1156,10 @@ bool Engine::idle() const {
     return impl_->waiting.empty() && impl_->running.empty();
 }
 size_t Engine::queued() const {
-    return impl_->waiting_for_slots();
+    const std::deque<Running>& w = impl_->waiting;
+    return static_cast<size_t>(std::count_if(w.begin(), w.end(), [](const Running& q) {
+        return !q.cancelled && q.r.session == nullptr;  // (one on a session has its slot)
+    }));
 }
 size_t Engine::running() const {
     return impl_->running.size();

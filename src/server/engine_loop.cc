@@ -1,5 +1,6 @@
 #include "server/engine_loop.h"
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -23,13 +24,16 @@ ChannelEvent rejected(ApiError e) {
 }  // namespace
 
 EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue,
-                       std::vector<Engine*> others, std::shared_ptr<RankGroup> group)
+                       std::vector<Engine*> others, std::shared_ptr<RankGroup> group,
+                       int prefix_cache)
     : engine_(engine),
       others_(std::move(others)),
       group_(std::move(group)),
       metrics_(metrics),
       max_queue_(max_queue),
-      followers_(others_.empty() && group_ != nullptr && group_->size() > 1) {
+      followers_(others_.empty() && group_ != nullptr && group_->size() > 1),
+      // (with ranks every rank would need the same sequences: not done)
+      prefix_cache_(others_.empty() && !followers_ ? static_cast<size_t>(prefix_cache) : 0) {
     DSV4_ASSERT(others_.empty() || group_ != nullptr,
                 "an engine loop over ranks needs their group");
 }
@@ -86,6 +90,59 @@ void EngineLoop::tell_followers(const RankCommand& c) {
     (void)group_->broadcast(0, encode_rank_command(c));
 }
 
+int EngineLoop::idle_kept() const {
+    int n = 0;
+    for (const Kept& k : kept_) n += !k.busy;
+    return n;
+}
+
+bool EngineLoop::evict_kept() {
+    auto lru = kept_.end();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+        if (!it->busy && (lru == kept_.end() || it->used < lru->used)) lru = it;
+    if (lru == kept_.end()) return false;
+    kept_.erase(lru);  // (its slot is free again)
+    return true;
+}
+
+EngineLoop::Kept* EngineLoop::take_kept(const std::vector<int32_t>& prompt, int64_t* hit) {
+    *hit = 0;
+    // Only while no request waits for a slot: one on a session queued behind such a request
+    // would hold its slot idle until that one gets another.
+    if (engine_.queued() > 0) return nullptr;
+    Kept* best = nullptr;
+    for (Kept& k : kept_) {
+        const std::vector<int32_t>& t = k.session->tokens();
+        if (k.busy || t.empty() || t.size() >= prompt.size()) continue;
+        if (best != nullptr && t.size() <= best->session->tokens().size()) continue;
+        if (std::equal(t.begin(), t.end(), prompt.begin())) best = &k;
+    }
+    if (best != nullptr) {
+        *hit = best->session->position();
+    } else {
+        if (kept_.size() >= prefix_cache_ && !evict_kept()) return nullptr;
+        auto s = engine_.new_session();
+        if (!s && evict_kept()) s = engine_.new_session();
+        if (!s) return nullptr;  // every slot held by requests
+        best = &kept_.emplace_back();
+        best->session = std::move(*s);
+    }
+    best->busy = true;
+    best->used = ++kept_clock_;
+    return best;
+}
+
+void EngineLoop::release_kept(Session* s, bool keep) {
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+        if (it->session.get() != s) continue;
+        it->busy = false;
+        it->used = ++kept_clock_;
+        if (!keep || s->position() == 0) kept_.erase(it);
+        return;
+    }
+    DSV4_ASSERT(false, "a request ran on a sequence the prefix cache does not hold");
+}
+
 void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
     for (Job& job : jobs) {
         if (stopping) {
@@ -101,7 +158,28 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
         }
         const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
         const Request copy = others_.empty() && !followers_ ? Request{} : job.request;
-        auto id = engine_.submit(std::move(job.request));
+        // The prefix cache: requests of one sequence each (not the shared-prompt choices, whose
+        // copies the engine makes; not speculative ones, whose n-gram drafts would see only the
+        // rest of the prompt).
+        int64_t hit = 0;
+        Kept* kept = prefix_cache_ > 0 && job.request.session == nullptr &&
+                             job.request.share_prompt == 0 &&
+                             job.request.speculative == Speculation::kNone
+                         ? take_kept(job.request.prompt, &hit)
+                         : nullptr;
+        Expected<RequestId> id = error("no request");
+        if (kept != nullptr) {
+            Request rest = job.request;
+            rest.prompt.erase(rest.prompt.begin(), rest.prompt.begin() + hit);
+            rest.session = kept->session.get();
+            id = engine_.submit(std::move(rest));
+            if (!id) {  // (the request as a whole gives the error the client should see)
+                release_kept(kept->session.get(), true);
+                kept = nullptr;
+                hit = 0;
+            }
+        }
+        if (kept == nullptr) id = engine_.submit(std::move(job.request));
         if (!id) {
             // Requests are validated before they get here; what remains is the engine's view
             // of the input (vocabulary, context), so it is the client's error.
@@ -116,12 +194,14 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
         }
         tell_followers(RankCommand::submit(*id, copy));
         metrics_.add_prompt_tokens(prompt_tokens);
+        metrics_.add_prefix_hit_tokens(hit);
         ChannelEvent ev;
         ev.kind = ChannelEvent::Kind::kAccepted;
         job.channel->push(std::move(ev));
         Active& a = active_[*id];
         a.channel = std::move(job.channel);
         a.arrived = job.arrived;
+        a.kept = kept != nullptr ? kept->session.get() : nullptr;
     }
 }
 
@@ -152,6 +232,9 @@ void EngineLoop::deliver(const TokenEvent& ev) {
     out.finish = a.failure.empty() ? ev.finish : FinishReason::kError;
     out.error = a.failure.empty() ? ev.error : a.failure;
     a.channel->push(std::move(out));
+    // (after a failed step the sequence's cache may not hold what its tokens say)
+    if (a.kept != nullptr)
+        release_kept(a.kept, a.failure.empty() && ev.finish != FinishReason::kError);
     active_.erase(it);
 }
 
@@ -191,7 +274,8 @@ void EngineLoop::publish_gauges() {
     g.queued = engine_.queued();
     g.running = engine_.running();
     g.slots_total = engine_.info().max_seqs;
-    g.slots_used = g.slots_total - engine_.free_slots();
+    g.slots_used = g.slots_total - engine_.free_slots() - idle_kept();
+    g.prefix_cached = static_cast<int>(kept_.size());
     g.prompt_tokens_fed = engine_.prompt_tokens_fed();
     metrics_.set_engine(g);
 }
@@ -216,7 +300,11 @@ void EngineLoop::run() {
         for (auto& [id, a] : active_)
             if (stopping || a.channel->cancelled()) cancel(id);
         admit(jobs, stopping);
+        // Requests waiting for a slot take the idle kept sequences' (least recently used first).
+        while (engine_.queued() > static_cast<size_t>(engine_.free_slots()) && evict_kept()) {
+        }
         if (engine_.idle()) {
+            if (stopping) kept_.clear();  // (the sessions must go before the engine)
             publish_gauges();
             if (stopping) return;
             continue;

@@ -7,11 +7,18 @@
 // are delivered. With ranks as processes (a group over processes and no `others`: this is rank
 // 0) the same submissions, cancellations and steps go to the other processes as commands
 // (server/rank_commands.h) before rank 0 does them, and a stop when the loop stops.
+//
+// The prefix cache (without ranks): a request's sequence is kept in its cache slot after it
+// ends, so that a later request whose prompt begins with all of that sequence (the next turn of
+// a conversation: the earlier prompt, the answer but its last token, then the new messages)
+// feeds only the rest. The kept sequences hold slots only while nothing waits for one: a request
+// waiting for a slot takes the least recently used idle one's.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,8 +45,9 @@ class EngineLoop {
     // `max_queue`: requests that may wait for a slot before new ones get 429. `others`: the
     // other ranks' engines (rank 1, 2, ...) of `group`, rank 0's being `engine`; none without
     // ranks, or with ranks as processes (then `group` is theirs and `engine` is rank 0's).
+    // `prefix_cache`: sequences kept for continuations at most (0: none; ignored with ranks).
     EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue, std::vector<Engine*> others = {},
-               std::shared_ptr<RankGroup> group = nullptr);
+               std::shared_ptr<RankGroup> group = nullptr, int prefix_cache = 0);
     ~EngineLoop();
     void start();
     // Thread-safe. Each job's channel receives kAccepted or kRejected, then tokens and the end.
@@ -59,7 +67,23 @@ class EngineLoop {
         std::chrono::steady_clock::time_point last_token;
         bool has_token = false;
         std::string failure;  // a failed step's message: the cancellation it caused is an error
+        Session* kept = nullptr;  // the prefix cache's sequence it runs on
     };
+    // A sequence of the prefix cache: its session, when it was last used, and whether a request
+    // runs on it.
+    struct Kept {
+        std::unique_ptr<Session> session;
+        uint64_t used = 0;
+        bool busy = false;
+    };
+    // While no request waits for a slot: the kept sequence a request with `prompt` runs on, and
+    // in *hit the prompt tokens it already holds: the longest idle one that is a proper prefix
+    // of the prompt, else a fresh one (a free slot, or the least recently used idle sequence's).
+    // nullptr: none (the request takes a slot of its own when one is free).
+    Kept* take_kept(const std::vector<int32_t>& prompt, int64_t* hit);
+    void release_kept(Session* s, bool keep);  // its request ended (keep: the sequence is sound)
+    bool evict_kept();                         // the least recently used idle one; false: none
+    int idle_kept() const;
     void run();
     void admit(std::deque<Job>& jobs, bool stopping);
     void deliver(const TokenEvent& ev);
@@ -83,6 +107,9 @@ class EngineLoop {
     bool stopped_ = false;
     bool woken_ = false;
     std::map<RequestId, Active> active_;  // engine thread only
+    const size_t prefix_cache_;
+    std::list<Kept> kept_;  // engine thread only
+    uint64_t kept_clock_ = 0;
 };
 
 // The engine loop of rank `rank` >= 1 when a server's ranks are processes: rank 0's commands

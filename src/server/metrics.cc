@@ -61,6 +61,11 @@ void Metrics::add_prompt_tokens(int64_t n) {
     prompt_tokens_ += static_cast<uint64_t>(n);
 }
 
+void Metrics::add_prefix_hit_tokens(int64_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefix_hit_tokens_ += static_cast<uint64_t>(n);
+}
+
 void Metrics::add_generated_tokens(int64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
     generated_tokens_ += static_cast<uint64_t>(n);
@@ -108,6 +113,9 @@ std::string Metrics::render() const {
     header(out, "dsv4_prompt_tokens_computed_total", "counter",
            "Prompt tokens fed through the model (the choices of a request share their prompt).");
     out += "dsv4_prompt_tokens_computed_total " + std::to_string(engine_.prompt_tokens_fed) + "\n";
+    header(out, "dsv4_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens found in a sequence the prefix cache kept (not fed again).");
+    out += "dsv4_prefix_cache_hit_tokens_total " + std::to_string(prefix_hit_tokens_) + "\n";
     header(out, "dsv4_generated_tokens_total", "counter", "Tokens sampled by the engine.");
     out += "dsv4_generated_tokens_total " + std::to_string(generated_tokens_) + "\n";
     header(out, "dsv4_speculative_drafts_total", "counter",
@@ -124,8 +132,13 @@ std::string Metrics::render() const {
     out += "dsv4_queue_depth " + std::to_string(engine_.queued) + "\n";
     header(out, "dsv4_running_requests", "gauge", "Requests in the running batch.");
     out += "dsv4_running_requests " + std::to_string(engine_.running) + "\n";
-    header(out, "dsv4_cache_slots_used", "gauge", "KV-cache sequence slots in use.");
+    header(out, "dsv4_cache_slots_used", "gauge",
+           "KV-cache sequence slots in use by requests (the prefix cache's idle sequences not "
+           "counted).");
     out += "dsv4_cache_slots_used " + std::to_string(engine_.slots_used) + "\n";
+    header(out, "dsv4_prefix_cache_sequences", "gauge",
+           "Sequences the prefix cache keeps for continuations (each holds a slot).");
+    out += "dsv4_prefix_cache_sequences " + std::to_string(engine_.prefix_cached) + "\n";
     header(out, "dsv4_cache_slots_total", "gauge", "KV-cache sequence slots.");
     out += "dsv4_cache_slots_total " + std::to_string(engine_.slots_total) + "\n";
     header(out, "dsv4_time_to_first_token_seconds", "histogram",

@@ -31,8 +31,9 @@ class Histogram {
 struct EngineGauges {
     size_t queued = 0;
     size_t running = 0;
-    int slots_used = 0;
+    int slots_used = 0;  // by requests (not the prefix cache's idle sequences)
     int slots_total = 0;
+    int prefix_cached = 0;          // sequences the prefix cache keeps (idle or continued)
     int64_t prompt_tokens_fed = 0;  // Engine::prompt_tokens_fed (a shared prefix once)
 };
 
@@ -46,6 +47,8 @@ class Metrics {
     void count_finish(const std::string& reason);
     void add_prompt_tokens(int64_t n);
     void add_generated_tokens(int64_t n);
+    // Prompt tokens a request found already in a sequence of the prefix cache (not fed again).
+    void add_prefix_hit_tokens(int64_t n);
     // A speculative request's drafts at its finish, by their place in the step
     // (TokenEvent::drafted_at / accepted_at).
     void add_drafts(const std::array<int, kMaxDraftTokens>& drafted,
@@ -60,6 +63,7 @@ class Metrics {
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     std::map<std::string, uint64_t> finishes_;
     uint64_t prompt_tokens_ = 0;
+    uint64_t prefix_hit_tokens_ = 0;
     uint64_t generated_tokens_ = 0;
     std::array<uint64_t, kMaxDraftTokens> drafted_{}, accepted_{};
     Histogram ttft_;

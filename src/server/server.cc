@@ -50,6 +50,13 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (!tok) return tok.status();
     if (options.ranks < 1 || options.ranks > 64)
         return error("--ranks ", options.ranks, ": 1 to 64");
+    if (options.prefix_cache < 0 || options.prefix_cache > options.engine.max_seqs)
+        return error("--prefix-cache ", options.prefix_cache, ": 0 to --max-batch (",
+                     options.engine.max_seqs, ")");
+    if (options.prefix_cache > 0 && (options.ranks > 1 || options.engine.rank_group != nullptr))
+        return error(
+            "--prefix-cache is not available with ranks (each rank would need the same "
+            "kept sequences)");
     // Ranks as processes (engine.rank_group set by the caller): this is rank 0, the others run
     // Server::follow. In process: one engine a rank of one group (made one after another:
     // making an engine runs no collective), rank 0's first.
@@ -98,9 +105,9 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (name.empty()) name = "dsv4";
     std::vector<Engine*> other_ranks;
     for (auto& e : impl->others) other_ranks.push_back(e.get());
-    impl->loop = std::make_unique<EngineLoop>(*impl->engine, impl->metrics,
-                                              static_cast<size_t>(options.engine.max_queue),
-                                              std::move(other_ranks), impl->group);
+    impl->loop = std::make_unique<EngineLoop>(
+        *impl->engine, impl->metrics, static_cast<size_t>(options.engine.max_queue),
+        std::move(other_ranks), impl->group, options.prefix_cache);
     impl->ctx.reset(new RouteContext{impl->tokenizer, impl->engine->info(), *impl->loop,
                                      impl->metrics, name, options.api_key, options.max_body_bytes,
                                      *encoding});

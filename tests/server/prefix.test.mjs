@@ -1,0 +1,108 @@
+// The prefix cache (--prefix-cache): a request whose prompt begins with a kept sequence feeds
+// only the rest and answers as a server without the cache does (the CPU's logits do not depend
+// on how the prompt is cut into steps); kept sequences give their slots to waiting requests.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { MODEL, metrics, startServer } from './harness.mjs';
+
+let cached;
+let plain;
+
+before(async () => {
+  [cached, plain] = await Promise.all([
+    startServer(['--max-batch', '2', '--prefix-cache', '2']),
+    startServer(['--max-batch', '2']),
+  ]);
+});
+after(async () => {
+  assert.equal(await cached.stop(), 0, 'graceful exit');
+  assert.equal(await plain.stop(), 0, 'graceful exit');
+});
+
+const ids = (from, n) => Array.from({ length: n }, (_, i) => from + i);
+// What both servers answer (text and log-probabilities) for one completions request.
+async function both(body) {
+  const req = { model: MODEL, logprobs: 3, ...body };
+  const [a, b] = await Promise.all([cached.client().completions.create(req),
+                                    plain.client().completions.create(req)]);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+  assert.deepEqual(a.choices[0].logprobs, b.choices[0].logprobs);
+  assert.deepEqual(a.usage, b.usage);
+  return a;
+}
+// The cached server's metrics once the engine thread has published the gauges of its last step
+// (a response can reach the client just before they are).
+async function settled() {
+  for (let i = 0; ; i++) {
+    const m = await metrics(cached.url);
+    if ((m.dsv4_running_requests === 0 && m.dsv4_queue_depth === 0) || i === 100) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+const fedAndHit = async () => {
+  const m = await settled();
+  return [m.dsv4_prompt_tokens_computed_total, m.dsv4_prefix_cache_hit_tokens_total];
+};
+
+test('a continuation of a kept sequence feeds only its new tokens and answers as without the cache', async () => {
+  const first = [0, ...ids(60, 40)];
+  // One token: the kept sequence is the prompt (the sampled token is not fed).
+  await both({ prompt: first, max_tokens: 1, temperature: 0 });
+  const [fed0, hit0] = await fedAndHit();
+  const next = [...first, ...ids(200, 25)];
+  const r = await both({ prompt: next, max_tokens: 8, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, next.length);
+  const [fed1, hit1] = await fedAndHit();
+  assert.equal(hit1 - hit0, first.length);
+  assert.equal(fed1 - fed0, next.length - first.length);
+  // Sampled, with penalties (the kept tokens count as prompt for the repetition penalty).
+  const sampled = [0, ...ids(300, 30)];
+  const rules = { temperature: 0.9, seed: 11, frequency_penalty: 0.5, repetition_penalty: 1.3 };
+  await both({ prompt: sampled, max_tokens: 1, ...rules });
+  const [, hit2] = await fedAndHit();
+  await both({ prompt: [...sampled, ...ids(100, 9)], max_tokens: 12, ...rules });
+  const [, hit3] = await fedAndHit();
+  assert.equal(hit3 - hit2, sampled.length);
+});
+
+// (The random model's answers do not tokenize back to the tokens it generated, so whether the
+// second turn hits depends on them; what must hold either way is the answer.)
+test("a conversation's second turn answers as without the cache", async () => {
+  const first = [{ role: 'user', content: 'Hi' }];
+  const body = { model: MODEL, max_tokens: 6, temperature: 0 };
+  const [a, b] = await Promise.all([cached.client().chat.completions.create({ ...body, messages: first }),
+                                    plain.client().chat.completions.create({ ...body, messages: first })]);
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  const next = [...first, { role: 'assistant', content: a.choices[0].message.content },
+                { role: 'user', content: 'more' }];
+  const [c, d] = await Promise.all([cached.client().chat.completions.create({ ...body, messages: next }),
+                                    plain.client().chat.completions.create({ ...body, messages: next })]);
+  assert.equal(c.choices[0].message.content, d.choices[0].message.content);
+  assert.deepEqual(c.usage, d.usage);
+});
+
+test('a prompt that is not a continuation misses and is answered as without the cache', async () => {
+  const [, hit0] = await fedAndHit();
+  await both({ prompt: [0, ...ids(400, 12)], max_tokens: 4, temperature: 0 });
+  await both({ prompt: [0, ...ids(401, 20)], max_tokens: 4, temperature: 0 });
+  const [, hit1] = await fedAndHit();
+  assert.equal(hit1, hit0);
+});
+
+test('kept sequences give their slots to requests that wait for one', async () => {
+  let m = await settled();
+  assert.equal(m.dsv4_prefix_cache_sequences, 2);  // both slots kept, idle
+  assert.equal(m.dsv4_cache_slots_used, 0);
+  // Five at once on two slots: three wait, and take the kept sequences' slots.
+  const bodies = [0, 1, 2, 3, 4].map((i) => ({ prompt: [0, ...ids(20 + 7 * i, 15)], max_tokens: 6, temperature: 0 }));
+  await Promise.all(bodies.map(both));
+  m = await settled();
+  assert.equal(m.dsv4_cache_slots_used, 0);
+  assert.equal(m.dsv4_running_requests, 0);
+  assert.ok(m.dsv4_prefix_cache_sequences <= 2);
+});
+
+test('--prefix-cache beyond --max-batch is a one-line error at start', async () => {
+  await assert.rejects(startServer(['--max-batch', '2', '--prefix-cache', '3']),
+                       /--prefix-cache 3: 0 to --max-batch \(2\)/);
+});
