@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct ChannelEvent {
     FinishReason finish = FinishReason::kNone;  // kFinished
     std::string error;                          // kFinished with kError
     ApiError rejection;                         // kRejected
+    // kAccepted with the prefix cache on: the prompt tokens found in it (0: none).
+    std::optional<int64_t> cached_tokens;
 };
 
 // Wakes the thread that waits on several channels: every push to one of them counts.

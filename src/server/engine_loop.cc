@@ -197,6 +197,7 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
         metrics_.add_prefix_hit_tokens(hit);
         ChannelEvent ev;
         ev.kind = ChannelEvent::Kind::kAccepted;
+        if (prefix_cache_ > 0) ev.cached_tokens = hit;
         job.channel->push(std::move(ev));
         Active& a = active_[*id];
         a.channel = std::move(job.channel);

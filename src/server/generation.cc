@@ -107,7 +107,8 @@ chat::Json Generation::unsent_logprobs() {
 }
 
 chat::Json Generation::chunk_usage() const {
-    return continuous_usage_ ? usage_json(prompt_tokens_, completion_tokens_) : chat::Json();
+    return continuous_usage_ ? usage_json(prompt_tokens_, completion_tokens_, meta_.cached_tokens)
+                             : chat::Json();
 }
 
 std::optional<ApiError> Generation::failure() const {
@@ -124,7 +125,7 @@ ApiResult<chat::Json> Generation::collect() {
         if (channel_->wait(events, std::chrono::milliseconds(1000))) apply(events, ignored);
     }
     if (auto f = failure()) return *f;
-    const auto usage = usage_json(prompt_tokens_, completion_tokens_);
+    const auto usage = usage_json(prompt_tokens_, completion_tokens_, meta_.cached_tokens);
     chat::Json message;
     const char* reason = finish_reason_;
     if (meta_.endpoint == Endpoint::kChat) {
@@ -195,7 +196,8 @@ ApiResult<chat::Json> Choices::collect() {
             all["choices"].push_back(std::move((*one)["choices"][0]));
         }
     }
-    all["usage"] = usage_json(prompt_tokens_, completion_tokens);
+    all["usage"] =
+        usage_json(prompt_tokens_, completion_tokens, choices_.front()->meta().cached_tokens);
     return all;
 }
 
@@ -220,7 +222,8 @@ bool Choices::pump(std::string& out, std::chrono::milliseconds wait) {
     if (all_done) {
         if (include_usage_) {
             const ResponseMeta& meta = choices_.front()->meta();
-            out += sse_event(usage_chunk(meta, usage_json(prompt_tokens_, completion_tokens)));
+            out += sse_event(usage_chunk(
+                meta, usage_json(prompt_tokens_, completion_tokens, meta.cached_tokens)));
         }
         out += kSseDone;
         ended_ = true;

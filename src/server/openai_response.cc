@@ -22,11 +22,13 @@ Json reason_or_null(const char* finish_reason) {
 
 }  // namespace
 
-Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                std::optional<int64_t> cached_tokens) {
     Json u = Json::object();
     u["prompt_tokens"] = prompt_tokens;
     u["completion_tokens"] = completion_tokens;
     u["total_tokens"] = prompt_tokens + completion_tokens;
+    if (cached_tokens) u["prompt_tokens_details"] = Json{{"cached_tokens", *cached_tokens}};
     return u;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -21,6 +22,8 @@ struct ResponseMeta {
     std::string model;
     int choice = 0;   // this choice's index
     int choices = 1;  // the request's `n`
+    // With the prefix cache on: the prompt tokens found in it (usage.prompt_tokens_details).
+    std::optional<int64_t> cached_tokens;
     // Tool call ids: call_<N>_<i>, and call_<N>_<choice>_<i> when a request has several choices.
     std::string tool_call_prefix() const {
         std::string p = "call_" + id.substr(id.find('-') + 1) + "_";
@@ -28,7 +31,9 @@ struct ResponseMeta {
     }
 };
 
-chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// cached_tokens: usage.prompt_tokens_details.cached_tokens (left out when not given).
+chat::Json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                      std::optional<int64_t> cached_tokens);
 
 // An output token with its log-probabilities, and where it starts in the output text (in
 // characters: Generation::logged_chars_).

@@ -90,6 +90,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
     // Every choice accepted, or the request refused as a whole: the choices already accepted
     // are cancelled (nothing of them was sent).
     std::optional<ApiError> refused;
+    std::optional<int64_t> cached;  // (the first choice's: several choices do not use the cache)
     for (auto& channel : channels) {
         std::vector<ChannelEvent> first;
         while (!channel->wait(first, std::chrono::milliseconds(1000))) {
@@ -99,6 +100,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
             continue;
         }
         DSV4_ASSERT(first.front().kind == ChannelEvent::Kind::kAccepted, "no acceptance first");
+        if (channel == channels.front()) cached = first.front().cached_tokens;
         // Events that came with the acceptance go back in front of the channel's next ones.
         for (size_t i = 1; i < first.size(); ++i) channel->push(std::move(first[i]));
     }
@@ -118,6 +120,7 @@ void generate(RouteContext& ctx, Endpoint ep, const httplib::Request& req, httpl
                        .count();
     meta.model = ctx.model_name;
     meta.choices = spec->n;
+    meta.cached_tokens = cached;
     std::vector<std::shared_ptr<Generation>> gens;
     for (int i = 0; i < spec->n; ++i) {
         meta.choice = i;
