@@ -30,8 +30,9 @@ const serveArgs = (dir, context, threads, args) =>
   ['serve', '--model', dir, '--served-model-name', MODEL, '--max-context', String(context),
    '--threads', String(threads), ...args];
 
-export async function startServer(args = [], { apiKey, context = 512, threads = 2 } = {}) {
-  const dir = makeModelDir();
+// model: a model folder to serve as it is (default: the temporary random one).
+export async function startServer(args = [], { apiKey, context = 512, threads = 2, model } = {}) {
+  const dir = model ?? makeModelDir();
   const argv = serveArgs(dir, context, threads, ['--port', '0', ...args]);
   if (apiKey) argv.push('--api-key', apiKey);
   const proc = spawn(env('DSV4_BIN'), argv, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,7 +62,7 @@ export async function startServer(args = [], { apiKey, context = 512, threads = 
     async stop() {
       proc.kill('SIGTERM');
       const { code, signal } = await exited;
-      fs.rmSync(dir, { recursive: true, force: true });
+      if (!model) fs.rmSync(dir, { recursive: true, force: true });
       if (code !== 0) console.error(stderr);
       return code ?? signal;
     },

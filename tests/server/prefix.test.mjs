@@ -101,6 +101,34 @@ test("a conversation's second turn answers as without the cache", async () => {
   sameUsage(c.usage, d.usage);
 });
 
+// The shipped trained model (models/kjv-tiny: its own tokenizer, V4's chat encoding): greedy
+// answers tokenize back to the tokens generated, so each turn continues the last one's sequence.
+test('a conversation with the shipped model: each turn feeds only what is new', async () => {
+  const kjv = await startServer(['--max-batch', '2', '--prefix-cache', '2'],
+                                { model: process.env.DSV4_KJV_MODEL, context: 1024 });
+  try {
+    const messages = [{ role: 'user', content: 'Who made the heaven and the earth?' }];
+    let last = null;
+    for (const next of ['And then?', 'And after that?']) {
+      const r = await kjv.client().chat.completions.create({ model: MODEL, messages, max_tokens: 30, temperature: 0 });
+      if (last === null) {
+        assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+      } else {
+        // The last turn's prompt and answer but its last token (sampled, not fed).
+        assert.equal(r.usage.prompt_tokens_details.cached_tokens,
+                     last.usage.prompt_tokens + last.usage.completion_tokens - 1);
+      }
+      last = r;
+      messages.push({ role: 'assistant', content: r.choices[0].message.content }, { role: 'user', content: next });
+    }
+    const r = await kjv.client().chat.completions.create({ model: MODEL, messages, max_tokens: 30, temperature: 0 });
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens,
+                 last.usage.prompt_tokens + last.usage.completion_tokens - 1);
+  } finally {
+    assert.equal(await kjv.stop(), 0, 'graceful exit');
+  }
+});
+
 test('a prompt that is not a continuation misses and is answered as without the cache', async () => {
   const [, hit0] = await fedAndHit();
   const miss = await both({ prompt: [0, ...ids(400, 12)], max_tokens: 4, temperature: 0 });
