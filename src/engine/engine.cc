@@ -222,11 +222,14 @@ struct Engine::Impl {
     std::unique_ptr<CachePool> pool;
     ModelInfo info;
     std::deque<Running> waiting;
-    // The waiting requests not cancelled: a cancelled one ends at the next step without taking
-    // a slot, so it no longer holds a place in the queue.
-    size_t waiting_for_slots() const {
-        return static_cast<size_t>(std::count_if(waiting.begin(), waiting.end(),
-                                                 [](const Running& w) { return !w.cancelled; }));
+    // The waiting requests not cancelled (a cancelled one ends at the next step without taking
+    // a slot, so it no longer holds a place in the queue): all of them (the queue's length), or
+    // those that need a slot (not those on a session, which has its own).
+    size_t waiting_count(bool need_slot) const {
+        return static_cast<size_t>(
+            std::count_if(waiting.begin(), waiting.end(), [need_slot](const Running& w) {
+                return !w.cancelled && !(need_slot && w.r.session != nullptr);
+            }));
     }
     std::map<RequestId, Running> running;  // admission order = id order
     RequestId next_id = 1;
@@ -797,7 +800,7 @@ Expected<RequestId> Engine::submit(Request r) {
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
     DSV4_RETURN_IF_ERROR(check_rules(r, e.info.vocab_size));
 
-    if (e.waiting_for_slots() >= static_cast<size_t>(e.options.max_queue))
+    if (e.waiting_count(false) >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
     Running q;
     q.id = e.next_id++;
@@ -1156,10 +1159,7 @@ bool Engine::idle() const {
     return impl_->waiting.empty() && impl_->running.empty();
 }
 size_t Engine::queued() const {
-    const std::deque<Running>& w = impl_->waiting;
-    return static_cast<size_t>(std::count_if(w.begin(), w.end(), [](const Running& q) {
-        return !q.cancelled && q.r.session == nullptr;  // (one on a session has its slot)
-    }));
+    return impl_->waiting_count(true);
 }
 size_t Engine::running() const {
     return impl_->running.size();

@@ -66,7 +66,7 @@ class EngineLoop {
         std::chrono::steady_clock::time_point arrived;
         std::chrono::steady_clock::time_point last_token;
         bool has_token = false;
-        std::string failure;  // a failed step's message: the cancellation it caused is an error
+        std::string failure;      // a failed step's message: the cancellation it caused is an error
         Session* kept = nullptr;  // the prefix cache's sequence it runs on
     };
     // A sequence of the prefix cache: its session, when it was last used, and whether a request
