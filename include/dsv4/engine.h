@@ -51,6 +51,11 @@ struct EngineOptions {
     // Steps of up to 64 tokens whose shape repeats (decode) replay a recording of their ops (a
     // CUDA graph on cuda: one launch per step). false: every step enqueues its ops one by one.
     bool step_graphs = true;
+    // Prefix snapshots: buffers for this many snapshots of sequences at block boundaries
+    // (Request::snapshot_every), from which other sessions start (Session::copy_prefix_from).
+    // Each holds a sequence's window rings and overlapping compressor states
+    // (ModelInfo::snapshot_bytes), allocated at load. 0: none.
+    int snapshots = 0;
     // Called while the weights load (copied to the device on cuda), after each layer:
     // (layers done, layers in all). May be empty.
     std::function<void(int, int)> on_load_progress;
@@ -81,6 +86,9 @@ struct ModelInfo {
     int step_tokens = 0;                      // tokens one step holds (all rows)
     bool has_mtp = false;                     // the checkpoint's MTP block is loaded
     int max_draft_tokens = 1;                 // speculative drafts a step can feed a row
+    int64_t snapshot_block = 1;  // snapshot positions are multiples of this (the compress rates')
+    int snapshots = 0;           // prefix snapshot buffers (EngineOptions::snapshots)
+    size_t snapshot_bytes = 0;   // bytes of one
     std::vector<std::string> weight_formats;  // "group: format" lines
     std::string source;                       // the model folder, or "synthetic v4-flash (nvfp4)"
     // With ranks (EngineOptions::rank_group): this rank, the group's size and the routed
@@ -125,10 +133,18 @@ class Session {
     // The tokens fed so far, in order (position() of them): what a request continuing the
     // session finds in front of its prompt.
     const std::vector<int32_t>& tokens() const;
-    void reset();
+    void reset();  // (its snapshots go too)
     // Continues from where `src` (a session of the same engine) is: its cache is copied into
     // this session's slot (a prefix fed once, several sequences from it).
     Status copy_from(const Session& src);
+    // Continues from `src`'s first n tokens: n is src's position (as copy_from; src idle) or one
+    // of src's snapshot positions (src may have a request running). src may be this session:
+    // it goes back to position n. This session's snapshots after n go (all of them when src is
+    // another session).
+    Status copy_prefix_from(const Session& src, int64_t n);
+    // The positions this session holds snapshots of, ascending (Request::snapshot_every).
+    std::vector<int64_t> snapshot_positions() const;
+    void drop_snapshots();  // gives its snapshot buffers back to the engine
 
   private:
     friend class Engine;
@@ -186,6 +202,11 @@ struct Request {
     // One submitted or given its slot only after the prefix is done (submit the requests
     // together, before a step), or whose first request ended before, prefills on its own.
     uint64_t share_prompt = 0;
+    // Prefix snapshots (EngineOptions::snapshots): on a session, a snapshot of the sequence at
+    // each multiple of this (a multiple of ModelInfo::snapshot_block) that its prompt reaches,
+    // while the engine has free buffers; the prompt's chunks end there. 0: none. Not with
+    // speculative drafts.
+    int64_t snapshot_every = 0;
 };
 inline constexpr int kMaxDraftTokens = 4;
 
@@ -237,6 +258,7 @@ class Engine {
     size_t queued() const;  // waiting for a slot (not cancelled; not those on a session)
     size_t running() const;
     int free_slots() const;
+    int free_snapshots() const;  // prefix snapshot buffers no session holds
     // Prompt tokens the requests have fed through the model so far (a shared prefix once).
     int64_t prompt_tokens_fed() const;
     // Bytes allocated through the backend (weights it copied, cache pool, workspaces).

@@ -100,6 +100,8 @@ int run_info(InfoArgs a) {
     std::printf("at %lld tokens: %.3f GiB per sequence; pool of %d sequence(s): %.3f GiB\n",
                 static_cast<long long>(i.max_context), i.cache_bytes / kGiB, i.max_seqs,
                 i.cache_pool_bytes / kGiB);
+    std::printf("prefix:         snapshots every %lld tokens (or a multiple), %.2f MiB each\n",
+                static_cast<long long>(i.snapshot_block), i.snapshot_bytes / 1048576.0);
     std::printf("step:           up to %d tokens (all rows)\n", i.step_tokens);
     std::printf("speculative:    up to %d draft(s) a step (MTP block: %s)\n", i.max_draft_tokens,
                 i.has_mtp ? "yes" : "none");

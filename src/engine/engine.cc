@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "formats/safetensors.h"
 #include "model/backend_fit.h"
+#include "model/cache_snapshots.h"
 #include "model/model.h"
 
 namespace dsv4 {
@@ -182,7 +183,21 @@ struct Session::Impl {
     // The tokens fed so far, in order: a request continuing the session counts them as part
     // of its prompt for the repetition penalty (Request::rules).
     std::vector<int32_t> tokens;
+    // Its prefix snapshots (Request::snapshot_every), by ascending position.
+    struct Snapshot {
+        int64_t pos = 0;
+        SnapshotRef ref;
+    };
+    std::vector<Snapshot> snapshots;
     int64_t pos() const { return static_cast<int64_t>(tokens.size()); }
+    const Snapshot* snapshot_at(int64_t p) const {
+        for (const Snapshot& s : snapshots)
+            if (s.pos == p) return &s;
+        return nullptr;
+    }
+    void drop_snapshots_after(int64_t p) {
+        while (!snapshots.empty() && snapshots.back().pos > p) snapshots.pop_back();
+    }
 };
 
 namespace {
@@ -220,6 +235,7 @@ struct Engine::Impl {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
     std::unique_ptr<CachePool> pool;
+    std::unique_ptr<SnapshotStore> snapshots;  // EngineOptions::snapshots (null: none)
     ModelInfo info;
     std::deque<Running> waiting;
     // The waiting requests not cancelled (a cancelled one ends at the next step without taking
@@ -422,6 +438,14 @@ struct Engine::Impl {
         return ev;
     }
 
+    // A snapshot of the session's sequence where it is now, while a buffer is free (a request
+    // without one goes on without it).
+    void take_snapshot(Session::Impl& s) {
+        if (snapshots == nullptr || s.snapshot_at(s.pos()) != nullptr) return;
+        Expected<SnapshotRef> ref = snapshots->save(s.slot.index());
+        if (ref) s.snapshots.push_back({s.pos(), std::move(*ref)});
+    }
+
     Status step(std::vector<TokenEvent>* events);
     bool completes_block(int64_t p) const;
     int draft_limit(Speculation speculative, int draft_tokens) const;
@@ -471,16 +495,53 @@ const std::vector<int32_t>& Session::tokens() const {
 void Session::reset() {
     impl_->engine->pool->reset(impl_->slot.index());
     impl_->tokens.clear();
+    impl_->snapshots.clear();
 }
 
 Status Session::copy_from(const Session& src) {
-    if (src.impl_->engine != impl_->engine)
-        return error("copy_from: the sessions belong to different engines");
-    if (impl_->busy || src.impl_->busy)
-        return error("copy_from: a request is running on one of the sessions");
-    impl_->engine->pool->copy_slot(src.impl_->slot.index(), impl_->slot.index());
-    impl_->tokens = src.impl_->tokens;
+    return copy_prefix_from(src, src.position());
+}
+
+Status Session::copy_prefix_from(const Session& src, int64_t n) {
+    Session::Impl& d = *impl_;
+    const Session::Impl& s = *src.impl_;
+    if (s.engine != d.engine) return error("copy_from: the sessions belong to different engines");
+    if (d.busy) return error("copy_from: a request is running on this session");
+    if (n < 0 || n > s.pos())
+        return error("copy_from: position ", n, " is outside the source's ", s.pos(), " tokens");
+    // (a snapshot where there is one: the source may have a request running)
+    const Session::Impl::Snapshot* snap = s.snapshot_at(n);
+    if (n < s.pos() && snap == nullptr) {
+        std::string held;
+        for (const Session::Impl::Snapshot& h : s.snapshots) held += " " + std::to_string(h.pos);
+        return error("copy_from: the source holds no snapshot at position ", n,
+                     held.empty() ? " (it holds none)" : " (it holds" + held + ")");
+    }
+    if (snap == nullptr && s.busy)
+        return error("copy_from: a request is running on the source session");
+    Engine::Impl& e = *d.engine;
+    if (&s == &d) {  // back to position n (the snapshot there stays valid)
+        if (n == d.pos()) return Status::ok();
+        e.snapshots->restore(snap->ref, d.slot.index());
+        d.tokens.resize(static_cast<size_t>(n));
+        d.drop_snapshots_after(n);
+        return Status::ok();
+    }
+    d.snapshots.clear();
+    e.pool->copy_slot(s.slot.index(), d.slot.index(), snap != nullptr ? n : -1);
+    if (snap != nullptr) e.snapshots->restore(snap->ref, d.slot.index());
+    d.tokens.assign(s.tokens.begin(), s.tokens.begin() + n);
     return Status::ok();
+}
+
+std::vector<int64_t> Session::snapshot_positions() const {
+    std::vector<int64_t> p;
+    for (const Session::Impl::Snapshot& s : impl_->snapshots) p.push_back(s.pos);
+    return p;
+}
+
+void Session::drop_snapshots() {
+    impl_->snapshots.clear();
 }
 
 Status check_model_folder(const std::string& dir) {
@@ -572,6 +633,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     if (options.max_seqs <= 0) return error("max_seqs must be > 0");
     if (options.max_queue < 0) return error("max_queue must be >= 0");
     if (options.cache_gib < 0) return error("cache budget must be >= 0");
+    if (options.snapshots < 0) return error("snapshots must be >= 0, got ", options.snapshots);
     if (options.threads > 0) set_num_threads(options.threads);
     const std::optional<CacheType> kv_type = cache_type_from_name(options.kv_cache);
     const std::optional<CacheType> index_type = cache_type_from_name(options.indexer_cache);
@@ -654,6 +716,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
                          " compressed entries per sequence)");
     }
     const double gib = 1024.0 * 1024.0 * 1024.0;
+    // The prefix snapshots count with the cache (SnapshotStore::create checks them again).
+    const double snapshot_bytes = static_cast<double>(options.snapshots) *
+                                  static_cast<double>(SnapshotStore::snapshot_bytes(*cfg, layout));
     // The routed experts this rank holds (all on one rank): what the memory checks count.
     const ops::ExpertShard shard =
         ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(), impl->backend->ranks());
@@ -661,7 +726,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
         // As many layers as fit (or the ones asked for, if they fit), with the cache and a
         // margin for the workspaces.
         const double avail = static_cast<double>(impl->backend->memory_available());
-        const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
+        const double cache =
+            static_cast<double>(layout.max_seqs) * fp.per_sequence(context) + snapshot_bytes;
         // The margin: the step workspaces (all buckets: about twice the largest, whose logits,
         // streams and projections dominate) and 2 GiB for everything else.
         const double step_tokens = options.max_chunk + layout.max_seqs;
@@ -704,7 +770,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
         auto store = TensorStore::open(options.model_dir);
         if (!store) return store.status().with_context("loading " + options.model_dir);
         const double weights = static_cast<double>(rank_weight_bytes(*store, shard));
-        const double cache = static_cast<double>(layout.max_seqs) * fp.per_sequence(context);
+        const double cache =
+            static_cast<double>(layout.max_seqs) * fp.per_sequence(context) + snapshot_bytes;
         const double avail = static_cast<double>(impl->backend->memory_available());
         if (weights + cache > avail)
             return error("the model needs ~", weights / gib, " GiB of weights + ", cache / gib,
@@ -715,6 +782,11 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     auto pool = CachePool::create(*cfg, *impl->backend, layout);
     if (!pool) return pool.status();
     impl->pool = std::move(*pool);
+    if (options.snapshots > 0) {
+        DSV4_ASSIGN_OR_RETURN(
+            impl->snapshots,
+            SnapshotStore::create(*cfg, *impl->backend, *impl->pool, options.snapshots));
+    }
     const std::optional<Numerics> numerics = numerics_from_name(options.numerics);
     if (!numerics)
         return error("unknown numerics '", options.numerics,
@@ -750,6 +822,9 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     i.weight_formats = impl->model->weights().formats;
     i.has_mtp = impl->model->has_mtp();
     i.max_draft_tokens = layout.ring_extra + 1;
+    i.snapshot_block = SnapshotStore::block(c);
+    i.snapshots = options.snapshots;
+    i.snapshot_bytes = SnapshotStore::snapshot_bytes(c, layout);
     i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
     i.rank = impl->backend->rank();
     i.ranks = impl->backend->ranks();
@@ -799,6 +874,16 @@ Expected<RequestId> Engine::submit(Request r) {
         return error("a request is already running on this session");
     DSV4_RETURN_IF_ERROR(check_speculation(r.speculative, r.draft_tokens));
     DSV4_RETURN_IF_ERROR(check_rules(r, e.info.vocab_size));
+    if (r.snapshot_every != 0) {
+        if (e.snapshots == nullptr)
+            return error("snapshot_every: the engine keeps no prefix snapshots (snapshots = 0)");
+        if (r.snapshot_every < 0 || r.snapshot_every % e.info.snapshot_block != 0)
+            return error("snapshot_every must be a positive multiple of ", e.info.snapshot_block,
+                         " (the model's compress rates), got ", r.snapshot_every);
+        if (r.session == nullptr) return error("snapshot_every needs a request on a session");
+        if (r.speculative != Speculation::kNone)
+            return error("snapshot_every is not taken with speculative drafts");
+    }
 
     if (e.waiting_count(false) >= static_cast<size_t>(e.options.max_queue))
         return error("the request queue is full (", e.options.max_queue, " waiting)");
@@ -920,8 +1005,12 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         const size_t end = q.r.prompt.size() - (q.leads && has_followers(q) ? 1 : 0);
         if (q.fed >= end) continue;  // (a leader whose copy is handed over next step)
         const int64_t left = static_cast<int64_t>(end - q.fed);
-        const int32_t c = static_cast<int32_t>(
+        int32_t c = static_cast<int32_t>(
             std::min<int64_t>({left, budget, static_cast<int64_t>(options.max_chunk)}));
+        if (q.r.snapshot_every > 0) {  // (the chunk ends at the next snapshot position)
+            const int64_t next = (q.pos / q.r.snapshot_every + 1) * q.r.snapshot_every;
+            c = static_cast<int32_t>(std::min<int64_t>(c, next - q.pos));
+        }
         const bool last = q.fed + c == q.r.prompt.size();
         q.sampled = -1;
         q.fed_tokens.assign(q.r.prompt.begin() + q.fed, q.r.prompt.begin() + q.fed + c);
@@ -989,7 +1078,11 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             fed.insert(fed.end(), q.fed_tokens.begin(), q.fed_tokens.begin() + final_len);
         }
         q.pos += final_len;
-        if (!decode_row) q.fed += rows[i].len;
+        if (!decode_row) {
+            q.fed += rows[i].len;
+            if (q.r.snapshot_every > 0 && q.pos % q.r.snapshot_every == 0)
+                take_snapshot(*q.r.session->impl_);
+        }
         if (q.leads && q.fed + 1 == q.r.prompt.size()) prefix_done.push_back(q.id);
         q.pending = -1;
         const RequestId id = q.id;
@@ -1169,6 +1262,10 @@ int64_t Engine::prompt_tokens_fed() const {
 }
 int Engine::free_slots() const {
     return impl_->pool->free_slots();
+}
+
+int Engine::free_snapshots() const {
+    return impl_->snapshots != nullptr ? impl_->snapshots->free() : 0;
 }
 size_t Engine::memory_in_use() const {
     return impl_->backend->memory_in_use();

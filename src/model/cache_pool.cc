@@ -1,5 +1,6 @@
 #include "model/cache_pool.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -35,20 +36,6 @@ CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType ind
     f.fixed_bytes += 4 * sizeof(uint64_t) + sizeof(ops::SlotRules) +
                      CachePool::kRuleEntries * sizeof(ops::LogitsRuleEntry) + 4.0 * c.vocab_size;
     return f;
-}
-
-CacheSlot& CacheSlot::operator=(CacheSlot&& o) noexcept {
-    if (this != &o) {
-        if (pool_) pool_->release(slot_);
-        pool_ = o.pool_;
-        slot_ = o.slot_;
-        o.pool_ = nullptr;
-    }
-    return *this;
-}
-
-CacheSlot::~CacheSlot() {
-    if (pool_) pool_->release(slot_);
 }
 
 Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Backend& backend,
@@ -97,6 +84,8 @@ Expected<std::unique_ptr<CachePool>> CachePool::create(const ModelConfig& c, Bac
         s.gate = static_cast<float*>(gate);
         s.entry_bytes = static_cast<size_t>(cache_row_bytes(f, width));
         s.entries = static_cast<float*>(entries);
+        s.m = m;
+        s.coff = coff;
         return Status::ok();
     };
     const std::vector<LayerSpec> specs = cached_layers(c, layout.mtp);
@@ -160,26 +149,31 @@ int CachePool::free_slots() const {
     return n;
 }
 
-void CachePool::copy_slot(int src, int dst) {
+void CachePool::copy_slot(int src, int dst, int64_t positions) {
     DSV4_ASSERT(src >= 0 && src < layout_.max_seqs && dst >= 0 && dst < layout_.max_seqs, src,
                 " -> ", dst);
     if (src == dst) return;
     const size_t ring_row = static_cast<size_t>(cache_row_bytes(layers_[0].kv_format, head_dim_));
-    auto slice = [&](void* base, size_t bytes) {
+    // `bytes` of the slot's part of an array of `stride` bytes a slot
+    auto slice = [&](void* base, size_t stride, size_t bytes) {
         char* b = static_cast<char*>(base);
-        backend_.copy(b + dst * bytes, b + src * bytes, bytes);
+        if (bytes > 0) backend_.copy(b + dst * stride, b + src * stride, bytes);
     };
+    auto whole = [&](void* base, size_t stride) { slice(base, stride, stride); };
     for (auto& l : layers_) {
-        slice(l.ring, ring_row * ring_rows_);
+        whole(l.ring, ring_row * ring_rows_);
         for (CompressorCache* s : {&l.main, &l.indexer}) {
             if (s->gate == nullptr) continue;
-            slice(s->kv, s->state_size * sizeof(float));
-            slice(s->gate, s->state_size * sizeof(float));
-            slice(s->entries, static_cast<size_t>(s->n_entries) * s->entry_bytes);
+            whole(s->kv, s->state_size * sizeof(float));
+            whole(s->gate, s->state_size * sizeof(float));
+            const int64_t n =
+                positions < 0 ? s->n_entries : std::min(s->n_entries, positions / s->m);
+            slice(s->entries, static_cast<size_t>(s->n_entries) * s->entry_bytes,
+                  static_cast<size_t>(n) * s->entry_bytes);
         }
     }
-    slice(rng_, 4 * sizeof(uint64_t));
-    slice(counts_, vocab_ * sizeof(uint32_t));
+    whole(rng_, 4 * sizeof(uint64_t));
+    whole(counts_, vocab_ * sizeof(uint32_t));
 }
 
 void CachePool::set_rules(int slot, const ops::SlotRules& rules,

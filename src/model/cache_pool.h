@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "base/pool_index.h"
 #include "base/status.h"
 #include "formats/cache_row.h"
 #include "model/config.h"
@@ -38,6 +39,7 @@ struct CompressorCache {
     int64_t state_size = 0;    // elements of one slot's kv (and gate)
     int64_t n_entries = 0;     // entries per slot
     size_t entry_bytes = 0;    // bytes of one entry in its row format
+    int m = 0, coff = 1;       // the layer's compress rate and overlap (ops/compressor.h)
 };
 
 // Rows of a type other than f32 are addressed through the float* fields by their first byte
@@ -64,22 +66,7 @@ CacheFootprint cache_footprint(const ModelConfig& cfg, CacheType kv = CacheType:
 class CachePool;
 
 // One slot held by a session or request; released (and so reusable) when destroyed.
-class CacheSlot {
-  public:
-    CacheSlot() = default;
-    CacheSlot(CachePool* pool, int slot) : pool_(pool), slot_(slot) {}
-    CacheSlot(CacheSlot&& o) noexcept : pool_(o.pool_), slot_(o.slot_) { o.pool_ = nullptr; }
-    CacheSlot& operator=(CacheSlot&& o) noexcept;
-    CacheSlot(const CacheSlot&) = delete;
-    CacheSlot& operator=(const CacheSlot&) = delete;
-    ~CacheSlot();
-    int index() const { return slot_; }
-    bool held() const { return pool_ != nullptr; }
-
-  private:
-    CachePool* pool_ = nullptr;
-    int slot_ = -1;
-};
+using CacheSlot = PoolIndex<CachePool>;
 
 class CachePool {
   public:
@@ -97,10 +84,14 @@ class CachePool {
     // Makes slot dst hold what slot src holds (rings, compressor states, entries, generator,
     // token table; not the logits rules):
     // a copy of a sequence's cache, e.g. to start several sequences from one prefilled prefix.
-    void copy_slot(int src, int dst);
+    // `positions` >= 0: only the compressed entries the first `positions` tokens complete (the
+    // rest of src's are not needed: a snapshot of src at that position follows, model/
+    // cache_snapshots.h).
+    void copy_slot(int src, int dst, int64_t positions = -1);
     int free_slots() const;
     const CacheLayout& layout() const { return layout_; }
     const LayerCache& layer(int l) const { return layers_[l]; }  // l == num_layers: MTP
+    int num_layers() const { return static_cast<int>(layers_.size()); }  // with the MTP's
     uint64_t* rng() const { return rng_; }  // [S, 4] sampling generator per slot
     // The logits rules of each slot's request (ops::LogitsRulesArgs).
     const ops::SlotRules* rules() const { return rules_; }                 // [S]
@@ -116,7 +107,7 @@ class CachePool {
     size_t bytes() const { return bytes_; }
 
   private:
-    friend class CacheSlot;
+    friend class PoolIndex<CachePool>;
     CachePool(Backend& backend, const CacheLayout& layout) : backend_(backend), layout_(layout) {}
     void release(int slot);
 

@@ -369,6 +369,65 @@ TEST(CudaEngineGpu, SharedPromptChoicesMatchApart) {
     }
 }
 
+// Prefix snapshots (Session::copy_prefix_from) on CUDA: a sequence started from another one's
+// snapshot at B or 2B gives the logits of the same tokens fed from the start (within the CUDA
+// tolerance), and the CPU's.
+TEST(CudaEngineGpu, PrefixSnapshotsMatchAFreshFeed) {
+    DSV4_REQUIRE_GPU();
+    for (const char* fixture : kFixtures) {
+        std::unique_ptr<Engine> engines[2];
+        for (int d = 0; d < 2; ++d) {
+            EngineOptions o;
+            o.model_dir = std::string(DSV4_GOLDEN_DIR) + "/" + fixture;
+            o.device = d == 0 ? "cuda" : "cpu";
+            o.max_context = 512;
+            o.max_seqs = 3;
+            o.max_chunk = 96;  // (not a multiple of the block: the snapshot positions cut chunks)
+            o.snapshots = 2;
+            auto e = Engine::create(o);
+            ASSERT_TRUE(e.has_value()) << e.status().message();
+            engines[d] = std::move(*e);
+        }
+        Engine& gpu = *engines[0];
+        const int V = gpu.info().vocab_size;
+        const int64_t B = gpu.info().snapshot_block;
+        const std::vector<int32_t> p1 = random_ids(static_cast<int>(2 * B + 7), V, 31);
+        std::vector<int32_t> p2(p1.begin(), p1.begin() + 2 * B);
+        const std::vector<int32_t> tail = random_ids(29, V, 32);
+        p2.insert(p2.end(), tail.begin(), tail.end());
+        double worst_fresh = 0, worst_cpu = 0;
+        for (const int64_t at : {B, 2 * B}) {
+            std::vector<float> got[2], fresh;
+            for (int d = 0; d < 2; ++d) {
+                Engine& e = *engines[d];
+                auto a = e.new_session();
+                auto c = e.new_session();
+                ASSERT_TRUE(a.has_value() && c.has_value());
+                Request r;
+                r.prompt = p1;
+                r.max_tokens = 0;
+                r.session = a->get();
+                r.snapshot_every = B;
+                token_events(e, {r});
+                ASSERT_EQ((*a)->snapshot_positions(), (std::vector<int64_t>{B, 2 * B})) << fixture;
+                ASSERT_TRUE((*c)->copy_prefix_from(**a, at).is_ok());
+                ASSERT_TRUE((*c)->feed({p2.begin() + at, p2.end()}, &got[d], nullptr).is_ok());
+            }
+            auto f = gpu.new_session();
+            ASSERT_TRUE(f.has_value());
+            std::vector<float> all;
+            ASSERT_TRUE((*f)->feed(p2, &all, nullptr).is_ok());
+            fresh.assign(all.end() - static_cast<std::ptrdiff_t>(got[0].size()), all.end());
+            worst_fresh = std::max(worst_fresh, max_abs_diff(got[0], fresh));
+            worst_cpu = std::max(worst_cpu, max_abs_diff(got[0], got[1]));
+        }
+        std::printf("[engine] %-12s from a snapshot vs fresh max-abs %.3g; vs CPU %.3g\n", fixture,
+                    worst_fresh, worst_cpu);
+        EXPECT_LE(worst_fresh, 1e-3) << fixture;
+        EXPECT_LE(worst_cpu, 1e-3) << fixture;
+    }
+}
+
 // Temperature sampling over the whole vocabulary (top_k 0) on CUDA: the same seed gives the
 // same tokens, every id in the vocabulary.
 TEST(CudaEngineGpu, TemperatureSamplingIsSeeded) {
