@@ -37,6 +37,12 @@ struct ServerOptions {
     // (the next turn of a conversation) feeds only the rest. 0: off. Not with ranks, and not
     // for speculative requests or several choices (docs/server.md).
     int prefix_cache = 0;
+    // With the prefix cache: snapshots of the kept sequences every `prefix_block` prompt tokens
+    // (0: the model's ModelInfo::snapshot_block; else a multiple of it), in buffers for this
+    // many (-1: 8 for each kept sequence; 0: none, only whole sequences are continued). A
+    // request sharing only the start of a kept sequence continues from the last snapshot in it.
+    int prefix_snapshots = -1;
+    int64_t prefix_block = 0;
 };
 
 class Server {

@@ -99,6 +99,15 @@ void add_serve_command(CLI::App& app) {
                     "Finished requests' sequences kept in idle slots for the requests that "
                     "continue them (a conversation's next turn feeds only its new tokens; 0: off)")
         ->capture_default_str();
+    cmd->add_option("--prefix-snapshots", o->prefix_snapshots,
+                    "With --prefix-cache: snapshot buffers for the kept sequences, so a prompt "
+                    "sharing only their start (a system prompt) skips that part (-1: 8 per kept "
+                    "sequence; 0: whole sequences only)")
+        ->capture_default_str();
+    cmd->add_option("--prefix-block", o->prefix_block,
+                    "With --prefix-cache: prompt tokens between snapshots (0: the model's block, "
+                    "the least common multiple of its compress rates; else a multiple of it)")
+        ->capture_default_str();
     cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model folder's)");
     cmd->add_option("--host", o->host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();

@@ -25,7 +25,7 @@ ChannelEvent rejected(ApiError e) {
 
 EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue,
                        std::vector<Engine*> others, std::shared_ptr<RankGroup> group,
-                       int prefix_cache)
+                       int prefix_cache, int64_t prefix_block)
     : engine_(engine),
       others_(std::move(others)),
       group_(std::move(group)),
@@ -33,7 +33,8 @@ EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue,
       max_queue_(max_queue),
       followers_(others_.empty() && group_ != nullptr && group_->size() > 1),
       // (with ranks every rank would need the same sequences: not done)
-      prefix_cache_(others_.empty() && !followers_ ? static_cast<size_t>(prefix_cache) : 0) {
+      prefix_cache_(others_.empty() && !followers_ ? static_cast<size_t>(prefix_cache) : 0),
+      prefix_block_(prefix_cache_ > 0 ? prefix_block : 0) {
     DSV4_ASSERT(others_.empty() || group_ != nullptr,
                 "an engine loop over ranks needs their group");
 }
@@ -96,13 +97,30 @@ int EngineLoop::idle_kept() const {
     return n;
 }
 
-bool EngineLoop::evict_kept() {
+bool EngineLoop::evict_kept(const Kept* spare) {
     auto lru = kept_.end();
     for (auto it = kept_.begin(); it != kept_.end(); ++it)
-        if (!it->busy && (lru == kept_.end() || it->used < lru->used)) lru = it;
+        if (!it->busy && &*it != spare && (lru == kept_.end() || it->used < lru->used)) lru = it;
     if (lru == kept_.end()) return false;
-    kept_.erase(lru);  // (its slot is free again)
+    kept_.erase(lru);  // (its slot and snapshots are free again)
     return true;
+}
+
+bool EngineLoop::drop_snapshots(const Kept* spare) {
+    Kept* lru = nullptr;
+    for (Kept& k : kept_)
+        if (!k.busy && &k != spare && !k.session->snapshot_positions().empty() &&
+            (lru == nullptr || k.used < lru->used))
+            lru = &k;
+    if (lru == nullptr) return false;
+    lru->session->drop_snapshots();
+    return true;
+}
+
+void EngineLoop::make_snapshot_room(const Kept* k, int64_t from, int64_t to) {
+    const int64_t want = to / prefix_block_ - from / prefix_block_;
+    while (engine_.free_snapshots() < want && drop_snapshots(k)) {
+    }
 }
 
 EngineLoop::Kept* EngineLoop::take_kept(const std::vector<int32_t>& prompt, int64_t* hit) {
@@ -110,25 +128,52 @@ EngineLoop::Kept* EngineLoop::take_kept(const std::vector<int32_t>& prompt, int6
     // Only while no request waits for a slot: one on a session queued behind such a request
     // would hold its slot idle until that one gets another.
     if (engine_.queued() > 0) return nullptr;
-    Kept* best = nullptr;
+    Kept* whole = nullptr;  // continued in place
+    Kept* from = nullptr;   // copied from a snapshot
     for (Kept& k : kept_) {
         const std::vector<int32_t>& t = k.session->tokens();
-        if (k.busy || t.empty() || t.size() >= prompt.size()) continue;
-        if (best != nullptr && t.size() <= best->session->tokens().size()) continue;
-        if (std::equal(t.begin(), t.end(), prompt.begin())) best = &k;
+        const size_t shared = static_cast<size_t>(
+            std::mismatch(t.begin(), t.end(), prompt.begin(), prompt.end()).first - t.begin());
+        // (a prompt always keeps a token to feed)
+        if (!k.busy && shared == t.size() && shared > 0 && shared < prompt.size() &&
+            static_cast<int64_t>(shared) > *hit) {
+            whole = &k;
+            from = nullptr;
+            *hit = static_cast<int64_t>(shared);
+        }
+        for (const int64_t p : k.session->snapshot_positions()) {
+            if (p > *hit && p <= static_cast<int64_t>(shared) &&
+                p < static_cast<int64_t>(prompt.size())) {
+                from = &k;
+                whole = nullptr;
+                *hit = p;
+            }
+        }
     }
-    if (best != nullptr) {
-        *hit = best->session->position();
-    } else {
-        if (kept_.size() >= prefix_cache_ && !evict_kept()) return nullptr;
+    Kept* best = whole;
+    if (best == nullptr) {
+        if (kept_.size() >= prefix_cache_ && !evict_kept(from)) {
+            *hit = 0;
+            return nullptr;
+        }
         auto s = engine_.new_session();
-        if (!s && evict_kept()) s = engine_.new_session();
-        if (!s) return nullptr;  // every slot held by requests
+        if (!s && evict_kept(from)) s = engine_.new_session();
+        if (!s) {  // every slot held by requests
+            *hit = 0;
+            return nullptr;
+        }
         best = &kept_.emplace_back();
         best->session = std::move(*s);
+        // (a snapshot of a kept sequence; a copy of one cannot fail: same engine, fresh session)
+        if (from != nullptr) {
+            const Status copied = best->session->copy_prefix_from(*from->session, *hit);
+            DSV4_ASSERT(copied.is_ok(), copied.message());
+            from->used = ++kept_clock_;
+        }
     }
     best->busy = true;
     best->used = ++kept_clock_;
+    if (prefix_block_ > 0) make_snapshot_room(best, *hit, static_cast<int64_t>(prompt.size()));
     return best;
 }
 
@@ -172,6 +217,7 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
             Request rest = job.request;
             rest.prompt.erase(rest.prompt.begin(), rest.prompt.begin() + hit);
             rest.session = kept->session.get();
+            rest.snapshot_every = prefix_block_;
             id = engine_.submit(std::move(rest));
             if (!id) {  // (the request as a whole gives the error the client should see)
                 release_kept(kept->session.get(), true);
@@ -277,6 +323,8 @@ void EngineLoop::publish_gauges() {
     g.slots_total = engine_.info().max_seqs;
     g.slots_used = g.slots_total - engine_.free_slots() - idle_kept();
     g.prefix_cached = static_cast<int>(kept_.size());
+    for (const Kept& k : kept_)
+        g.prefix_snapshots += static_cast<int>(k.session->snapshot_positions().size());
     g.prompt_tokens_fed = engine_.prompt_tokens_fed();
     metrics_.set_engine(g);
 }

@@ -11,8 +11,13 @@
 // The prefix cache (without ranks): a request's sequence is kept in its cache slot after it
 // ends, so that a later request whose prompt begins with all of that sequence (the next turn of
 // a conversation: the earlier prompt, the answer but its last token, then the new messages)
-// feeds only the rest. The kept sequences hold slots only while nothing waits for one: a request
-// waiting for a slot takes the least recently used idle one's.
+// feeds only the rest. With prefix snapshots (prefix_block > 0) the requests on kept sequences
+// also snapshot them every prefix_block prompt tokens, and a request whose prompt shares only
+// the start of a kept sequence (a system prompt, an earlier turn before its reasoning) starts
+// from a copy of the last snapshot within the shared part, in a sequence of its own. The kept
+// sequences hold slots only while nothing waits for one: a request waiting for a slot takes the
+// least recently used idle one's; a request that would take snapshots takes the least recently
+// used idle sequences' snapshot buffers when none are free.
 #pragma once
 
 #include <chrono>
@@ -45,9 +50,12 @@ class EngineLoop {
     // `max_queue`: requests that may wait for a slot before new ones get 429. `others`: the
     // other ranks' engines (rank 1, 2, ...) of `group`, rank 0's being `engine`; none without
     // ranks, or with ranks as processes (then `group` is theirs and `engine` is rank 0's).
-    // `prefix_cache`: sequences kept for continuations at most (0: none; ignored with ranks).
+    // `prefix_cache`: sequences kept for continuations at most (0: none; ignored with ranks);
+    // `prefix_block`: their requests' Request::snapshot_every (0: no snapshots; the engine must
+    // have snapshot buffers).
     EngineLoop(Engine& engine, Metrics& metrics, size_t max_queue, std::vector<Engine*> others = {},
-               std::shared_ptr<RankGroup> group = nullptr, int prefix_cache = 0);
+               std::shared_ptr<RankGroup> group = nullptr, int prefix_cache = 0,
+               int64_t prefix_block = 0);
     ~EngineLoop();
     void start();
     // Thread-safe. Each job's channel receives kAccepted or kRejected, then tokens and the end.
@@ -77,12 +85,21 @@ class EngineLoop {
         bool busy = false;
     };
     // While no request waits for a slot: the kept sequence a request with `prompt` runs on, and
-    // in *hit the prompt tokens it already holds: the longest idle one that is a proper prefix
-    // of the prompt, else a fresh one (a free slot, or the least recently used idle sequence's).
-    // nullptr: none (the request takes a slot of its own when one is free).
+    // in *hit the prompt tokens it already holds. The most tokens win: an idle sequence that is
+    // a proper prefix of the prompt (continued in place), or a kept sequence's snapshot within
+    // the part it shares with the prompt (copied into a fresh sequence); else a fresh one (a
+    // free slot, or the least recently used idle sequence's). nullptr: none (the request takes
+    // a slot of its own when one is free).
     Kept* take_kept(const std::vector<int32_t>& prompt, int64_t* hit);
     void release_kept(Session* s, bool keep);  // its request ended (keep: the sequence is sound)
-    bool evict_kept();                         // the least recently used idle one; false: none
+    // The least recently used idle one but `spare`; false: none.
+    bool evict_kept(const Kept* spare = nullptr);
+    // Drops the snapshots of the least recently used idle sequence that has some, but `spare`'s;
+    // false: none.
+    bool drop_snapshots(const Kept* spare);
+    // Snapshot buffers a request on `k` fills feeding prompt tokens [from, to): freed from idle
+    // sequences' as far as they go.
+    void make_snapshot_room(const Kept* k, int64_t from, int64_t to);
     int idle_kept() const;
     void run();
     void admit(std::deque<Job>& jobs, bool stopping);
@@ -108,6 +125,7 @@ class EngineLoop {
     bool woken_ = false;
     std::map<RequestId, Active> active_;  // engine thread only
     const size_t prefix_cache_;
+    const int64_t prefix_block_;
     std::list<Kept> kept_;  // engine thread only
     uint64_t kept_clock_ = 0;
 };

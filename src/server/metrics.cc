@@ -139,6 +139,10 @@ std::string Metrics::render() const {
     header(out, "dsv4_prefix_cache_sequences", "gauge",
            "Sequences the prefix cache keeps for continuations (each holds a slot).");
     out += "dsv4_prefix_cache_sequences " + std::to_string(engine_.prefix_cached) + "\n";
+    header(out, "dsv4_prefix_cache_snapshots", "gauge",
+           "Snapshots of the kept sequences at block boundaries (a prompt sharing only the start "
+           "of one continues from the last snapshot within the shared part).");
+    out += "dsv4_prefix_cache_snapshots " + std::to_string(engine_.prefix_snapshots) + "\n";
     header(out, "dsv4_cache_slots_total", "gauge", "KV-cache sequence slots.");
     out += "dsv4_cache_slots_total " + std::to_string(engine_.slots_total) + "\n";
     header(out, "dsv4_time_to_first_token_seconds", "histogram",

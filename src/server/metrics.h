@@ -34,6 +34,7 @@ struct EngineGauges {
     int slots_used = 0;  // by requests (not the prefix cache's idle sequences)
     int slots_total = 0;
     int prefix_cached = 0;          // sequences the prefix cache keeps (idle or continued)
+    int prefix_snapshots = 0;       // their snapshots (Engine snapshot buffers held)
     int64_t prompt_tokens_fed = 0;  // Engine::prompt_tokens_fed (a shared prefix once)
 };
 

@@ -53,6 +53,13 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (options.prefix_cache < 0 || options.prefix_cache > options.engine.max_seqs)
         return error("--prefix-cache ", options.prefix_cache, ": 0 to --max-batch (",
                      options.engine.max_seqs, ")");
+    if (options.prefix_snapshots < -1)
+        return error("--prefix-snapshots ", options.prefix_snapshots,
+                     ": -1 (8 per kept sequence) or a count >= 0");
+    if (options.prefix_block < 0)
+        return error("--prefix-block ", options.prefix_block, ": must be >= 0");
+    if (options.prefix_cache == 0 && (options.prefix_snapshots > 0 || options.prefix_block > 0))
+        return error("--prefix-snapshots and --prefix-block need --prefix-cache N");
     if (options.prefix_cache > 0 && (options.ranks > 1 || options.engine.rank_group != nullptr))
         return error(
             "--prefix-cache is not available with ranks (each rank would need the same "
@@ -64,6 +71,9 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     if (group != nullptr && options.engine.rank != 0)
         return error("rank ", options.engine.rank, " of a server follows rank 0 (Server::follow)");
     EngineOptions eo = options.engine;
+    if (options.prefix_cache > 0)
+        eo.snapshots =
+            options.prefix_snapshots >= 0 ? options.prefix_snapshots : 8 * options.prefix_cache;
     // (An engine on a GPU joins its communicator as it is made, waiting for the other ranks:
     // made one after another, and stepped from passing threads, they need one process each.)
     if (group == nullptr && options.ranks > 1 && eo.device != "cpu" && eo.device != "auto")
@@ -85,6 +95,13 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
         others.push_back(std::move(*other));
     }
     const ModelInfo& info = (*engine)->info();
+    int64_t prefix_block = 0;
+    if (eo.snapshots > 0) {
+        prefix_block = options.prefix_block > 0 ? options.prefix_block : info.snapshot_block;
+        if (prefix_block % info.snapshot_block != 0)
+            return error("--prefix-block ", options.prefix_block, ": must be a multiple of ",
+                         info.snapshot_block, " (the model's compress rates)");
+    }
     // Every request gets the same speculation: refused now rather than each request.
     DSV4_RETURN_IF_ERROR((*engine)->check_speculation(options.speculative, options.draft_tokens));
     // Every id the tokenizer can produce must be one the model has, or prompts fail later.
@@ -107,7 +124,7 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     for (auto& e : impl->others) other_ranks.push_back(e.get());
     impl->loop = std::make_unique<EngineLoop>(
         *impl->engine, impl->metrics, static_cast<size_t>(options.engine.max_queue),
-        std::move(other_ranks), impl->group, options.prefix_cache);
+        std::move(other_ranks), impl->group, options.prefix_cache, prefix_block);
     impl->ctx.reset(new RouteContext{impl->tokenizer, impl->engine->info(), *impl->loop,
                                      impl->metrics, name, options.api_key, options.max_body_bytes,
                                      *encoding});

@@ -1,6 +1,7 @@
-// The prefix cache (--prefix-cache): a request whose prompt begins with a kept sequence feeds
-// only the rest and answers as a server without the cache does (the CPU's logits do not depend
-// on how the prompt is cut into steps); kept sequences give their slots to waiting requests.
+// The prefix cache (--prefix-cache): a request whose prompt begins with a kept sequence, or
+// with the part of one up to a snapshot, feeds only the rest and answers as a server without the
+// cache does (the CPU's logits do not depend on how the prompt is cut into steps); kept
+// sequences give their slots to waiting requests.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { MODEL, metrics, startServer } from './harness.mjs';
@@ -129,6 +130,54 @@ test('a conversation with the shipped model: each turn feeds only what is new', 
   }
 });
 
+// Two conversations with one system prompt: the second starts from the first one's snapshot
+// within the shared part (kjv-tiny's block: 16 tokens, its compress rates 4 and 16).
+test('conversations with one system prompt share its snapshots', async () => {
+  const [kjv, kjvPlain] = await Promise.all([
+    startServer(['--max-batch', '2', '--prefix-cache', '2'], { model: process.env.DSV4_KJV_MODEL, context: 1024 }),
+    startServer(['--max-batch', '2'], { model: process.env.DSV4_KJV_MODEL, context: 1024 })]);
+  try {
+    const system = { role: 'system', content: 'Answer as the scripture does, in the words of the King James Bible, and say no more than is written.' };
+    const ask = async (server, content) => server.client().chat.completions.create(
+      { model: MODEL, messages: [system, { role: 'user', content }], max_tokens: 12, temperature: 0 });
+    const one = await ask(kjv, 'Who made the heaven and the earth?');
+    assert.equal(one.usage.prompt_tokens_details.cached_tokens, 0);
+    const two = await ask(kjv, 'What was in the beginning?');
+    const cached = two.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached >= 16 && cached % 16 === 0 && cached < one.usage.prompt_tokens, `cached ${cached}`);
+    const alone = await ask(kjvPlain, 'What was in the beginning?');
+    assert.equal(two.choices[0].message.content, alone.choices[0].message.content);
+  } finally {
+    assert.equal(await kjv.stop(), 0, 'graceful exit');
+    assert.equal(await kjvPlain.stop(), 0, 'graceful exit');
+  }
+});
+
+// Ids of the small model's vocabulary (512), varied: the prompts are longer than it.
+const mixed = (seed, n) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7919 + i * 104729) % 509));
+
+test('a prompt sharing only the start of a kept sequence continues from its last snapshot in the shared part', async () => {
+  // The small model's block is 128 tokens (its compress rates 4 and 128): a 300-token prompt
+  // leaves snapshots at 128 and 256.
+  const first = [0, ...mixed(1, 299)];
+  await both({ prompt: first, max_tokens: 1, temperature: 0 });
+  const m = await settled();
+  assert.ok(m.dsv4_prefix_cache_snapshots >= 2, `snapshots: ${m.dsv4_prefix_cache_snapshots}`);
+  // (each hit makes a sequence of its own, taking the least recently used idle one's slot: the
+  // miss last, since it would take `first`'s)
+  for (const [shared, found] of [[200, 128], [280, 256], [150, 128], [100, 0]]) {
+    const sampled = shared === 150;  // with penalties: still the plain server's answer
+    const [fed0, hit0] = await fedAndHit();
+    const prompt = [...first.slice(0, shared), ...mixed(shared, 40)];
+    const settings = sampled ? { temperature: 0.9, seed: 3, presence_penalty: 0.7 } : { temperature: 0 };
+    const r = await both({ prompt, max_tokens: 6, ...settings });
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens, found, `sharing ${shared}`);
+    const [fed1, hit1] = await fedAndHit();
+    assert.equal(hit1 - hit0, found);
+    assert.equal(fed1 - fed0, prompt.length - found);
+  }
+});
+
 test('a prompt that is not a continuation misses and is answered as without the cache', async () => {
   const [, hit0] = await fedAndHit();
   const miss = await both({ prompt: [0, ...ids(400, 12)], max_tokens: 4, temperature: 0 });
@@ -151,7 +200,13 @@ test('kept sequences give their slots to requests that wait for one', async () =
   assert.ok(m.dsv4_prefix_cache_sequences <= 2);
 });
 
-test('--prefix-cache beyond --max-batch is a one-line error at start', async () => {
+test('out-of-range prefix cache flags are one-line errors at start', async () => {
   await assert.rejects(startServer(['--max-batch', '2', '--prefix-cache', '3']),
                        /--prefix-cache 3: 0 to --max-batch \(2\)/);
+  await assert.rejects(startServer(['--prefix-cache', '1', '--prefix-block', '100']),
+                       /--prefix-block 100: must be a multiple of 128/);
+  await assert.rejects(startServer(['--prefix-snapshots', '4']),
+                       /--prefix-snapshots and --prefix-block need --prefix-cache N/);
+  await assert.rejects(startServer(['--prefix-cache', '1', '--prefix-snapshots', '-2']),
+                       /--prefix-snapshots -2: -1 \(8 per kept sequence\) or a count >= 0/);
 });
