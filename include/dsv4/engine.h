@@ -142,6 +142,9 @@ class Session {
     // it goes back to position n. This session's snapshots after n go (all of them when src is
     // another session).
     Status copy_prefix_from(const Session& src, int64_t n);
+    // A snapshot of the sequence where it is now (its position a multiple of
+    // ModelInfo::snapshot_block, a buffer free; an error otherwise).
+    Status snapshot();
     // The positions this session holds snapshots of, ascending (Request::snapshot_every).
     std::vector<int64_t> snapshot_positions() const;
     void drop_snapshots();  // gives its snapshot buffers back to the engine

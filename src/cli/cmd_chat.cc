@@ -1,7 +1,10 @@
 // `dsv4 chat`: an interactive conversation with the V4 chat encoding, streaming the reply.
 // The conversation is re-encoded each turn; only the tokens after the part already in the
-// cache are fed (a changed prefix, e.g. dropped reasoning, re-prefills from scratch).
+// cache are fed. Where the encoding changed what was fed (thinking mode drops the last reply's
+// reasoning), the session goes back to its snapshot at the last block boundary of the previous
+// prompt (Session::snapshot), so only the tokens after it are fed again.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -24,12 +27,15 @@ struct ChatArgs {
     std::string effort;
     std::string encoding = "v4";
     int max_tokens = 512;
+    bool stats = false;
     SamplingParams sampling;
     LogitsRules rules;
 };
 
 int run_chat(const ChatArgs& a) {
-    auto engine = Engine::create(a.engine);
+    EngineOptions eo = a.engine;
+    eo.snapshots = 1;  // (the last prompt's last block boundary)
+    auto engine = Engine::create(eo);
     if (!engine) {
         print_error(engine.status());
         return kExitError;
@@ -51,6 +57,7 @@ int run_chat(const ChatArgs& a) {
     }
     opts.version = *version;
     const int32_t eos = (*engine)->info().eos_token_id;
+    const int64_t block = (*engine)->info().snapshot_block;
 
     auto made = (*engine)->new_session();
     if (!made) {
@@ -82,17 +89,50 @@ int run_chat(const ChatArgs& a) {
             continue;
         }
         const std::vector<int32_t> ids = tok->encode(*prompt, /*parse_special=*/true);
+        if (ids.empty()) {  // (an encoding always has its BOS: a tokenizer without it)
+            print_error(error("the conversation encodes to no tokens"));
+            messages.erase(messages.size() - 1);
+            continue;
+        }
         size_t common = 0;
         while (common < cached.size() && common < ids.size() && cached[common] == ids[common])
             ++common;
         if (common < cached.size() || common == ids.size()) {
-            session->reset();
-            cached.clear();
-            common = 0;
+            // Back to the session's snapshot within the shared part, else to the start.
+            const std::vector<int64_t> snaps = session->snapshot_positions();
+            const auto back = std::find_if(snaps.rbegin(), snaps.rend(), [&](int64_t p) {
+                return p <= static_cast<int64_t>(std::min(common, ids.size() - 1));
+            });
+            if (back != snaps.rend() && session->copy_prefix_from(*session, *back).is_ok()) {
+                common = static_cast<size_t>(*back);
+            } else {
+                session->reset();
+                common = 0;
+            }
+            cached.resize(common);
+        }
+        const size_t from_cache = common;
+        // The prompt's last block boundary (a token left for the request): a snapshot there,
+        // in place of the last one, for the next turn to come back to.
+        const size_t boundary = (ids.size() - 1) / block * block;
+        if (boundary > common) {
+            session->drop_snapshots();
+            Status fed =
+                session->feed({ids.begin() + common, ids.begin() + boundary}, nullptr, nullptr);
+            if (fed.is_ok()) fed = session->snapshot();
+            if (!fed.is_ok()) {
+                print_error(fed);
+                session->reset();
+                cached.clear();
+                messages.erase(messages.size() - 1);
+                continue;
+            }
+            common = boundary;
         }
         std::vector<int32_t> fresh(ids.begin() + common, ids.end());
         TokenStreamDecoder stream(*tok);
         std::vector<int32_t> reply;
+        const auto start = std::chrono::steady_clock::now();
         auto out = (*engine)->generate(
             *session, fresh, a.max_tokens, a.sampling, true,
             [&](int32_t t) {
@@ -104,6 +144,7 @@ int run_chat(const ChatArgs& a) {
             Speculation::kNone, nullptr, 0, a.rules);
         std::fputs(stream.flush().c_str(), stdout);
         std::fputs("\n", stdout);
+        std::fflush(stdout);
         if (!out) {
             print_error(out.status());
             session->reset();
@@ -111,6 +152,11 @@ int run_chat(const ChatArgs& a) {
             messages.erase(messages.size() - 1);
             continue;
         }
+        if (a.stats)
+            std::fprintf(
+                stderr, "[%zu prompt tokens, %zu from the cache; %zu generated in %.2f s]\n",
+                ids.size(), from_cache, reply.size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         // The cache holds the prompt and every reply token but the last (never fed).
         cached = ids;
         cached.insert(cached.end(), reply.begin(), reply.end() - (reply.empty() ? 0 : 1));
@@ -141,6 +187,9 @@ void add_chat_command(CLI::App& app) {
     cmd->add_option("--max-tokens", args->max_tokens, "Tokens per reply")
         ->capture_default_str()
         ->check(whole_number(1, 1 << 30));
+    cmd->add_flag("--stats", args->stats,
+                  "After each reply: its prompt tokens, those found in the cache, the tokens "
+                  "generated and the time (stderr)");
     add_sampling_options(cmd, args->sampling);
     add_rules_options(cmd, args->rules);
     cmd->callback([args] { set_exit_code(run_chat(*args)); });

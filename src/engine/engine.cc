@@ -438,12 +438,13 @@ struct Engine::Impl {
         return ev;
     }
 
-    // A snapshot of the session's sequence where it is now, while a buffer is free (a request
-    // without one goes on without it).
-    void take_snapshot(Session::Impl& s) {
-        if (snapshots == nullptr || s.snapshot_at(s.pos()) != nullptr) return;
-        Expected<SnapshotRef> ref = snapshots->save(s.slot.index());
-        if (ref) s.snapshots.push_back({s.pos(), std::move(*ref)});
+    // A snapshot of the session's sequence where it is now, held by the session; an error
+    // when no buffer is free.
+    Status save_snapshot(Session::Impl& s) {
+        if (s.snapshot_at(s.pos()) != nullptr) return Status::ok();
+        DSV4_ASSIGN_OR_RETURN(SnapshotRef ref, snapshots->save(s.slot.index()));
+        s.snapshots.push_back({s.pos(), std::move(ref)});
+        return Status::ok();
     }
 
     Status step(std::vector<TokenEvent>* events);
@@ -532,6 +533,17 @@ Status Session::copy_prefix_from(const Session& src, int64_t n) {
     if (snap != nullptr) e.snapshots->restore(snap->ref, d.slot.index());
     d.tokens.assign(s.tokens.begin(), s.tokens.begin() + n);
     return Status::ok();
+}
+
+Status Session::snapshot() {
+    Session::Impl& d = *impl_;
+    Engine::Impl& e = *d.engine;
+    if (e.snapshots == nullptr) return error("snapshot: the engine keeps no prefix snapshots");
+    if (d.busy) return error("snapshot: a request is running on this session");
+    if (d.pos() == 0 || d.pos() % e.info.snapshot_block != 0)
+        return error("snapshot: position ", d.pos(), " is not a positive multiple of ",
+                     e.info.snapshot_block, " (the model's compress rates)");
+    return e.save_snapshot(d);
 }
 
 std::vector<int64_t> Session::snapshot_positions() const {
@@ -1080,8 +1092,9 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.pos += final_len;
         if (!decode_row) {
             q.fed += rows[i].len;
+            // (none free: the request goes on without it)
             if (q.r.snapshot_every > 0 && q.pos % q.r.snapshot_every == 0)
-                take_snapshot(*q.r.session->impl_);
+                (void)save_snapshot(*q.r.session->impl_);
         }
         if (q.leads && q.fed + 1 == q.r.prompt.size()) prefix_done.push_back(q.id);
         q.pending = -1;

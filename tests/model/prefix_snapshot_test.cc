@@ -160,7 +160,19 @@ TEST(PrefixSnapshotLimits, TakesWhatIsFreeAndGivesItBack) {
     test::run_requests(e, {r});
     EXPECT_TRUE((*b)->snapshot_positions().empty());
     EXPECT_EQ(e.free_snapshots(), 0);
+    // A session fed to a block boundary takes one when asked, once a buffer is free.
+    auto c = e.new_session();
+    ASSERT_TRUE(c.has_value());
+    ASSERT_TRUE(
+        (*c)->feed(std::vector<int32_t>(r.prompt.begin(), r.prompt.begin() + B), nullptr, nullptr)
+            .is_ok());
+    EXPECT_NE((*c)->snapshot().message().find("prefix snapshots are in use"), std::string::npos);
     (*a)->drop_snapshots();
+    EXPECT_EQ(e.free_snapshots(), 1);
+    ASSERT_TRUE((*c)->snapshot().is_ok());
+    EXPECT_EQ((*c)->snapshot_positions(), (std::vector<int64_t>{B}));
+    EXPECT_EQ(e.free_snapshots(), 0);
+    (*c)->reset();
     EXPECT_EQ(e.free_snapshots(), 1);
     // A copy of the whole of a sequence needs no snapshot (copy_from).
     ASSERT_TRUE((*b)->copy_prefix_from(**a, (*a)->position()).is_ok());
@@ -179,6 +191,7 @@ TEST(PrefixSnapshotLimits, RefusalsArePlainErrors) {
     ASSERT_TRUE(
         (*a)->feed(test::random_ids(static_cast<int>(B + 3), V, 2), nullptr, nullptr).is_ok());
     auto message = [](const Status& s) { return s.is_ok() ? std::string("ok") : s.message(); };
+    EXPECT_NE(message((*a)->snapshot()).find("not a positive multiple of"), std::string::npos);
     EXPECT_NE(message((*b)->copy_prefix_from(**a, B)).find("no snapshot at position"),
               std::string::npos);
     EXPECT_NE(message((*b)->copy_prefix_from(**a, B + 4)).find("outside the source"),
@@ -211,6 +224,7 @@ TEST(PrefixSnapshotLimits, RefusalsArePlainErrors) {
     ASSERT_FALSE(id.has_value());
     EXPECT_NE(id.status().message().find("keeps no prefix snapshots"), std::string::npos);
     EXPECT_NE(message((*c)->copy_prefix_from(**a, 0)).find("different engines"), std::string::npos);
+    EXPECT_NE(message((*c)->snapshot()).find("keeps no prefix snapshots"), std::string::npos);
     EngineOptions o;
     o.model_dir = std::get<0>(kSmall);
     o.snapshots = -1;
