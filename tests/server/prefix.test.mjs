@@ -153,6 +153,34 @@ test('conversations with one system prompt share its snapshots', async () => {
   }
 });
 
+// Thinking mode: each turn's encoding drops the last reply's reasoning, so a turn does not
+// continue the last one's sequence whole; it starts from that sequence's snapshot within the
+// shared part (the last prompt up to its last block boundary).
+test("a conversation in thinking mode continues from the last turn's snapshot", async () => {
+  const kjv = await startServer(['--max-batch', '2', '--prefix-cache', '2'],
+                                { model: process.env.DSV4_KJV_MODEL, context: 1024 });
+  try {
+    const messages = [{ role: 'user', content: 'Who made the heaven and the earth, and all that is in them?' }];
+    const body = { model: MODEL, max_tokens: 20, temperature: 0, reasoning_effort: 'high' };
+    let last = null;
+    for (const next of ['And then?', 'And after that?']) {
+      const r = await kjv.client().chat.completions.create({ ...body, messages });
+      if (last !== null) {
+        const cached = r.usage.prompt_tokens_details.cached_tokens;
+        // (at most the last prompt, cut at a block boundary; at least one block)
+        assert.ok(cached >= 16 && cached % 16 === 0 && cached <= last.usage.prompt_tokens,
+                  `cached ${cached} of ${r.usage.prompt_tokens}; the last prompt ${last.usage.prompt_tokens}`);
+      }
+      last = r;
+      messages.push({ role: 'assistant', content: r.choices[0].message.content ?? '',
+                      reasoning_content: r.choices[0].message.reasoning_content },
+                    { role: 'user', content: next });
+    }
+  } finally {
+    assert.equal(await kjv.stop(), 0, 'graceful exit');
+  }
+});
+
 // Ids of the small model's vocabulary (512), varied: the prompts are longer than it.
 const mixed = (seed, n) => Array.from({ length: n }, (_, i) => 1 + ((seed * 7919 + i * 104729) % 509));
 
