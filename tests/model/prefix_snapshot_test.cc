@@ -1,8 +1,9 @@
 // Prefix snapshots (EngineOptions::snapshots, Request::snapshot_every,
 // Session::copy_prefix_from): a sequence started from another one's snapshot, or sent back to one
 // of its own, gives bit for bit the logits and tokens of the same tokens fed from the start, on
-// the CPU, for every cache row type; a request's tokens do not change when it takes snapshots
-// (its chunks end at their positions); refusals are plain errors.
+// the CPU, for every cache row type, also when the source's request is still running; a
+// request's tokens do not change when it takes snapshots (its chunks end at their positions);
+// refusals are plain errors.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -138,6 +139,50 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{std::string(DSV4_KJV_DIR), "fp8", "fp8"}));
 
 const Case kSmall{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "f32", "f32"};
+
+// A snapshot of a sequence whose request is still running: copied between its steps, it gives
+// the fresh feed's logits, and the running request's tokens are those it gives alone.
+TEST(PrefixSnapshotLimits, CopiesFromASequenceWhileItsRequestRuns) {
+    auto engine = snapshot_engine(kSmall, 4);
+    ASSERT_TRUE(engine);
+    Engine& e = *engine;
+    const int V = e.info().vocab_size;
+    const int64_t B = e.info().snapshot_block;
+    Request r;
+    r.prompt = test::random_ids(static_cast<int>(2 * B + 30), V, 21);
+    r.max_tokens = 5;
+    r.stop_at_eos = false;
+    const auto alone = test::run_requests(e, {r});
+    auto a = e.new_session();
+    auto c = e.new_session();
+    ASSERT_TRUE(a.has_value() && c.has_value());
+    r.session = a->get();
+    r.snapshot_every = B;
+    auto id = e.submit(r);
+    ASSERT_TRUE(id.has_value());
+    std::vector<TokenEvent> events, mine;
+    while ((*a)->snapshot_positions().empty()) {
+        events.clear();
+        ASSERT_TRUE(e.step(&events).is_ok());
+        mine.insert(mine.end(), events.begin(), events.end());
+    }
+    ASSERT_LT((*a)->position(), 2 * B) << "the request is still in its prompt";
+    auto busy = (*c)->copy_prefix_from(**a, (*a)->position());
+    EXPECT_TRUE(busy.is_ok()) << "a snapshot at the running sequence's position";
+    ASSERT_TRUE((*c)->copy_prefix_from(**a, B).is_ok());
+    while (!e.idle()) {
+        events.clear();
+        ASSERT_TRUE(e.step(&events).is_ok());
+        mine.insert(mine.end(), events.begin(), events.end());
+    }
+    EXPECT_EQ(test::tokens_of(mine), test::tokens_of(alone[0]));
+    const std::vector<int32_t> tail = test::random_ids(40, V, 22);
+    std::vector<int32_t> p2(r.prompt.begin(), r.prompt.begin() + B);
+    p2.insert(p2.end(), tail.begin(), tail.end());
+    std::vector<float> got;
+    ASSERT_TRUE((*c)->feed(tail, &got, nullptr).is_ok());
+    EXPECT_EQ(got, fresh_tail(e, p2, tail.size()));
+}
 
 // With fewer buffers than positions a request takes the first ones and goes on; dropping them
 // gives them back.
