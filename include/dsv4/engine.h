@@ -137,8 +137,8 @@ class Session {
     // Continues from where `src` (a session of the same engine) is: its cache is copied into
     // this session's slot (a prefix fed once, several sequences from it).
     Status copy_from(const Session& src);
-    // Continues from `src`'s first n tokens: n is src's position (as copy_from; src idle) or one
-    // of src's snapshot positions (src may have a request running). src may be this session:
+    // Continues from `src`'s first n tokens: n is one of src's snapshot positions (src may have
+    // a request running), or src's position (as copy_from; src idle). src may be this session:
     // it goes back to position n. This session's snapshots after n go (all of them when src is
     // another session).
     Status copy_prefix_from(const Session& src, int64_t n);

@@ -1,8 +1,8 @@
 // Prefix snapshots (EngineOptions::snapshots, Request::snapshot_every,
 // Session::copy_prefix_from): a sequence started from another one's snapshot, or sent back to one
 // of its own, gives bit for bit the logits and tokens of the same tokens fed from the start, on
-// the CPU, for every cache row type, also when the source's request is still running; a
-// request's tokens do not change when it takes snapshots (its chunks end at their positions);
+// the CPU, for every cache row type and numerics, also when the source's request is still running;
+// a request's tokens do not change when it takes snapshots (its chunks end at their positions);
 // refusals are plain errors.
 #include <gtest/gtest.h>
 
@@ -17,14 +17,15 @@ namespace dsv4 {
 namespace prefix_snapshot_test {  // (named: the unity build joins the tests' anonymous namespaces)
 namespace {
 
-// (model folder, KV row type, indexer key type)
-using Case = std::tuple<std::string, std::string, std::string>;
+// (model folder, KV row type, indexer key type, numerics)
+using Case = std::tuple<std::string, std::string, std::string, std::string>;
 
 std::unique_ptr<Engine> snapshot_engine(const Case& c, int snapshots, int seqs = 3) {
     EngineOptions o;
     o.model_dir = std::get<0>(c);
     o.kv_cache = std::get<1>(c);
     o.indexer_cache = std::get<2>(c);
+    o.numerics = std::get<3>(c);
     o.max_context = 512;
     o.max_seqs = seqs;
     o.max_chunk = 48;  // (not a multiple of the block: the snapshot positions cut the chunks)
@@ -79,8 +80,10 @@ TEST_P(PrefixSnapshot, ContinuesExactlyFromASnapshot) {
         if (plain[0][k].logprobs) {
             EXPECT_EQ(snapped[0][k].logprobs->logprob, plain[0][k].logprobs->logprob);
         }
-    EXPECT_EQ((*a)->snapshot_positions(), (std::vector<int64_t>{B, 2 * B}));
-    EXPECT_EQ(e.free_snapshots(), 6);
+    std::vector<int64_t> every;  // B, 2B (and 3B with a block below 7)
+    for (int64_t p = B; p <= static_cast<int64_t>(p1.size()); p += B) every.push_back(p);
+    EXPECT_EQ((*a)->snapshot_positions(), every);
+    EXPECT_EQ(e.free_snapshots(), 8 - static_cast<int>(every.size()));
 
     // Another sequence sharing p1's first 2B tokens: from each snapshot, exactly a fresh feed.
     const std::vector<int32_t> tail = test::random_ids(29, V, 12);
@@ -118,7 +121,7 @@ TEST_P(PrefixSnapshot, ContinuesExactlyFromASnapshot) {
             EXPECT_EQ(both[1][k].logprobs->logprob, both[0][k].logprobs->logprob);
         }
 
-    // Session a back to B: its snapshot at 2B goes, the one at B stays.
+    // Session a back to B: its later snapshots go, the one at B stays.
     ASSERT_TRUE((*a)->copy_prefix_from(**a, B).is_ok());
     EXPECT_EQ((*a)->position(), B);
     EXPECT_EQ((*a)->snapshot_positions(), (std::vector<int64_t>{B}));
@@ -132,13 +135,18 @@ TEST_P(PrefixSnapshot, ContinuesExactlyFromASnapshot) {
 
 INSTANTIATE_TEST_SUITE_P(
     RowTypes, PrefixSnapshot,
-    ::testing::Values(Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "f32", "f32"},
-                      Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "fp8", "fp4"},
-                      Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "bf16", "bf16"},
-                      Case{std::string(DSV4_KJV_DIR), "f32", "f32"},
-                      Case{std::string(DSV4_KJV_DIR), "fp8", "fp8"}));
+    ::testing::Values(Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "f32", "f32", "float"},
+                      Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "fp8", "fp4", "float"},
+                      Case{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "bf16", "bf16", "float"},
+                      Case{std::string(DSV4_KJV_DIR), "f32", "f32", "float"},
+                      Case{std::string(DSV4_KJV_DIR), "fp8", "fp8", "float"},
+                      // DeepSeek's own numerics, a release checkpoint with its MTP block (whose
+                      // ring the snapshots keep too), block 4 and an 8-token window
+                      Case{std::string(DSV4_DSREF_DIR) + "/dsref-pub-a", "fp8", "fp4", "reference"},
+                      Case{std::string(DSV4_DSREF_DIR) + "/dsref-pub-a", "f32", "f32",
+                           "reference-fp32"}));
 
-const Case kSmall{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "f32", "f32"};
+const Case kSmall{std::string(DSV4_GOLDEN_DIR) + "/small-rates", "f32", "f32", "float"};
 
 // A snapshot of a sequence whose request is still running: copied between its steps, it gives
 // the fresh feed's logits, and the running request's tokens are those it gives alone.
