@@ -115,6 +115,12 @@ Expected<std::unique_ptr<Server>> Server::create(const ServerOptions& options) {
     impl->others = std::move(others);
     impl->group = group;
     if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+    if (options.prefix_cache > 0)
+        std::fprintf(stderr,
+                     "dsv4 serve: prefix cache of %d sequences, %d snapshots every %lld tokens "
+                     "(%.1f MiB)\n",
+                     options.prefix_cache, info.snapshots, static_cast<long long>(prefix_block),
+                     static_cast<double>(info.snapshots) * info.snapshot_bytes / (1 << 20));
 
     std::string name = options.model_name;
     if (name.empty())
