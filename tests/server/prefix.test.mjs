@@ -206,6 +206,40 @@ test('a prompt sharing only the start of a kept sequence continues from its last
   }
 });
 
+// Many requests at once whose prompts share starts of a few others, on four slots with six
+// snapshot buffers: kept sequences are copied (also while their requests run), evicted and
+// stripped of their snapshots as others need room, and every answer is still the plain
+// server's. (Which requests hit depends on how the requests reach the engine thread: only the
+// answers are checked then.)
+test('requests at once sharing starts answer as without the cache', async () => {
+  const busy = await startServer(['--max-batch', '4', '--prefix-cache', '4', '--prefix-snapshots', '6']);
+  try {
+    const ask = (b) => Promise.all([busy.client().completions.create(b), plain.client().completions.create(b)]);
+    const same = ([a, b], what) => {
+      assert.equal(a.choices[0].text, b.choices[0].text, what);
+      assert.deepEqual(a.choices[0].logprobs, b.choices[0].logprobs, what);
+      return a;
+    };
+    const body = (prompt) => ({ model: MODEL, prompt, max_tokens: 5, temperature: 0, logprobs: 2 });
+    // One after another: each keeps snapshots at 128 and 256; the fourth needs the first's.
+    const bases = [0, 1, 2, 3].map((b) => [0, ...mixed(50 + b, 299)]);
+    for (const base of bases) same(await ask(body(base)), 'a base');
+    const m = await metrics(busy.url);
+    assert.equal(m.dsv4_prefix_cache_snapshots, 6);
+    const last = same(await ask(body([...bases[3].slice(0, 270), ...mixed(999, 9)])), 'from the last');
+    assert.equal(last.usage.prompt_tokens_details.cached_tokens, 256);
+    const lengths = [130, 200, 260, 300, 140, 290];
+    for (const wave of [0, 1]) {
+      const bodies = [0, 1, 2, 3, 4, 5, 6, 7].map((i) => body(
+        [...bases[(i + wave) % 4].slice(0, lengths[(i * 5 + wave) % lengths.length]), ...mixed(1000 + 10 * wave + i, 12)]));
+      const answers = await Promise.all(bodies.map(ask));
+      answers.forEach((a, i) => same(a, `wave ${wave} request ${i}`));
+    }
+  } finally {
+    assert.equal(await busy.stop(), 0, 'graceful exit');
+  }
+});
+
 test('a prompt that is not a continuation misses and is answered as without the cache', async () => {
   const [, hit0] = await fedAndHit();
   const miss = await both({ prompt: [0, ...ids(400, 12)], max_tokens: 4, temperature: 0 });
