@@ -207,8 +207,7 @@ struct Request {
     uint64_t share_prompt = 0;
     // Prefix snapshots (EngineOptions::snapshots): on a session, a snapshot of the sequence at
     // each multiple of this (a multiple of ModelInfo::snapshot_block) that its prompt reaches,
-    // while the engine has free buffers; the prompt's chunks end there. 0: none. Not with
-    // speculative drafts.
+    // while the engine has free buffers; the prompt's chunks end there. 0: none.
     int64_t snapshot_every = 0;
 };
 inline constexpr int kMaxDraftTokens = 4;

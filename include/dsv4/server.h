@@ -35,7 +35,7 @@ struct ServerOptions {
     // The prefix cache: up to this many finished requests' sequences stay in their cache slots
     // (while no request waits for a slot), and a request whose prompt begins with one of them
     // (the next turn of a conversation) feeds only the rest. 0: off. Not with ranks, and not
-    // for speculative requests or several choices (docs/server.md).
+    // for several choices (docs/server.md).
     int prefix_cache = 0;
     // With the prefix cache: snapshots of the kept sequences every `prefix_block` prompt tokens
     // (0: the model's ModelInfo::snapshot_block; else a multiple of it), in buffers for this

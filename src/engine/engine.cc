@@ -893,8 +893,6 @@ Expected<RequestId> Engine::submit(Request r) {
             return error("snapshot_every must be a positive multiple of ", e.info.snapshot_block,
                          " (the model's compress rates), got ", r.snapshot_every);
         if (r.session == nullptr) return error("snapshot_every needs a request on a session");
-        if (r.speculative != Speculation::kNone)
-            return error("snapshot_every is not taken with speculative drafts");
     }
 
     if (e.waiting_count(false) >= static_cast<size_t>(e.options.max_queue))
@@ -902,7 +900,10 @@ Expected<RequestId> Engine::submit(Request r) {
     Running q;
     q.id = e.next_id++;
     q.r = std::move(r);
-    if (q.r.speculative == Speculation::kNgram) q.history = q.r.prompt;
+    if (q.r.speculative == Speculation::kNgram) {  // (a session's tokens come first)
+        if (q.r.session != nullptr) q.history = q.r.session->impl_->tokens;
+        q.history.insert(q.history.end(), q.r.prompt.begin(), q.r.prompt.end());
+    }
     if (may_share_prompt(q.r)) {
         auto it = e.prompt_leaders.find(q.r.share_prompt);
         Running* l = it != e.prompt_leaders.end() ? e.find(it->second) : nullptr;
@@ -1057,6 +1058,7 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     mtp_next.reserve(rows.size());
     std::vector<Running*> mtp_owner;
     std::vector<RequestId> prefix_done;  // leaders that have fed all but their last token
+    std::vector<Session::Impl*> snapshot_due;  // sessions whose prompt reached a snapshot position
     for (size_t i = 0; i < rows.size(); ++i) {
         Running& q = *owners[i];
         const bool decode_row = q.pending >= 0;
@@ -1092,9 +1094,8 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.pos += final_len;
         if (!decode_row) {
             q.fed += rows[i].len;
-            // (none free: the request goes on without it)
             if (q.r.snapshot_every > 0 && q.pos % q.r.snapshot_every == 0)
-                (void)save_snapshot(*q.r.session->impl_);
+                snapshot_due.push_back(q.r.session->impl_.get());
         }
         if (q.leads && q.fed + 1 == q.r.prompt.size()) prefix_done.push_back(q.id);
         q.pending = -1;
@@ -1156,8 +1157,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
         q.pending = produced.back();
         if (mtp) add_mtp(q.pending);
     }
+    bool mtp_failed = false;
     if (!mtp_rows.empty()) {
         Status mst = run_mtp_drafts(mtp_rows, mtp_owner);
+        mtp_failed = !mst.is_ok();
         if (!mst.is_ok()) {
             for (Running* q : mtp_owner) {
                 if (!running.count(q->id)) continue;
@@ -1167,7 +1170,10 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
             }
         }
     }
-    // (after the MTP block, which writes the prefix's last MTP cache rows)
+    // (after the MTP block, which writes the prefix's last MTP cache rows; none free: the
+    // request goes on without it)
+    if (!mtp_failed)
+        for (Session::Impl* s : snapshot_due) (void)save_snapshot(*s);
     for (RequestId l : prefix_done)
         if (auto it = running.find(l); it != running.end()) hand_prefix_to_followers(it->second);
     return Status::ok();

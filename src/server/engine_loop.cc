@@ -204,14 +204,12 @@ void EngineLoop::admit(std::deque<Job>& jobs, bool stopping) {
         const int64_t prompt_tokens = static_cast<int64_t>(job.request.prompt.size());
         const Request copy = others_.empty() && !followers_ ? Request{} : job.request;
         // The prefix cache: requests of one sequence each (not the shared-prompt choices, whose
-        // copies the engine makes; not speculative ones, whose n-gram drafts would see only the
-        // rest of the prompt).
+        // copies the engine makes).
         int64_t hit = 0;
-        Kept* kept = prefix_cache_ > 0 && job.request.session == nullptr &&
-                             job.request.share_prompt == 0 &&
-                             job.request.speculative == Speculation::kNone
-                         ? take_kept(job.request.prompt, &hit)
-                         : nullptr;
+        Kept* kept =
+            prefix_cache_ > 0 && job.request.session == nullptr && job.request.share_prompt == 0
+                ? take_kept(job.request.prompt, &hit)
+                : nullptr;
         Expected<RequestId> id = error("no request");
         if (kept != nullptr) {
             Request rest = job.request;

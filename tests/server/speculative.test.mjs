@@ -1,21 +1,40 @@
 // Speculative decoding in the server (dsv4 serve --speculative ngram): greedy answers equal a
-// plain server's token for token, and /metrics counts the drafts by their place in the step.
+// plain server's token for token, also on a kept sequence of the prefix cache, and /metrics
+// counts the drafts by their place in the step.
 // (The test model has no MTP block: --speculative mtp is refused at start, tests/model's CLI
 // cases.)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, metrics, MODEL } from './harness.mjs';
 
-let plain, spec;
+let plain, spec, cached;
 before(async () => {
-  [plain, spec] = await Promise.all([
+  [plain, spec, cached] = await Promise.all([
     startServer([]),
     startServer(['--speculative', 'ngram', '--draft-tokens', '3']),
+    startServer(['--speculative', 'ngram', '--draft-tokens', '3', '--prefix-cache', '2']),
   ]);
 });
 after(async () => {
   assert.equal(await plain.stop(), 0);
   assert.equal(await spec.stop(), 0);
+  assert.equal(await cached.stop(), 0);
+});
+
+test('with the prefix cache: a continuation drafts on its kept sequence; the same tokens', async () => {
+  // Token ids that repeat (drafts to find). One token out: the kept sequence is the prompt
+  // (the sampled token is not fed), which the next prompt continues.
+  const cycle = (n) => Array.from({ length: n }, (_, i) => 10 + (i % 3));
+  const first = [0, ...cycle(40)];
+  const body = { model: MODEL, temperature: 0 };
+  await cached.client().completions.create({ ...body, prompt: first, max_tokens: 1 });
+  const next = [...first, ...cycle(7)];
+  const [a, b] = await Promise.all([plain.client().completions.create({ ...body, prompt: next, max_tokens: 16 }),
+                                    cached.client().completions.create({ ...body, prompt: next, max_tokens: 16 })]);
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  assert.equal(b.usage.prompt_tokens_details.cached_tokens, first.length);
+  const m = await metrics(cached.url);
+  assert.ok(m['dsv4_speculative_drafts_total{position="0"}'] > 0, 'drafts fed');
 });
 
 test('greedy completions: the same tokens with n-gram drafts; drafts counted', async () => {
