@@ -152,23 +152,30 @@ EngineLoop::Kept* EngineLoop::take_kept(const std::vector<int32_t>& prompt, int6
     }
     Kept* best = whole;
     if (best == nullptr) {
-        if (kept_.size() >= prefix_cache_ && !evict_kept(from)) {
+        std::unique_ptr<Session> fresh;
+        if (kept_.size() < prefix_cache_ || evict_kept(from)) {
+            auto s = engine_.new_session();
+            if (!s && evict_kept(from)) s = engine_.new_session();
+            if (s) fresh = std::move(*s);
+        }
+        // (a copy of a kept sequence's snapshot, or a rewind to it, cannot fail: same engine,
+        // a session no request runs on)
+        if (fresh == nullptr && from != nullptr && !from->busy) {
+            // No other sequence to be had: the snapshot's own sequence goes back to it.
+            const Status back = from->session->copy_prefix_from(*from->session, *hit);
+            DSV4_ASSERT(back.is_ok(), back.message());
+            best = from;
+        } else if (fresh == nullptr) {  // every slot held by requests, or N kept and busy
             *hit = 0;
             return nullptr;
-        }
-        auto s = engine_.new_session();
-        if (!s && evict_kept(from)) s = engine_.new_session();
-        if (!s) {  // every slot held by requests
-            *hit = 0;
-            return nullptr;
-        }
-        best = &kept_.emplace_back();
-        best->session = std::move(*s);
-        // (a snapshot of a kept sequence; a copy of one cannot fail: same engine, fresh session)
-        if (from != nullptr) {
-            const Status copied = best->session->copy_prefix_from(*from->session, *hit);
-            DSV4_ASSERT(copied.is_ok(), copied.message());
-            from->used = ++kept_clock_;
+        } else {
+            best = &kept_.emplace_back();
+            best->session = std::move(fresh);
+            if (from != nullptr) {
+                const Status copied = best->session->copy_prefix_from(*from->session, *hit);
+                DSV4_ASSERT(copied.is_ok(), copied.message());
+                from->used = ++kept_clock_;
+            }
         }
     }
     best->busy = true;

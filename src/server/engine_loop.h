@@ -87,9 +87,10 @@ class EngineLoop {
     // While no request waits for a slot: the kept sequence a request with `prompt` runs on, and
     // in *hit the prompt tokens it already holds. The most tokens win: an idle sequence that is
     // a proper prefix of the prompt (continued in place), or a kept sequence's snapshot within
-    // the part it shares with the prompt (copied into a fresh sequence); else a fresh one (a
-    // free slot, or the least recently used idle sequence's). nullptr: none (the request takes
-    // a slot of its own when one is free).
+    // the part it shares with the prompt (copied into a fresh sequence; when none can be had,
+    // the idle sequence itself goes back to it); else a fresh one (a free slot, or the least
+    // recently used idle sequence's). nullptr: none (the request takes a slot of its own when
+    // one is free).
     Kept* take_kept(const std::vector<int32_t>& prompt, int64_t* hit);
     void release_kept(Session* s, bool keep);  // its request ended (keep: the sequence is sound)
     // The least recently used idle one but `spare`; false: none.

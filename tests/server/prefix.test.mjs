@@ -206,6 +206,27 @@ test('a prompt sharing only the start of a kept sequence continues from its last
   }
 });
 
+// One kept sequence: a prompt sharing its start takes it back to the snapshot (no other
+// sequence can be had), and a later one sharing the first prompt's start finds it there still.
+test('with one kept sequence a prompt sharing its start sends it back to a snapshot', async () => {
+  const one = await startServer(['--max-batch', '1', '--prefix-cache', '1']);
+  try {
+    const first = [0, ...mixed(7, 299)];
+    const ask = async (prompt) => {
+      const body = { model: MODEL, prompt, max_tokens: 4, temperature: 0, logprobs: 1 };
+      const [a, b] = await Promise.all([one.client().completions.create(body), plain.client().completions.create(body)]);
+      assert.equal(a.choices[0].text, b.choices[0].text);
+      assert.deepEqual(a.choices[0].logprobs, b.choices[0].logprobs);
+      return a.usage.prompt_tokens_details.cached_tokens;
+    };
+    assert.equal(await ask(first), 0);
+    assert.equal(await ask([...first.slice(0, 270), ...mixed(8, 20)]), 256);
+    assert.equal(await ask([...first.slice(0, 140), ...mixed(9, 20)]), 128);
+  } finally {
+    assert.equal(await one.stop(), 0, 'graceful exit');
+  }
+});
+
 // Many requests at once whose prompts share starts of a few others, on four slots with six
 // snapshot buffers: kept sequences are copied (also while their requests run), evicted and
 // stripped of their snapshots as others need room, and every answer is still the plain
