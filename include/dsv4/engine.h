@@ -86,9 +86,9 @@ struct ModelInfo {
     int step_tokens = 0;                      // tokens one step holds (all rows)
     bool has_mtp = false;                     // the checkpoint's MTP block is loaded
     int max_draft_tokens = 1;                 // speculative drafts a step can feed a row
-    int64_t snapshot_block = 1;  // snapshot positions are multiples of this (the compress rates')
-    int snapshots = 0;           // prefix snapshot buffers (EngineOptions::snapshots)
-    size_t snapshot_bytes = 0;   // bytes of one
+    int64_t snapshot_block = 1;               // snapshot positions: its multiples (lcm of rates)
+    int snapshots = 0;                        // prefix snapshot buffers (EngineOptions)
+    size_t snapshot_bytes = 0;                // bytes of one
     std::vector<std::string> weight_formats;  // "group: format" lines
     std::string source;                       // the model folder, or "synthetic v4-flash (nvfp4)"
     // With ranks (EngineOptions::rank_group): this rank, the group's size and the routed

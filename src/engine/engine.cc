@@ -729,8 +729,7 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     }
     const double gib = 1024.0 * 1024.0 * 1024.0;
     // The prefix snapshots count with the cache (SnapshotStore::create checks them again).
-    const double snapshot_bytes = static_cast<double>(options.snapshots) *
-                                  static_cast<double>(SnapshotStore::snapshot_bytes(*cfg, layout));
+    const double snapshot_bytes = options.snapshots * fp.snapshot_bytes;
     // The routed experts this rank holds (all on one rank): what the memory checks count.
     const ops::ExpertShard shard =
         ops::expert_shard(cfg->n_routed_experts, impl->backend->rank(), impl->backend->ranks());
@@ -836,7 +835,8 @@ Expected<std::unique_ptr<Engine>> Engine::create(const EngineOptions& given) {
     i.max_draft_tokens = layout.ring_extra + 1;
     i.snapshot_block = SnapshotStore::block(c);
     i.snapshots = options.snapshots;
-    i.snapshot_bytes = SnapshotStore::snapshot_bytes(c, layout);
+    i.snapshot_bytes = static_cast<size_t>(
+        cache_footprint(c, layout.kv, layout.index, layout.mtp, layout.ring_extra).snapshot_bytes);
     i.source = synthetic ? source + ", " + std::to_string(c.num_layers) + " layers" : source;
     i.rank = impl->backend->rank();
     i.ranks = impl->backend->ranks();
@@ -1058,7 +1058,8 @@ Status Engine::Impl::step(std::vector<TokenEvent>* events) {
     mtp_next.reserve(rows.size());
     std::vector<Running*> mtp_owner;
     std::vector<RequestId> prefix_done;  // leaders that have fed all but their last token
-    std::vector<Session::Impl*> snapshot_due;  // sessions whose prompt reached a snapshot position
+    // sessions whose prompt reached a snapshot position
+    std::vector<Session::Impl*> snapshot_due;
     for (size_t i = 0; i < rows.size(); ++i) {
         Running& q = *owners[i];
         const bool decode_row = q.pending >= 0;

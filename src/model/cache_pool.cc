@@ -22,14 +22,19 @@ CacheFootprint cache_footprint(const ModelConfig& c, CacheType kv, CacheType ind
         static_cast<double>(cache_row_bytes(index_key_format(index), c.index_head_dim));
     CacheFootprint f;
     for (const LayerSpec& l : cached_layers(c, mtp)) {
-        f.fixed_bytes += kv_row * (c.sliding_window + ring_extra);
+        const double ring = kv_row * (c.sliding_window + ring_extra);
+        f.fixed_bytes += ring;
+        f.snapshot_bytes += ring;
         if (l.kind == LayerKind::kSliding) continue;
         // Compressor states stay float32 (they are reduced in f32 whatever the entry type).
         f.bytes_per_token += kv_row / l.compress_rate;
-        f.fixed_bytes += 8.0 * l.coff() * l.compress_rate * l.coff() * c.head_dim;
+        const double state = 8.0 * l.coff() * l.compress_rate * l.coff() * c.head_dim;
+        f.fixed_bytes += state;
         if (l.kind == LayerKind::kCsa) {
             f.bytes_per_token += key_row / l.compress_rate;
-            f.fixed_bytes += 8.0 * 2 * l.compress_rate * 2 * c.index_head_dim;
+            const double keys_state = 8.0 * 2 * l.compress_rate * 2 * c.index_head_dim;
+            f.fixed_bytes += keys_state;
+            f.snapshot_bytes += state + keys_state;  // (HCA's open block is empty there)
         }
     }
     // Each slot's sampling generator and logits rules (CachePool::rules and what follows).
@@ -160,12 +165,16 @@ void CachePool::copy_slot(int src, int dst, int64_t positions) {
         if (bytes > 0) backend_.copy(b + dst * stride, b + src * stride, bytes);
     };
     auto whole = [&](void* base, size_t stride) { slice(base, stride, stride); };
+    // (with a position limit the snapshot that follows brings the rings and the states)
+    const bool states = positions < 0;
     for (auto& l : layers_) {
-        whole(l.ring, ring_row * ring_rows_);
+        if (states) whole(l.ring, ring_row * ring_rows_);
         for (CompressorCache* s : {&l.main, &l.indexer}) {
             if (s->gate == nullptr) continue;
-            whole(s->kv, s->state_size * sizeof(float));
-            whole(s->gate, s->state_size * sizeof(float));
+            if (states) {
+                whole(s->kv, s->state_size * sizeof(float));
+                whole(s->gate, s->state_size * sizeof(float));
+            }
             const int64_t n =
                 positions < 0 ? s->n_entries : std::min(s->n_entries, positions / s->m);
             slice(s->entries, static_cast<size_t>(s->n_entries) * s->entry_bytes,

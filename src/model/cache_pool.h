@@ -57,6 +57,8 @@ struct LayerCache {
 struct CacheFootprint {
     double bytes_per_token = 0;
     double fixed_bytes = 0;
+    // One prefix snapshot (model/cache_snapshots.h): the rings and the CSA compressor states.
+    double snapshot_bytes = 0;
     double per_sequence(int64_t context) const { return fixed_bytes + bytes_per_token * context; }
 };
 CacheFootprint cache_footprint(const ModelConfig& cfg, CacheType kv = CacheType::kF32,
@@ -84,14 +86,15 @@ class CachePool {
     // Makes slot dst hold what slot src holds (rings, compressor states, entries, generator,
     // token table; not the logits rules):
     // a copy of a sequence's cache, e.g. to start several sequences from one prefilled prefix.
-    // `positions` >= 0: only the compressed entries the first `positions` tokens complete (the
-    // rest of src's are not needed: a snapshot of src at that position follows, model/
-    // cache_snapshots.h).
+    // `positions` >= 0 (a multiple of every compress rate): only the compressed entries the
+    // first `positions` tokens complete, the generator and the token table; a snapshot of src at
+    // that position brings the rings and the states (model/cache_snapshots.h).
     void copy_slot(int src, int dst, int64_t positions = -1);
     int free_slots() const;
     const CacheLayout& layout() const { return layout_; }
     const LayerCache& layer(int l) const { return layers_[l]; }  // l == num_layers: MTP
-    int num_layers() const { return static_cast<int>(layers_.size()); }  // with the MTP's
+    // The layers with caches, the MTP block's included.
+    int num_layers() const { return static_cast<int>(layers_.size()); }
     uint64_t* rng() const { return rng_; }  // [S, 4] sampling generator per slot
     // The logits rules of each slot's request (ops::LogitsRulesArgs).
     const ops::SlotRules* rules() const { return rules_; }                 // [S]

@@ -25,24 +25,6 @@ int64_t SnapshotStore::block(const ModelConfig& c) {
     return b;
 }
 
-size_t SnapshotStore::snapshot_bytes(const ModelConfig& c, const CacheLayout& layout) {
-    const size_t kv_row =
-        static_cast<size_t>(cache_row_bytes(kv_row_format(layout.kv, c.rope_dim), c.head_dim));
-    std::vector<LayerSpec> layers = c.layers;
-    if (layout.mtp) layers.push_back(c.mtp_spec);
-    size_t bytes = 0;
-    for (const LayerSpec& l : layers) {
-        bytes += kv_row * static_cast<size_t>(c.sliding_window + layout.ring_extra);
-        if (l.kind != LayerKind::kCsa || !kept_across_blocks(l.coff())) continue;
-        // main and indexer compressors: kv and gate, float32 (CachePool::create's sizes)
-        bytes += 2 * sizeof(float) * static_cast<size_t>(l.coff() * l.compress_rate) *
-                 static_cast<size_t>(l.coff() * c.head_dim);
-        bytes += 2 * sizeof(float) * static_cast<size_t>(2 * l.compress_rate) *
-                 static_cast<size_t>(2 * c.index_head_dim);
-    }
-    return bytes;
-}
-
 Expected<std::unique_ptr<SnapshotStore>> SnapshotStore::create(const ModelConfig& c,
                                                                Backend& backend,
                                                                const CachePool& pool, int count) {
@@ -60,9 +42,11 @@ Expected<std::unique_ptr<SnapshotStore>> SnapshotStore::create(const ModelConfig
         }
     }
     for (const Part& p : s->parts_) s->snapshot_bytes_ += p.bytes;
-    DSV4_ASSERT(s->snapshot_bytes_ == snapshot_bytes(c, pool.layout()),
-                "snapshot sizes disagree: ", s->snapshot_bytes_, " vs ",
-                snapshot_bytes(c, pool.layout()));
+    const CacheLayout& lo = pool.layout();
+    const double counted =
+        cache_footprint(c, lo.kv, lo.index, lo.mtp, lo.ring_extra).snapshot_bytes;
+    DSV4_ASSERT(static_cast<double>(s->snapshot_bytes_) == counted,
+                "snapshot sizes disagree: ", s->snapshot_bytes_, " vs ", counted);
     const double need = static_cast<double>(s->snapshot_bytes_) * count;
     const double avail = static_cast<double>(backend.memory_available());
     if (need > avail)

@@ -31,8 +31,6 @@ class SnapshotStore {
     // The positions snapshots may be taken at are multiples of this: the least common multiple
     // of the layers' compress rates (1 without compressed layers).
     static int64_t block(const ModelConfig& c);
-    // Bytes of one snapshot of a pool laid out as `layout`.
-    static size_t snapshot_bytes(const ModelConfig& c, const CacheLayout& layout);
     // `count` snapshots of `pool`'s slots; checks the bytes against what the backend has first.
     static Expected<std::unique_ptr<SnapshotStore>> create(const ModelConfig& c, Backend& backend,
                                                            const CachePool& pool, int count);

@@ -328,8 +328,8 @@ void EngineLoop::publish_gauges() {
     g.slots_total = engine_.info().max_seqs;
     g.slots_used = g.slots_total - engine_.free_slots() - idle_kept();
     g.prefix_cached = static_cast<int>(kept_.size());
-    for (const Kept& k : kept_)
-        g.prefix_snapshots += static_cast<int>(k.session->snapshot_positions().size());
+    // (only the kept sequences hold snapshots)
+    g.prefix_snapshots = engine_.info().snapshots - engine_.free_snapshots();
     g.prompt_tokens_fed = engine_.prompt_tokens_fed();
     metrics_.set_engine(g);
 }
